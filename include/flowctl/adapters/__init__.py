@@ -1,0 +1,1 @@
+"""Adapters: the I/O. One module per real thing (Kafka log, memcached store, SQL)."""

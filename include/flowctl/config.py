@@ -1,0 +1,97 @@
+"""Settings of the embedded platform, read from ``FLOWCTL_*`` environment variables.
+
+One place for every knob of the local deployment (ports, paths, the database
+URL), with defaults that make ``scripts/demo`` work on a fresh machine. Each
+field names its environment variable; a bad value raises :class:`ConfigError`
+naming the variable and the value.
+
+In Airflow the same facts live in connections (``flowctl_kafka``,
+``flowctl_memcached``, ``flowctl_db``, ``spark_default``); ``flowctl airflow
+connections`` derives those from these settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value; the message names the variable and the value."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int = 1, hi: int = 65535) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} is out of range [{lo}, {hi}]")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The embedded platform's settings; see :meth:`from_env` for the variables."""
+
+    home: Path = field(default_factory=lambda: PROJECT_ROOT / ".flowctl")
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    tansu_storage: str = "memory"  # "memory" or "s3"
+    tansu_s3_url: str = "s3://tansu/"
+    memcached_port: int = 11211
+    memcached_memory_mb: int = 256
+    database_url: str = ""  # empty: SQLite file in ``home``
+    spark_master: str = "local[2]"
+    airflow_port: int = 8080
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from the environment.
+
+        ``FLOWCTL_HOME`` (state dir: pid files, logs, SQLite file; default
+        ``<project>/.flowctl``), ``FLOWCTL_HOST`` (bind address, default
+        127.0.0.1), ``FLOWCTL_KAFKA_PORT`` (9092), ``FLOWCTL_TANSU_STORAGE``
+        (``memory`` or ``s3``), ``FLOWCTL_TANSU_S3_URL`` (``s3://tansu/``),
+        ``FLOWCTL_MEMCACHED_PORT`` (11211), ``FLOWCTL_MEMCACHED_MEMORY_MB``
+        (256), ``FLOWCTL_DATABASE_URL`` (any SQLAlchemy URL; default a SQLite
+        file in the home), ``FLOWCTL_SPARK_MASTER`` (``local[2]``),
+        ``FLOWCTL_AIRFLOW_PORT`` (8080).
+        """
+        env = os.environ if env is None else env
+        home = Path(env.get("FLOWCTL_HOME") or PROJECT_ROOT / ".flowctl").expanduser().resolve()
+        storage = env.get("FLOWCTL_TANSU_STORAGE", "memory") or "memory"
+        if storage not in ("memory", "s3"):
+            raise ConfigError(f"FLOWCTL_TANSU_STORAGE={storage!r} must be 'memory' or 's3'")
+        return cls(
+            home=home,
+            host=env.get("FLOWCTL_HOST", "127.0.0.1") or "127.0.0.1",
+            kafka_port=_int(env, "FLOWCTL_KAFKA_PORT", 9092),
+            tansu_storage=storage,
+            tansu_s3_url=env.get("FLOWCTL_TANSU_S3_URL", "s3://tansu/") or "s3://tansu/",
+            memcached_port=_int(env, "FLOWCTL_MEMCACHED_PORT", 11211),
+            memcached_memory_mb=_int(env, "FLOWCTL_MEMCACHED_MEMORY_MB", 256, lo=16, hi=65536),
+            database_url=env.get("FLOWCTL_DATABASE_URL", ""),
+            spark_master=env.get("FLOWCTL_SPARK_MASTER", "local[2]") or "local[2]",
+            airflow_port=_int(env, "FLOWCTL_AIRFLOW_PORT", 8080),
+        )
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def memcached_address(self) -> str:
+        return f"{self.host}:{self.memcached_port}"
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL: ``FLOWCTL_DATABASE_URL`` or ``sqlite:///<home>/flowctl.db``."""
+        return self.database_url or f"sqlite:///{self.home / 'flowctl.db'}"

@@ -1,0 +1,1 @@
+"""Pipeline definitions: a decoder, operators, a sink and a partitioning key."""

@@ -1,0 +1,1 @@
+"""The embedded services: Tansu broker, memcached and the database, run locally."""

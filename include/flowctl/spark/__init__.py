@@ -1,0 +1,1 @@
+"""The Spark side: the flow-controlled Kafka streaming source, sinks and jobs."""

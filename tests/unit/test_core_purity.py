@@ -1,0 +1,67 @@
+"""The core is pure: every module of flowctl.core imports only the standard library.
+
+Parsed with ``ast`` (no import side effects), so a forbidden import fails the
+test even inside a function body or an ``if TYPE_CHECKING`` block.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "include" / "flowctl" / "core"
+ALLOWED_FIRST_PARTY = "flowctl.core"
+_DYNAMIC = {"import_module", "__import__"}
+
+
+def _core_modules() -> list[Path]:
+    return sorted(p for p in CORE.rglob("*.py"))
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: stays inside flowctl.core
+                continue
+            found.append((node.lineno, node.module or ""))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name | ast.Attribute)
+            and getattr(node.func, "id", getattr(node.func, "attr", ""))
+            in {"import_module", "__import__"}
+        ):
+            found.append((node.lineno, "<dynamic import>"))
+    return found
+
+
+def _is_allowed(module: str) -> bool:
+    if module == ALLOWED_FIRST_PARTY or module.startswith(ALLOWED_FIRST_PARTY + "."):
+        return True
+    top = module.split(".")[0]
+    return top in sys.stdlib_module_names and top not in {"socket", "subprocess", "sqlite3"}
+
+
+def test_core_has_modules() -> None:
+    assert _core_modules(), f"no modules found under {CORE}"
+
+
+@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: p.relative_to(CORE).as_posix())
+def test_core_module_imports_only_stdlib(path: Path) -> None:
+    bad = [f"line {line}: {mod}" for line, mod in _imported_modules(path) if not _is_allowed(mod)]
+    assert not bad, f"{path.name} imports outside the standard library: {bad}"
+
+
+def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os\n\ndef f():\n    import pyspark\n    from kafka import KafkaConsumer\n"
+    )
+    names = [m for _, m in _imported_modules(sample) if not _is_allowed(m)]
+    assert names == ["pyspark", "kafka"]
