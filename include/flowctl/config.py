@@ -51,6 +51,8 @@ class Settings:
     database_url: str = ""  # empty: SQLite file in ``home``
     spark_master: str = "local[2]"
     airflow_port: int = 8080
+    kafka_bootstrap_servers: str = ""  # empty: the embedded Tansu at host:kafka_port
+    memcached_server: str = ""  # empty: the embedded memcached at host:memcached_port
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,7 +65,10 @@ class Settings:
         ``FLOWCTL_MEMCACHED_PORT`` (11211), ``FLOWCTL_MEMCACHED_MEMORY_MB``
         (256), ``FLOWCTL_DATABASE_URL`` (any SQLAlchemy URL; default a SQLite
         file in the home), ``FLOWCTL_SPARK_MASTER`` (``local[2]``),
-        ``FLOWCTL_AIRFLOW_PORT`` (8080).
+        ``FLOWCTL_AIRFLOW_PORT`` (8080), ``FLOWCTL_KAFKA_BOOTSTRAP`` (an
+        external Kafka's bootstrap servers; default the embedded Tansu),
+        ``FLOWCTL_MEMCACHED`` (an external memcached ``host:port``; default
+        the embedded one).
         """
         env = os.environ if env is None else env
         home = Path(env.get("FLOWCTL_HOME") or PROJECT_ROOT / ".flowctl").expanduser().resolve()
@@ -81,15 +86,36 @@ class Settings:
             database_url=env.get("FLOWCTL_DATABASE_URL", ""),
             spark_master=env.get("FLOWCTL_SPARK_MASTER", "local[2]") or "local[2]",
             airflow_port=_int(env, "FLOWCTL_AIRFLOW_PORT", 8080),
+            kafka_bootstrap_servers=env.get("FLOWCTL_KAFKA_BOOTSTRAP", ""),
+            memcached_server=env.get("FLOWCTL_MEMCACHED", ""),
         )
 
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host}:{self.kafka_port}"
+        """Kafka bootstrap servers: ``FLOWCTL_KAFKA_BOOTSTRAP`` or the embedded broker."""
+        return self.kafka_bootstrap_servers or f"{self.host}:{self.kafka_port}"
 
     @property
     def memcached_address(self) -> str:
-        return f"{self.host}:{self.memcached_port}"
+        """memcached ``host:port``: ``FLOWCTL_MEMCACHED`` or the embedded server."""
+        return self.memcached_server or f"{self.host}:{self.memcached_port}"
+
+    def to_env(self) -> dict[str, str]:
+        """The ``FLOWCTL_*`` variables that reproduce these settings in a child process."""
+        return {
+            "FLOWCTL_HOME": str(self.home),
+            "FLOWCTL_HOST": self.host,
+            "FLOWCTL_KAFKA_PORT": str(self.kafka_port),
+            "FLOWCTL_TANSU_STORAGE": self.tansu_storage,
+            "FLOWCTL_TANSU_S3_URL": self.tansu_s3_url,
+            "FLOWCTL_MEMCACHED_PORT": str(self.memcached_port),
+            "FLOWCTL_MEMCACHED_MEMORY_MB": str(self.memcached_memory_mb),
+            "FLOWCTL_DATABASE_URL": self.resolved_database_url,
+            "FLOWCTL_SPARK_MASTER": self.spark_master,
+            "FLOWCTL_AIRFLOW_PORT": str(self.airflow_port),
+            "FLOWCTL_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "FLOWCTL_MEMCACHED": self.memcached_address,
+        }
 
     @property
     def resolved_database_url(self) -> str:
