@@ -1,0 +1,1 @@
+"""Hooks: each wraps one Airflow connection of the platform."""

@@ -1,0 +1,84 @@
+"""Hook for the flowctl database: results, control plane and metrics.
+
+The connection (default ``flowctl_db``) holds a SQLAlchemy URL in its extra
+``{"sqlalchemy_url": "postgresql+psycopg2://user@host/db"}``, so any database
+SQLAlchemy speaks works without a dedicated connection type. A ``postgres``
+or ``sqlite`` connection is accepted too, its URL built from the fields.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
+
+
+class FlowctlDbHook(BaseHook):
+    """Reads the ``flowctl_db`` connection; hands out the SQLAlchemy URL and clients.
+
+    :param flowctl_conn_id: the connection holding the database URL.
+    """
+
+    conn_name_attr = "flowctl_conn_id"
+    default_conn_name = "flowctl_db"
+    conn_type = "generic"
+    hook_name = "flowctl database"
+
+    def __init__(self, flowctl_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.flowctl_conn_id = flowctl_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["port", "login", "password", "schema"],
+            "relabeling": {},
+            "placeholders": {
+                "extra": '{"sqlalchemy_url": "postgresql+psycopg2://postgres@127.0.0.1:5432/flowctl"}'
+            },
+        }
+
+    @cached_property
+    def sqlalchemy_url(self) -> str:
+        """The database URL; a clear error names the connection if it has none."""
+        conn = self.get_connection(self.flowctl_conn_id)
+        url = (conn.extra_dejson or {}).get("sqlalchemy_url")
+        if url:
+            return str(url)
+        if conn.conn_type in ("postgres", "postgresql"):
+            auth = conn.login or "postgres"
+            if conn.password:
+                auth += f":{conn.password}"
+            port = f":{conn.port}" if conn.port else ""
+            return f"postgresql+psycopg2://{auth}@{conn.host}{port}/{conn.schema or 'postgres'}"
+        if conn.conn_type == "sqlite" and conn.host:
+            return f"sqlite:///{conn.host}"
+        raise ValueError(
+            f"connection {self.flowctl_conn_id!r} (conn_type={conn.conn_type!r}) has no "
+            'database URL: set its extra to {"sqlalchemy_url": "<SQLAlchemy URL>"}'
+        )
+
+    def get_control_plane(self) -> ControlPlane:
+        """The control plane on this database, schema ensured."""
+        from flowctl.adapters.control_plane import ControlPlane
+
+        plane = ControlPlane(self.sqlalchemy_url)
+        plane.ensure_schema()
+        return plane
+
+    def test_connection(self) -> tuple[bool, str]:
+        """``SELECT 1`` on the database, for the Airflow UI's Test button."""
+        import sqlalchemy as sa
+
+        try:
+            engine = sa.create_engine(self.sqlalchemy_url)
+            with engine.connect() as connection:
+                connection.execute(sa.text("SELECT 1"))
+            engine.dispose()
+        except Exception as exc:  # reported to the UI, not raised
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, "flowctl database reachable"

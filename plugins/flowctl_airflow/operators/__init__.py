@@ -1,0 +1,1 @@
+"""Operators of the platform: ingest, stream submission."""

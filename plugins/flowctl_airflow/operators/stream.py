@@ -1,0 +1,191 @@
+"""Submit a pipeline's long-running streaming topology with ``spark-submit``.
+
+A thin layer over the Spark provider's ``SparkSubmitOperator``: it resolves
+the platform's connections into the job's environment, names the topology,
+and stops it the platform's way. The task runs as long as the topology does;
+its log is the Spark driver's log. Stopping:
+
+- a ``stop`` signal in the control plane (``flowctl stream stop``, the
+  rescale operator) ends the job cleanly and the task succeeds;
+- killing the task (marking it failed / cleared in the UI) sends the same
+  signal first and waits ``stop_timeout`` seconds before killing spark-submit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
+from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+SPARK_JOBS_DIR = Path(__file__).resolve().parents[3] / "spark_jobs"
+COLOURS = ("blue", "green")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60]
+
+
+class FlowctlStreamOperator(SparkSubmitOperator):
+    """Run ``spark_jobs/<pipeline>_stream.py`` as one topology until it is told to stop.
+
+    :param pipeline: pipeline name; selects the job file and its config. (templated)
+    :param colour: ``blue`` or ``green``, the blue-green slot. (templated)
+    :param parallelism: number of lanes (the topology's parallelism). (templated)
+    :param topology_id: id in the control plane; default
+        ``<pipeline>-<colour>-<run id>-<try>``. (templated)
+    :param flowctl_conn_id: connection of the flowctl database.
+    :param kafka_conn_id: connection of the Kafka cluster.
+    :param memcached_conn_id: connection of memcached.
+    :param stop_timeout: seconds ``on_kill`` waits for a clean stop before killing.
+    :param pyspark_python: Python for Spark's workers; default this interpreter
+        when the Spark master is ``local[...]``, Spark's default otherwise.
+    Other keyword arguments go to ``SparkSubmitOperator`` (``conn_id`` is the
+    Spark connection, ``spark_default`` by default).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "pipeline",
+        "colour",
+        "parallelism",
+        "topology_id",
+    )
+    ui_color = "#d9ecff"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        colour: str = "blue",
+        parallelism: int | str = 2,
+        topology_id: str | None = None,
+        flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
+        kafka_conn_id: str = FlowctlKafkaHook.default_conn_name,
+        memcached_conn_id: str = FlowctlMemcachedHook.default_conn_name,
+        stop_timeout: float = 120.0,
+        pyspark_python: str | None = None,
+        application: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("name", f"flowctl-{pipeline}")
+        super().__init__(
+            application=application or str(SPARK_JOBS_DIR / f"{pipeline}_stream.py"), **kwargs
+        )
+        self.pipeline = pipeline
+        self.colour = colour
+        self.parallelism = parallelism
+        self.topology_id = topology_id
+        self.flowctl_conn_id = flowctl_conn_id
+        self.kafka_conn_id = kafka_conn_id
+        self.memcached_conn_id = memcached_conn_id
+        self.stop_timeout = stop_timeout
+        self.pyspark_python = pyspark_python
+        self._database_url: str | None = None
+
+    def _validated_parallelism(self) -> int:
+        try:
+            value = int(self.parallelism)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"parallelism={self.parallelism!r} is not an integer (a power of two >= 1)"
+            ) from None
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"parallelism={value} must be a power of two >= 1 (1, 2, 4, 8, ...)")
+        return value
+
+    def _job_env(self) -> dict[str, str]:
+        db = FlowctlDbHook(self.flowctl_conn_id)
+        self._database_url = db.sqlalchemy_url
+        env = {
+            "FLOWCTL_DATABASE_URL": db.sqlalchemy_url,
+            "FLOWCTL_KAFKA_BOOTSTRAP": FlowctlKafkaHook(self.kafka_conn_id).bootstrap_servers,
+            "FLOWCTL_MEMCACHED": FlowctlMemcachedHook(self.memcached_conn_id).address,
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            # spark-submit and the job's Python come from the environment Airflow runs in.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        if os.environ.get("FLOWCTL_HOME"):
+            env["FLOWCTL_HOME"] = os.environ["FLOWCTL_HOME"]
+        python = self.pyspark_python
+        if python is None:
+            spark_conn = self.get_connection(self._conn_id)
+            if str(spark_conn.host or "").startswith("local"):
+                python = sys.executable
+        if python:
+            env["PYSPARK_PYTHON"] = python
+            env["PYSPARK_DRIVER_PYTHON"] = python
+        return env
+
+    def execute(self, context: Context) -> None:
+        if self.colour not in COLOURS:
+            raise ValueError(f"colour={self.colour!r} must be one of {', '.join(COLOURS)}")
+        parallelism = self._validated_parallelism()
+        ti = context["ti"]
+        run_id = context["run_id"]
+        topology_id = self.topology_id or (
+            f"{self.pipeline}-{self.colour}-{_slug(run_id)}-{ti.try_number}"
+        )
+        self.topology_id = topology_id
+        self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        self.application_args = [
+            "--pipeline-config",
+            self.pipeline,
+            "--topology-id",
+            topology_id,
+            "--colour",
+            self.colour,
+            "--parallelism",
+            str(parallelism),
+            "--airflow-run-id",
+            run_id,
+            *(self.application_args or []),
+        ]
+        ti.xcom_push(key="topology_id", value=topology_id)
+        self.log.info(
+            "submitting topology %s: pipeline=%s colour=%s parallelism=%d (stop it with "
+            "`flowctl stream stop %s`)",
+            topology_id,
+            self.pipeline,
+            self.colour,
+            parallelism,
+            topology_id,
+        )
+        super().execute(context)
+        self.log.info("topology %s ended cleanly", topology_id)
+
+    def on_kill(self) -> None:
+        """Ask the topology to stop cleanly; kill spark-submit only if it does not."""
+        if self.topology_id and self._database_url:
+            try:
+                plane = FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
+                plane.send_signal(self.topology_id, "stop")
+                self.log.info(
+                    "sent stop to %s; waiting up to %.0fs", self.topology_id, self.stop_timeout
+                )
+                deadline = time.monotonic() + self.stop_timeout
+                while time.monotonic() < deadline:
+                    topo = plane.get_topology(self.topology_id)
+                    if topo is not None and topo.state in ("STOPPED", "FAILED"):
+                        self.log.info("topology %s is %s", self.topology_id, topo.state)
+                        break
+                    time.sleep(1.0)
+                else:
+                    self.log.warning("topology %s did not stop in time: killing", self.topology_id)
+            except Exception:
+                self.log.exception(
+                    "could not stop %s cleanly; killing spark-submit", self.topology_id
+                )
+        super().on_kill()
