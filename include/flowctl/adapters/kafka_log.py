@@ -1,0 +1,357 @@
+"""The Kafka log: topics, exact latest offsets, exact offset-range reads, producing.
+
+Written for kafka-python 3 against Apache Kafka and the embedded Tansu broker,
+whose quirks shape this module:
+
+- ``end_offsets()`` under-reports on Tansu (it returns the start of the last
+  record batch + 1), so :func:`latest_offsets` seeks to that value - 1, fetches,
+  and trusts the consumer's ``highwater`` instead.
+- A reused consumer that ``pause()``s a partition may never fetch it again, so
+  :func:`read_range` never pauses: it reassigns and seeks, and raises when a
+  read makes no progress instead of hanging.
+- Group joins are slow and not needed: every consumer here uses
+  ``assign`` + ``seek`` and no group.
+- CreatePartitions is unsupported: :func:`ensure_topics` creates missing topics
+  and reports (never changes) the partition count of existing ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+
+from flowctl.adapters.retry import RetriesExhausted, retry_call
+
+log = logging.getLogger(__name__)
+
+#: The name under which the per-worker consumer cache lives in ``sys.modules``.
+#: Spark's Python workers re-import modules per task (module globals reset),
+#: but ``sys.modules`` entries survive for the life of a reused worker.
+_CACHE_MODULE = "flowctl._kafka_consumer_cache"
+
+
+class KafkaReadTimeout(TimeoutError):
+    """An offset-range read made no progress for ``timeout_s``: the broker or range is bad."""
+
+
+class KafkaProduceError(RuntimeError):
+    """Records could not be produced after all retries."""
+
+
+def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "group_id": None,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        # TCP already checksums the wire; kafka-python's pure-Python CRC halves throughput.
+        "check_crcs": False,
+        "fetch_max_wait_ms": 100,
+        "request_timeout_ms": 30_000,
+    }
+    config.update(overrides)
+    return config
+
+
+def new_consumer(bootstrap: str, **overrides: Any) -> KafkaConsumer:
+    """A group-less consumer for ``assign`` + ``seek`` reads (no slow group joins)."""
+    return KafkaConsumer(**_consumer_config(bootstrap, **overrides))
+
+
+def cached_consumer(bootstrap: str) -> KafkaConsumer:
+    """The consumer for ``bootstrap`` reused by every task of this Python worker.
+
+    Connecting costs more than reading a small lane, so each worker keeps one
+    consumer per bootstrap address in a module object registered in
+    ``sys.modules`` (which, unlike module globals, survives between tasks).
+    """
+    cache = sys.modules.get(_CACHE_MODULE)
+    if cache is None:
+        cache = types.ModuleType(_CACHE_MODULE, "Per-worker KafkaConsumer cache of flowctl.")
+        cache.consumers = {}  # type: ignore[attr-defined]
+        sys.modules[_CACHE_MODULE] = cache
+    consumers: dict[str, KafkaConsumer] = cache.consumers  # type: ignore[attr-defined]
+    consumer = consumers.get(bootstrap)
+    if consumer is None:
+        consumer = new_consumer(bootstrap)
+        consumers[bootstrap] = consumer
+    return consumer
+
+
+def drop_cached_consumer(bootstrap: str) -> None:
+    """Close and forget the cached consumer (after an error left it in doubt)."""
+    cache = sys.modules.get(_CACHE_MODULE)
+    if cache is None:
+        return
+    consumer = cache.consumers.pop(bootstrap, None)  # type: ignore[attr-defined]
+    if consumer is not None:
+        try:
+            consumer.close()
+        except Exception:  # closing a broken consumer must not mask the original error
+            log.debug("closing a dropped consumer failed", exc_info=True)
+
+
+def ensure_topics(
+    bootstrap: str, topics: Mapping[str, int], *, timeout_s: float = 30.0
+) -> dict[str, int]:
+    """Create the missing ``{topic: partitions}`` and return every topic's actual partition count.
+
+    Idempotent. An existing topic keeps its partition count (Tansu cannot add
+    partitions); a count different from the one asked for is logged, not
+    changed, and shows in the result.
+    """
+    for topic, partitions in topics.items():
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(
+                f"ensure_topics: partitions for {topic!r} must be >= 1, got {partitions!r}"
+            )
+    admin = retry_call(
+        lambda: KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000),
+        what=f"connecting to Kafka at {bootstrap}",
+        retry_on=(KafkaError, OSError),
+    )
+    try:
+        existing = set(admin.list_topics())
+        for topic, partitions in topics.items():
+            if topic in existing:
+                continue
+            try:
+                admin.create_topics([NewTopic(topic, partitions, 1)])
+                log.info("created topic %s with %d partitions", topic, partitions)
+            except TopicAlreadyExistsError:  # created concurrently: fine
+                pass
+    finally:
+        admin.close()
+    actual = _partition_counts(bootstrap, list(topics), timeout_s=timeout_s)
+    for topic, wanted in topics.items():
+        if actual[topic] != wanted:
+            log.warning(
+                "topic %s has %d partitions, not %d (partition counts are never changed)",
+                topic,
+                actual[topic],
+                wanted,
+            )
+    return actual
+
+
+def _partition_counts(bootstrap: str, topics: list[str], *, timeout_s: float) -> dict[str, int]:
+    consumer = new_consumer(bootstrap)
+    try:
+        deadline = time.monotonic() + timeout_s
+        counts: dict[str, int] = {}
+        while True:
+            for topic in topics:
+                if topic not in counts:
+                    parts = consumer.partitions_for_topic(topic)
+                    if parts:
+                        counts[topic] = len(parts)
+            if len(counts) == len(topics):
+                return counts
+            if time.monotonic() > deadline:
+                missing = sorted(set(topics) - set(counts))
+                raise KafkaTimeoutError(
+                    f"topics {missing} not visible in metadata at {bootstrap} after {timeout_s} s"
+                )
+            consumer._client.cluster.request_update()
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def partitions_of(consumer: KafkaConsumer, topic: str) -> list[int]:
+    """The topic's partition ids, sorted; a clear error if the topic does not exist."""
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise ValueError(f"topic={topic!r} does not exist (or has no partitions)")
+    return sorted(parts)
+
+
+def latest_offsets(
+    bootstrap_or_consumer: str | KafkaConsumer, topic: str, *, timeout_s: float = 10.0
+) -> dict[int, int]:
+    """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
+
+    ``end_offsets()`` is only a lower bound on Tansu, so for each non-empty
+    partition this seeks to ``end_offsets - 1``, polls until every such
+    partition returned a record, and reads ``highwater``. Raises
+    :class:`KafkaReadTimeout` if that takes longer than ``timeout_s``.
+    A consumer passed in is reassigned (its previous assignment is dropped).
+    """
+    if isinstance(bootstrap_or_consumer, str):
+        consumer = new_consumer(bootstrap_or_consumer)
+        owned = True
+    else:
+        consumer, owned = bootstrap_or_consumer, False
+    try:
+        return _latest_offsets(consumer, topic, timeout_s)
+    finally:
+        if owned:
+            consumer.close()
+
+
+def _latest_offsets(consumer: KafkaConsumer, topic: str, timeout_s: float) -> dict[int, int]:
+    tps = [TopicPartition(topic, p) for p in partitions_of(consumer, topic)]
+    ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
+    result = {tp.partition: 0 for tp in tps if not ends.get(tp)}
+    pending = [tp for tp in tps if ends.get(tp)]
+    if not pending:
+        return result
+    consumer.assign(pending)
+    for tp in pending:
+        consumer.seek(tp, ends[tp] - 1)
+    waiting = set(pending)
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        if time.monotonic() > deadline:
+            raise KafkaReadTimeout(
+                f"latest_offsets({topic!r}): no record fetched from partitions "
+                f"{sorted(tp.partition for tp in waiting)} within {timeout_s} s"
+            )
+        fetched = consumer.poll(timeout_ms=200, max_records=len(pending) * 64)
+        for tp in fetched:
+            if consumer.highwater(tp) is not None:
+                waiting.discard(tp)
+    for tp in pending:
+        result[tp.partition] = consumer.highwater(tp)
+    return dict(sorted(result.items()))
+
+
+def read_range(
+    consumer: KafkaConsumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    timeout_s: float = 30.0,
+    max_records: int = 2_000,
+) -> Iterator[ConsumerRecord]:
+    """Yield exactly the records of ``topic``/``partition`` with ``start <= offset < end``.
+
+    Assigns and seeks (no group, never ``pause``). ``max_records`` bounds each
+    poll so a small range does not parse a whole fetch. If ``timeout_s`` passes
+    without the read position moving, raises :class:`KafkaReadTimeout` naming
+    the range: a stuck read must fail the task, not hang the query.
+    Offsets missing from the log (compaction, transaction markers) are skipped.
+    """
+    if start < 0 or end < start:
+        raise ValueError(f"read_range: bad range [{start}, {end}) for {topic}/{partition}")
+    if start == end:
+        return
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    position = start
+    last_progress = time.monotonic()
+    while position < end:
+        fetched = consumer.poll(timeout_ms=200, max_records=min(max_records, end - position))
+        moved = False
+        for record in fetched.get(tp, ()):
+            if record.offset < position:
+                continue
+            if record.offset >= end:
+                return
+            yield record
+            position = record.offset + 1
+            moved = True
+        if not moved:
+            # Nothing new: the log may have a hole at the end of the range.
+            broker_position = consumer.position(tp)
+            if broker_position is not None and broker_position > position:
+                position = broker_position
+                moved = True
+        if moved:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > timeout_s:
+            raise KafkaReadTimeout(
+                f"read_range: no progress reading {topic}/{partition} offsets [{start}, {end}) "
+                f"for {timeout_s} s (stuck at offset {position}); is the broker up and is "
+                f"the range below the partition's latest offset?"
+            )
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    values: Iterable[bytes | str],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    progress_every: int = 10_000,
+    attempts: int = 6,
+) -> int:
+    """Produce ``values`` to ``topic`` and return how many were acknowledged.
+
+    Strings are UTF-8 encoded. Each record carries the producer's wall-clock
+    timestamp (end-to-end latency is measured from it). Records are sent in
+    chunks of ``progress_every``; a chunk's failed sends are retried with
+    backoff up to ``attempts`` times, then :class:`KafkaProduceError` is raised
+    naming how many were lost so far. ``on_progress(count)`` is called after
+    every flushed chunk. Ends with a flush: when this returns, every record is
+    acknowledged.
+    """
+    if progress_every < 1:
+        raise ValueError(f"progress_every={progress_every!r} must be >= 1")
+    producer = retry_call(
+        lambda: KafkaProducer(
+            bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024, retries=3
+        ),
+        what=f"connecting a producer to {bootstrap}",
+        retry_on=(KafkaError, OSError),
+    )
+    sent = 0
+    try:
+        chunk: list[bytes] = []
+        for value in values:
+            chunk.append(value.encode("utf-8") if isinstance(value, str) else bytes(value))
+            if len(chunk) >= progress_every:
+                sent += _send_chunk(producer, topic, chunk, attempts)
+                chunk = []
+                if on_progress is not None:
+                    on_progress(sent)
+        if chunk:
+            sent += _send_chunk(producer, topic, chunk, attempts)
+            if on_progress is not None:
+                on_progress(sent)
+    finally:
+        producer.close()
+    return sent
+
+
+def _send_chunk(producer: KafkaProducer, topic: str, chunk: list[bytes], attempts: int) -> int:
+    """Send and flush ``chunk``; resend only the failed records, with backoff."""
+    todo = chunk
+
+    def attempt() -> None:
+        nonlocal todo
+        futures = [
+            (value, producer.send(topic, value=value, timestamp_ms=int(time.time() * 1000)))
+            for value in todo
+        ]
+        producer.flush()
+        failed = [value for value, future in futures if future.failed()]
+        if failed:
+            errors = {repr(future.exception) for _, future in futures if future.failed()}
+            todo = failed
+            raise KafkaProduceError(
+                f"{len(failed)} of {len(futures)} records to {topic!r} failed: {sorted(errors)[:3]}"
+            )
+
+    try:
+        retry_call(
+            attempt,
+            what=f"producing {len(chunk)} records to {topic!r}",
+            retry_on=(KafkaProduceError, KafkaError),
+            attempts=attempts,
+        )
+    except RetriesExhausted as exc:
+        raise KafkaProduceError(f"{exc} ({len(todo)} of this chunk not acknowledged)") from exc
+    return len(chunk)
