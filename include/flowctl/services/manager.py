@@ -1,0 +1,86 @@
+"""Bring the embedded services up and down together, in dependency order.
+
+The database comes first (it is only checked), then memcached, then Tansu;
+``down`` goes in reverse. Each step logs what happened and how long it took,
+so ``flowctl services up`` explains itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from flowctl.config import Settings
+from flowctl.services.base import Service, ServiceError, ServiceStatus
+from flowctl.services.database import DatabaseService
+from flowctl.services.memcached import MemcachedService
+from flowctl.services.tansu import TansuService
+
+log = logging.getLogger(__name__)
+
+SERVICES: dict[str, Service] = {
+    "db": DatabaseService(),
+    "memcached": MemcachedService(),
+    "tansu": TansuService(),
+}
+NAMES: tuple[str, ...] = tuple(SERVICES)
+
+
+def _select(only: Iterable[str] | str | None) -> list[Service]:
+    if only is None:
+        return list(SERVICES.values())
+    wanted = {only} if isinstance(only, str) else set(only)
+    unknown = sorted(wanted - set(SERVICES))
+    if unknown:
+        raise ServiceError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
+    return [svc for name, svc in SERVICES.items() if name in wanted]
+
+
+def up(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]:
+    """Start (or check) the selected services; already-running ones are left as they are.
+
+    On a failure the services this call started are stopped again, so a
+    failed ``up`` leaves nothing half-running behind, then the error is raised.
+    """
+    started: list[Service] = []
+    messages: list[str] = []
+    t0 = time.monotonic()
+    for svc in _select(only):
+        before = svc.status(settings).pid
+        try:
+            message = svc.up(settings)
+        except ServiceError:
+            for done in reversed(started):
+                log.info("rolling back: %s", done.down(settings))
+            raise
+        log.info(message)
+        messages.append(message)
+        if before is None and svc.status(settings).pid is not None:
+            started.append(svc)
+    log.info("services up in %.2f s", time.monotonic() - t0)
+    return messages
+
+
+def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]:
+    """Stop the selected services we run (reverse order); a stopped one is a no-op."""
+    messages: list[str] = []
+    t0 = time.monotonic()
+    errors: list[str] = []
+    for svc in reversed(_select(only)):
+        try:
+            message = svc.down(settings)
+        except ServiceError as exc:  # keep stopping the others
+            errors.append(str(exc))
+            continue
+        log.info(message)
+        messages.append(message)
+    if errors:
+        raise ServiceError("; ".join(errors))
+    log.info("services down in %.2f s", time.monotonic() - t0)
+    return messages
+
+
+def status(settings: Settings, only: Iterable[str] | str | None = None) -> list[ServiceStatus]:
+    """The state of every selected service (db, memcached, tansu)."""
+    return [svc.status(settings) for svc in _select(only)]

@@ -1,0 +1,135 @@
+"""The embedded memcached: the MRWQ store of the delayed persistence queue.
+
+Run in the foreground (no ``-d``) so the PID we record is memcached's own.
+memcached refuses to run as root without ``-u``: as root we pass
+``-u memcache`` (the Debian package's user) or ``-u root`` if that user does
+not exist. No PyPI wheel ships the server, so a missing binary is installed
+from the Debian package when we are root, and reported otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+
+from flowctl.config import Settings
+from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
+from flowctl.services.process import Daemon
+
+NAME = "memcached"
+INSTALL_HINT = "install it with `sudo apt-get install memcached` (Debian/Ubuntu)"
+
+
+def binary(install: bool = True) -> str:
+    """Path of the ``memcached`` executable, installing the Debian package if allowed."""
+    found = shutil.which("memcached")
+    if found:
+        return found
+    if not install or os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise ServiceError(f"memcached: the memcached binary is not on PATH; {INSTALL_HINT}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "memcached"]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:  # the package lists may be missing on a fresh image
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600)
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    found = shutil.which("memcached")
+    if result.returncode != 0 or not found:
+        reason = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["unknown"]
+        raise ServiceError(f"memcached: `{' '.join(cmd)}` failed ({reason[0]}); {INSTALL_HINT}")
+    return found
+
+
+def run_as_user() -> list[str]:
+    """``-u <user>`` when running as root (memcached refuses root otherwise)."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam("memcache")
+    except KeyError:
+        return ["-u", "root"]
+    return ["-u", "memcache"]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` -> ``(host, port)`` with a clear error naming the value."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ServiceError(f"memcached: address {address!r} is not host:port")
+    return host, int(port)
+
+
+def memcached_health(address: str, timeout: float) -> None:
+    """A protocol round trip (``version``) within ``timeout``."""
+    from pymemcache.client.base import Client
+
+    client = Client(parse_address(address), connect_timeout=timeout, timeout=timeout)
+    try:
+        client.version()
+    except Exception as exc:
+        raise ServiceError(
+            f"no memcached answers at {address}: {exc or type(exc).__name__}"
+        ) from None
+    finally:
+        client.close()
+
+
+def is_external(settings: Settings) -> bool:
+    """True when the settings name a memcached other than the embedded one."""
+    embedded = f"{settings.host}:{settings.memcached_port}"
+    return bool(settings.memcached_server) and settings.memcached_server != embedded
+
+
+def daemon(settings: Settings, for_start: bool = False) -> Daemon:
+    """The memcached process for these settings (nothing started yet)."""
+    exe = binary(install=for_start) if for_start else (shutil.which("memcached") or "memcached")
+    argv = (
+        exe,
+        "-l",
+        settings.host,
+        "-p",
+        str(settings.memcached_port),
+        "-U",
+        "0",  # no UDP listener: one port to manage, and no amplification surface
+        "-m",
+        str(settings.memcached_memory_mb),
+        *run_as_user(),
+    )
+    address = f"{settings.host}:{settings.memcached_port}"
+    return Daemon(
+        name=NAME,
+        argv=argv,
+        host=settings.host,
+        port=settings.memcached_port,
+        settings=settings,
+        health=lambda timeout: memcached_health(address, timeout),
+    )
+
+
+class MemcachedService:
+    """The embedded memcached, or a health check of an external one."""
+
+    name = NAME
+
+    def up(self, settings: Settings) -> str:
+        if is_external(settings):
+            memcached_health(settings.memcached_address, timeout=5.0)
+            return f"{NAME}: using external memcached at {settings.memcached_address} (reachable)"
+        return daemon(settings, for_start=True).up()
+
+    def down(self, settings: Settings) -> str:
+        if is_external(settings):
+            return f"{NAME}: external memcached at {settings.memcached_address} is not ours to stop"
+        return daemon(settings).down()
+
+    def status(self, settings: Settings) -> ServiceStatus:
+        if is_external(settings):
+            address = settings.memcached_address
+            try:
+                memcached_health(address, timeout=3.0)
+            except ServiceError as exc:
+                return ServiceStatus(NAME, UNREACHABLE, None, address, str(exc))
+            return ServiceStatus(NAME, EXTERNAL, None, address, "external memcached")
+        return daemon(settings).status()

@@ -1,0 +1,315 @@
+"""Run a local server as a detached daemon we can find, check and stop again.
+
+A daemon is started in its own session (so a Ctrl-C in the shell that ran
+``flowctl services up`` does not kill it), with stdout/stderr appended to
+``<home>/logs/<name>.log``. Its PID file ``<home>/run/<name>.pid`` records the
+PID *and* the exact command line: a PID alone can be reused by an unrelated
+process after a reboot or a crash, so "is it alive" means "/proc/<pid>/cmdline
+is still the command we started". A PID file that fails that test is stale and
+removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowctl.config import Settings
+from flowctl.services.base import DOWN, UNHEALTHY, UP, PortInUseError, ServiceError, ServiceStatus
+
+log = logging.getLogger(__name__)
+
+HealthCheck = Callable[[float], None]
+"""Called with a timeout in seconds; returns if healthy, raises with the reason otherwise."""
+
+
+def run_dir(settings: Settings) -> Path:
+    """Where PID files live."""
+    return settings.home / "run"
+
+
+def log_dir(settings: Settings) -> Path:
+    """Where daemon logs live."""
+    return settings.home / "logs"
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """The content of a PID file."""
+
+    pid: int
+    argv: tuple[str, ...]
+    address: str
+
+    def dump(self) -> str:
+        return json.dumps({"pid": self.pid, "argv": list(self.argv), "address": self.address})
+
+    @classmethod
+    def load(cls, text: str) -> PidRecord:
+        data = json.loads(text)
+        return cls(pid=int(data["pid"]), argv=tuple(data["argv"]), address=str(data["address"]))
+
+
+def proc_cmdline(pid: int) -> tuple[str, ...] | None:
+    """The command line of a live (non-zombie) process, or None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # The state follows the parenthesised command name, which may itself hold spaces.
+        if stat[stat.rindex(")") + 2] in "ZX":
+            return None
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if ``pid`` is our child, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def is_alive(pid: int, argv: Sequence[str]) -> bool:
+    """True if ``pid`` runs and its command line is exactly ``argv``."""
+    _reap(pid)
+    return proc_cmdline(pid) == tuple(argv)
+
+
+def stop_pid(pid: int, argv: Sequence[str], timeout: float = 10.0) -> bool:
+    """SIGTERM, wait up to ``timeout``, then SIGKILL. False if it was not running.
+
+    ``argv`` is re-checked before every signal so a recycled PID is never hit.
+    """
+    if not is_alive(pid, argv):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid, argv):
+            _reap(pid)
+            return True
+        time.sleep(0.05)
+    log.warning("pid %d did not exit %.1f s after SIGTERM; sending SIGKILL", pid, timeout)
+    if is_alive(pid, argv):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and is_alive(pid, argv):
+        time.sleep(0.05)
+    _reap(pid)
+    return True
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether we could listen on ``host:port`` now (TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise ServiceError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    return True
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def port_holder(port: int) -> str | None:
+    """Best effort: ``"pid 123 (memcached)"`` of the process listening on ``port``."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in targets:
+                    comm = (proc / "comm").read_text().strip()
+                    return f"pid {proc.name} ({comm})"
+        except OSError:
+            continue
+    return None
+
+
+def check_tcp(host: str, port: int, timeout: float) -> None:
+    """Raise ``OSError`` unless a TCP connection to ``host:port`` succeeds within ``timeout``."""
+    with socket.create_connection((host, port), timeout=timeout):
+        pass
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+@dataclass
+class Daemon:
+    """One local server process: how to start it and how to tell it is healthy."""
+
+    name: str
+    argv: tuple[str, ...]
+    host: str
+    port: int
+    settings: Settings
+    health: HealthCheck
+    env: Mapping[str, str] = field(default_factory=dict)
+    start_timeout: float = 15.0
+    stop_timeout: float = 10.0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return run_dir(self.settings) / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return log_dir(self.settings) / f"{self.name}.log"
+
+    def running(self) -> PidRecord | None:
+        """The record of our live process; a stale PID file is removed on the way."""
+        try:
+            record = PidRecord.load(self.pid_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "%s: unreadable PID file %s (%s); removing it", self.name, self.pid_file, exc
+            )
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        if is_alive(record.pid, record.argv):
+            return record
+        log.info(
+            "%s: stale PID file %s (pid %d is gone); removing it",
+            self.name,
+            self.pid_file,
+            record.pid,
+        )
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def status(self) -> ServiceStatus:
+        record = self.running()
+        if record is None:
+            return ServiceStatus(self.name, DOWN, None, self.address, f"log {self.log_file}")
+        host, _, port = record.address.rpartition(":")
+        try:
+            self.health_at(host, int(port), timeout=3.0)
+        except Exception as exc:
+            return ServiceStatus(self.name, UNHEALTHY, record.pid, record.address, str(exc))
+        return ServiceStatus(self.name, UP, record.pid, record.address, f"log {self.log_file}")
+
+    def health_at(self, host: str, port: int, timeout: float) -> None:
+        """TCP connect first (a cheap, clear failure), then the protocol-level check."""
+        check_tcp(host, port, timeout)
+        self.health(timeout)
+
+    def up(self) -> str:
+        record = self.running()
+        if record is not None:
+            if record.argv != self.argv:
+                raise ServiceError(
+                    f"{self.name} is already running as pid {record.pid} at {record.address} "
+                    f"with other settings; run `flowctl services down --only {self.name}` first"
+                )
+            return f"{self.name} already up (pid {record.pid}, {record.address})"
+        if not port_is_free(self.host, self.port):
+            holder = port_holder(self.port)
+            raise PortInUseError(
+                f"{self.name} cannot start: port {self.port} on {self.host} is already in use"
+                + (f" by {holder}" if holder else "")
+                + "; stop it or choose another port"
+            )
+        return self._start()
+
+    def _start(self) -> str:
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(self.log_file, "ab") as out:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            out.write(f"--- {stamp} starting: {' '.join(self.argv)}\n".encode())
+            out.flush()
+            try:
+                proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={**os.environ, **self.env},
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise ServiceError(
+                    f"{self.name} cannot start {self.argv[0]}: {exc.strerror}"
+                ) from None
+        record = PidRecord(proc.pid, self.argv, self.address)
+        self.pid_file.write_text(record.dump())
+        last_error = "no answer yet"
+        deadline = started + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise ServiceError(
+                    f"{self.name} exited with code {proc.returncode} right after starting "
+                    f"on {self.address}; log {self.log_file}: {_tail(self.log_file)}"
+                )
+            try:
+                self.health_at(self.host, self.port, timeout=1.0)
+            except Exception as exc:
+                last_error = str(exc) or type(exc).__name__
+                time.sleep(0.05)
+                continue
+            took = time.monotonic() - started
+            return f"{self.name} up (pid {proc.pid}, {self.address}) in {took:.2f} s"
+        stop_pid(proc.pid, self.argv, self.stop_timeout)
+        proc.poll()
+        self.pid_file.unlink(missing_ok=True)
+        raise ServiceError(
+            f"{self.name} did not become healthy on {self.address} within "
+            f"{self.start_timeout:.0f} s ({last_error}); stopped it; log {self.log_file}"
+        )
+
+    def down(self) -> str:
+        record = self.running()
+        if record is None:
+            return f"{self.name} already down"
+        started = time.monotonic()
+        stop_pid(record.pid, record.argv, self.stop_timeout)
+        self.pid_file.unlink(missing_ok=True)
+        took = time.monotonic() - started
+        return f"{self.name} down (was pid {record.pid}) in {took:.2f} s"

