@@ -32,32 +32,57 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @pytest.fixture(scope="session")
-def flowctl_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """Settings with a tmp home and free ports; Tansu and memcached run for the session."""
-    home = tmp_path_factory.mktemp("flowctl_home")
-    settings = Settings(
-        home=home,
+def _session_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The session's settings: a tmp home and free ports; starts nothing by itself."""
+    return Settings(
+        home=tmp_path_factory.mktemp("flowctl_home"),
         kafka_port=free_port(),
         memcached_port=free_port(),
         memcached_memory_mb=64,
     )
-    manager.up(settings, only=("memcached", "tansu"))
+
+
+@pytest.fixture(scope="session")
+def _session_tansu(_session_settings: Settings) -> Iterator[None]:
+    """Tansu for the whole session, started on first use, stopped at the end."""
+    manager.up(_session_settings, only="tansu")
     try:
-        yield settings
+        yield
     finally:
-        manager.down(settings, only=("memcached", "tansu"))
+        manager.down(_session_settings, only="tansu")
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(flowctl_settings: Settings) -> str:
-    """``"127.0.0.1:<port>"`` of the session's Tansu broker."""
-    return flowctl_settings.kafka_bootstrap
+def _session_memcached(_session_settings: Settings) -> Iterator[None]:
+    """memcached for the whole session, started on first use, stopped at the end."""
+    manager.up(_session_settings, only="memcached")
+    try:
+        yield
+    finally:
+        manager.down(_session_settings, only="memcached")
 
 
 @pytest.fixture(scope="session")
-def memcached_address(flowctl_settings: Settings) -> str:
-    """``"127.0.0.1:<port>"`` of the session's memcached."""
-    return flowctl_settings.memcached_address
+def flowctl_settings(
+    _session_settings: Settings, _session_tansu: None, _session_memcached: None
+) -> Settings:
+    """Settings with a tmp home and free ports; Tansu and memcached run for the session.
+
+    Its ``database_url`` is empty, i.e. a SQLite file in the home.
+    """
+    return _session_settings
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(_session_settings: Settings, _session_tansu: None) -> str:
+    """``"127.0.0.1:<port>"`` of the session's Tansu broker (memcached is not started)."""
+    return _session_settings.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def memcached_address(_session_settings: Settings, _session_memcached: None) -> str:
+    """``"127.0.0.1:<port>"`` of the session's memcached (Tansu is not started)."""
+    return _session_settings.memcached_address
 
 
 @pytest.fixture
