@@ -1,0 +1,101 @@
+"""Ingest: put text into a pipeline's Eden topic, from the demo generator or a file.
+
+Shared by the ``ingest_<pipeline>`` DAG and ``flowctl ingest``: one request
+type validated in one place, so the DAG's Params form and the command line
+reject the same bad input with the same message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowctl.textgen import file_lines, zipf_lines
+
+SOURCES = ("synthetic", "file")
+MAX_SYNTHETIC_LINES = 100_000_000
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    """What to load: ``source`` is ``synthetic`` (``lines``, ``seed``) or ``file`` (``path``)."""
+
+    pipeline: str
+    source: str = "synthetic"
+    lines: int = 100_000
+    seed: int = 7
+    path: str | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        pipeline: str,
+        source: str = "synthetic",
+        lines: int | str = 100_000,
+        seed: int | str = 7,
+        path: str | None = None,
+    ) -> IngestRequest:
+        """Validate raw values (DAG params arrive as strings); errors name field and value."""
+        if source not in SOURCES:
+            raise ValueError(f"source={source!r} must be one of {', '.join(SOURCES)}")
+        try:
+            n = int(lines)
+        except (TypeError, ValueError):
+            raise ValueError(f"lines={lines!r} is not an integer") from None
+        if source == "synthetic" and not 1 <= n <= MAX_SYNTHETIC_LINES:
+            raise ValueError(f"lines={n} must be between 1 and {MAX_SYNTHETIC_LINES}")
+        try:
+            s = int(seed)
+        except (TypeError, ValueError):
+            raise ValueError(f"seed={seed!r} is not an integer") from None
+        if source == "file":
+            if not path:
+                raise ValueError("path is required when source='file'")
+            if not Path(path).is_file():
+                raise ValueError(f"path={path!r} is not a readable file")
+        return cls(pipeline=pipeline, source=source, lines=n, seed=s, path=path or None)
+
+    def text(self) -> Iterator[str]:
+        """The lines this request loads (deterministic for ``synthetic``)."""
+        if self.source == "file":
+            assert self.path is not None
+            return file_lines(self.path)
+        return zipf_lines(self.lines, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    topic: str
+    records: int
+    seconds: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def ingest(
+    request: IngestRequest,
+    bootstrap: str,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    progress_every: int = 10_000,
+) -> IngestResult:
+    """Create the pipeline's topics if needed and produce the request's lines to Eden."""
+    from flowctl.adapters import kafka_log
+    from flowctl.pipelines.config import load_pipeline_config
+
+    config = load_pipeline_config(request.pipeline)
+    kafka_log.ensure_topics(bootstrap, {config.eden_topic: config.partitions})
+    started = time.monotonic()
+    count = kafka_log.produce(
+        bootstrap,
+        config.eden_topic,
+        request.text(),
+        on_progress=on_progress,
+        progress_every=progress_every,
+    )
+    return IngestResult(config.eden_topic, count, time.monotonic() - started)

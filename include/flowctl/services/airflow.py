@@ -1,0 +1,259 @@
+"""Airflow for the embedded platform: a project-local home and ``airflow standalone``.
+
+Everything Airflow needs is derived from :class:`flowctl.config.Settings`:
+
+- ``AIRFLOW_HOME`` is ``<FLOWCTL_HOME>/airflow`` (project-local; SQLite
+  metadata database, logs, the generated admin password);
+- the DAGs come from ``dags/``, plugins from ``plugins/``; no examples;
+- the platform's connections (``spark_default``, ``flowctl_kafka``,
+  ``flowctl_memcached``, ``flowctl_db``) are written into Airflow's database
+  once, by :func:`import_connections`, and never overwritten afterwards: a
+  user who edits them in the UI keeps their edit.
+
+``airflow standalone`` runs the api-server, scheduler, dag-processor and
+triggerer as children. ``kill -TERM`` of standalone leaves those children
+running, so :meth:`AirflowService.down` stops the whole process tree by PID,
+children first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.services.base import DOWN, ServiceError, ServiceStatus
+from flowctl.services.process import Daemon, proc_cmdline
+
+log = logging.getLogger(__name__)
+
+NAME = "airflow"
+ADMIN_USER = "admin"
+
+
+def airflow_home(settings: Settings) -> Path:
+    return settings.home / "airflow"
+
+
+def airflow_bin() -> str:
+    """The ``airflow`` script of the interpreter running flowctl."""
+    candidate = Path(sys.executable).parent / "airflow"
+    return str(candidate) if candidate.exists() else "airflow"
+
+
+def airflow_env(settings: Settings) -> dict[str, str]:
+    """Environment for every ``airflow`` command and task of the embedded platform."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        **settings.to_env(),
+        "AIRFLOW_HOME": str(airflow_home(settings)),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+        "AIRFLOW__API__HOST": settings.host,
+        "AIRFLOW__API__PORT": str(settings.airflow_port),
+        "AIRFLOW__API__BASE_URL": f"http://{settings.host}:{settings.airflow_port}",
+        # New and changed DAG files show up within seconds, not minutes.
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "SPARK_LOCAL_IP": settings.host,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def connections(settings: Settings) -> dict[str, dict[str, object]]:
+    """The platform's Airflow connections, in Airflow's JSON connection format."""
+    master = settings.spark_master
+    spark: dict[str, object] = {"conn_type": "spark", "host": master}
+    if master.startswith("spark://"):
+        host, _, port = master.removeprefix("spark://").rpartition(":")
+        spark = {"conn_type": "spark", "host": f"spark://{host}", "port": int(port)}
+    mc_host, _, mc_port = settings.memcached_address.rpartition(":")
+    return {
+        "spark_default": spark,
+        "flowctl_kafka": {
+            "conn_type": "kafka",
+            "extra": json.dumps({"bootstrap.servers": settings.kafka_bootstrap}),
+        },
+        "flowctl_memcached": {"conn_type": "generic", "host": mc_host, "port": int(mc_port)},
+        "flowctl_db": {
+            "conn_type": "generic",
+            "extra": json.dumps({"sqlalchemy_url": settings.resolved_database_url}),
+        },
+    }
+
+
+def connections_env(settings: Settings) -> dict[str, str]:
+    """The same connections as ``AIRFLOW_CONN_*`` variables (for tests and one-off runs)."""
+    return {
+        f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn)
+        for conn_id, conn in connections(settings).items()
+    }
+
+
+def _run_airflow(settings: Settings, *args: str, timeout: float = 300.0) -> str:
+    cmd = [airflow_bin(), *args]
+    try:
+        done = subprocess.run(
+            cmd,
+            env={**os.environ, **airflow_env(settings)},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ServiceError(
+            f"`airflow {' '.join(args)}` did not finish in {timeout:.0f} s"
+        ) from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise ServiceError(f"`airflow {' '.join(args)}` failed: {' | '.join(tail)}")
+    return done.stdout
+
+
+def migrate(settings: Settings) -> None:
+    """Create or upgrade Airflow's metadata database (idempotent)."""
+    airflow_home(settings).mkdir(parents=True, exist_ok=True)
+    _run_airflow(settings, "db", "migrate")
+
+
+def import_connections(settings: Settings) -> None:
+    """Add the platform's connections that do not exist yet; keep the user's edits."""
+    path = airflow_home(settings) / "flowctl-connections.json"
+    path.write_text(json.dumps(connections(settings), indent=2))
+    _run_airflow(settings, "connections", "import", str(path))
+
+
+def admin_password(settings: Settings) -> str | None:
+    """The password Airflow generated for ``admin`` (simple auth manager), if any."""
+    path = airflow_home(settings) / "simple_auth_manager_passwords.json.generated"
+    try:
+        return json.loads(path.read_text()).get(ADMIN_USER)
+    except (OSError, ValueError):
+        return None
+
+
+def api_health(settings: Settings, timeout: float) -> None:
+    """The api-server answers and reports a healthy metadata database and scheduler."""
+    url = f"http://{settings.host}:{settings.airflow_port}/api/v2/monitor/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.loads(response.read() or b"{}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServiceError(f"Airflow api-server at {url} is not answering: {exc}") from None
+    for part in ("metadatabase", "scheduler"):
+        status = (body.get(part) or {}).get("status")
+        if status != "healthy":
+            raise ServiceError(f"Airflow {part} is {status or 'unknown'} ({url})")
+
+
+def daemon(settings: Settings) -> Daemon:
+    return Daemon(
+        name=NAME,
+        argv=(airflow_bin(), "standalone"),
+        host=settings.host,
+        port=settings.airflow_port,
+        settings=settings,
+        health=lambda timeout: api_health(settings, timeout),
+        env=airflow_env(settings),
+        start_timeout=240.0,
+        stop_timeout=30.0,
+    )
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants, deepest first (the order to stop them in)."""
+    order: list[int] = []
+
+    def visit(p: int) -> None:
+        for child in _children(p):
+            visit(child)
+        order.append(p)
+
+    visit(pid)
+    return order
+
+
+def stop_tree(pid: int, timeout: float = 30.0) -> list[int]:
+    """TERM every process of the tree, children first; KILL what is left after ``timeout``."""
+    tree = process_tree(pid)
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(proc_cmdline(p) for p in tree):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.2)
+    for p in tree:
+        if proc_cmdline(p) is not None:
+            log.warning("%s: pid %d ignored SIGTERM for %.0f s; killing it", NAME, p, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    return tree
+
+
+class AirflowService:
+    """``airflow standalone`` on the project-local home, with the platform's connections."""
+
+    name = NAME
+
+    def up(self, settings: Settings) -> str:
+        process = daemon(settings)
+        if process.running() is not None:
+            return process.up()
+        started = time.monotonic()
+        migrate(settings)
+        import_connections(settings)
+        log.info("%s: metadata database ready in %.1f s", NAME, time.monotonic() - started)
+        return process.up()
+
+    def down(self, settings: Settings) -> str:
+        process = daemon(settings)
+        record = process.running()
+        if record is None:
+            return f"{NAME} already down"
+        started = time.monotonic()
+        tree = stop_tree(record.pid, timeout=process.stop_timeout)
+        process.pid_file.unlink(missing_ok=True)
+        return f"{NAME} down ({len(tree)} processes) in {time.monotonic() - started:.1f} s"
+
+    def status(self, settings: Settings) -> ServiceStatus:
+        status = daemon(settings).status()
+        if status.state == DOWN:
+            return status
+        password = admin_password(settings)
+        login = f"login {ADMIN_USER} / {password}" if password else f"login {ADMIN_USER}"
+        return ServiceStatus(
+            status.name,
+            status.state,
+            status.pid,
+            f"http://{status.address}",
+            f"{login}; {status.detail}",
+        )
