@@ -52,7 +52,7 @@ def up(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]
             message = svc.up(settings)
         except ServiceError:
             for done in reversed(started):
-                log.info("rolling back: %s", done.down(settings))
+                log.warning("rolling back after the failure: %s", done.down(settings))
             raise
         log.info(message)
         messages.append(message)
