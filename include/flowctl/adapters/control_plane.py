@@ -1,0 +1,423 @@
+"""The control plane: topology registry, control signals, durable offsets, metrics windows.
+
+The one place where the Spark driver, Airflow operators/sensors and the CLI
+meet: a topology registers and heartbeats here, Airflow sends it signals here
+(``stop``, ``drain``, ``deactivate``) and reads its metrics windows here.
+Every call is one short transaction, retried on transient database errors.
+Bad values raise ``ValueError`` naming the field and the value before anything
+is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowctl.adapters import schema
+from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.schema import SIGNAL_KINDS, TOPOLOGY_STATES, utcnow
+
+#: States a topology never leaves.
+TERMINAL_STATES = frozenset({"STOPPED", "FAILED"})
+
+
+class UnknownTopology(LookupError):
+    """No topology with that id is registered."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One registered topology (a streaming job generation)."""
+
+    topology_id: str
+    pipeline: str
+    colour: str
+    generation: int
+    parallelism: int
+    state: str
+    heartbeat_at: dt.datetime | None
+    spark_app_id: str | None
+    airflow_run_id: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A control signal sent to a topology; ``handled_at`` is None while pending."""
+
+    id: int
+    topology_id: str
+    kind: str
+    created_at: dt.datetime
+    handled_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class MetricsWindow:
+    """One aggregated metrics row of a topology for one window (SPEC H)."""
+
+    id: int
+    topology_id: str
+    window_start: dt.datetime
+    window_end: dt.datetime
+    admitted: int
+    acked: int
+    failed: int
+    timed_out: int
+    replayed: int
+    dlq: int
+    records: int
+    records_per_s: float
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    backlog: int
+    backpressure_level: float
+    lanes: Any  # decoded lanes_json (per-lane windows etc.), None if not recorded
+
+
+def _check_state(state: str) -> str:
+    if state not in TOPOLOGY_STATES:
+        raise ValueError(f"state={state!r} is not one of {', '.join(TOPOLOGY_STATES)}")
+    return state
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in SIGNAL_KINDS:
+        raise ValueError(f"kind={kind!r} is not one of {', '.join(SIGNAL_KINDS)}")
+    return kind
+
+
+def _check_text(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field}={value!r} must be a non-empty string")
+    return value
+
+
+def _check_count(field: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _check_time(field: str, value: object) -> dt.datetime:
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValueError(f"{field}={value!r} must be a timezone-aware datetime")
+    return value
+
+
+class ControlPlane:
+    """The control database at ``url`` (SQLite or PostgreSQL SQLAlchemy URL, or an engine)."""
+
+    def __init__(self, url: str | sa.Engine) -> None:
+        self.engine = engine_for(url)
+
+    def _tx(self, what: str, work):  # type: ignore[no-untyped-def]
+        return in_transaction(self.engine, work, what=what)
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Create missing tables; refuse a database with another schema version."""
+        in_transaction(
+            self.engine,
+            lambda _conn: None,
+            what="connecting to the control database",
+        )
+        schema.ensure_schema(self.engine)
+
+    # -- topologies -------------------------------------------------------------------------
+
+    def register_topology(
+        self,
+        topology_id: str,
+        pipeline: str,
+        colour: str,
+        parallelism: int,
+        *,
+        generation: int | None = None,
+        airflow_run_id: str | None = None,
+    ) -> Topology:
+        """Register a new topology in state STARTING and return it.
+
+        ``generation`` defaults to one more than the pipeline's highest so far.
+        Registering an existing id again is an error (ids name one run).
+        """
+        _check_text("topology_id", topology_id)
+        _check_text("pipeline", pipeline)
+        _check_text("colour", colour)
+        _check_count("parallelism", parallelism, 1)
+        if generation is not None:
+            _check_count("generation", generation, 0)
+        t = schema.topologies
+
+        def work(conn: sa.Connection) -> None:
+            if conn.execute(
+                sa.select(t.c.topology_id).where(t.c.topology_id == topology_id)
+            ).first():
+                raise ValueError(f"topology_id={topology_id!r} is already registered")
+            gen = generation
+            if gen is None:
+                top = conn.execute(
+                    sa.select(sa.func.max(t.c.generation)).where(t.c.pipeline == pipeline)
+                ).scalar()
+                gen = 1 if top is None else top + 1
+            now = utcnow()
+            conn.execute(
+                t.insert().values(
+                    topology_id=topology_id,
+                    pipeline=pipeline,
+                    colour=colour,
+                    generation=gen,
+                    parallelism=parallelism,
+                    state="STARTING",
+                    heartbeat_at=now,
+                    airflow_run_id=airflow_run_id,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+
+        self._tx(f"registering topology {topology_id!r}", work)
+        return self.get_topology(topology_id)
+
+    def set_state(self, topology_id: str, state: str) -> Topology:
+        """Move a topology to ``state``; STOPPED and FAILED are final (re-setting is a no-op)."""
+        _check_state(state)
+        t = schema.topologies
+
+        def work(conn: sa.Connection) -> None:
+            current = conn.execute(
+                sa.select(t.c.state).where(t.c.topology_id == topology_id)
+            ).scalar()
+            if current is None:
+                raise UnknownTopology(f"topology_id={topology_id!r} is not registered")
+            if current == state:
+                return
+            if current in TERMINAL_STATES:
+                raise ValueError(
+                    f"topology {topology_id!r} is {current}; state={state!r} is not allowed "
+                    f"after a final state"
+                )
+            conn.execute(
+                t.update()
+                .where(t.c.topology_id == topology_id)
+                .values(state=state, updated_at=utcnow())
+            )
+
+        self._tx(f"setting {topology_id!r} to {state}", work)
+        return self.get_topology(topology_id)
+
+    def set_spark_app_id(self, topology_id: str, spark_app_id: str) -> None:
+        """Record the Spark application id of the topology's driver (for the UI and logs)."""
+        _check_text("spark_app_id", spark_app_id)
+        self._update(topology_id, spark_app_id=spark_app_id, updated_at=utcnow())
+
+    def heartbeat(self, topology_id: str) -> None:
+        """Record that the topology's driver is alive now."""
+        self._update(topology_id, heartbeat_at=utcnow())
+
+    def _update(self, topology_id: str, **values: Any) -> None:
+        t = schema.topologies
+
+        def work(conn: sa.Connection) -> None:
+            result = conn.execute(t.update().where(t.c.topology_id == topology_id).values(**values))
+            if result.rowcount == 0:
+                raise UnknownTopology(f"topology_id={topology_id!r} is not registered")
+
+        self._tx(f"updating topology {topology_id!r}", work)
+
+    def get_topology(self, topology_id: str) -> Topology:
+        """The topology ``topology_id``; :class:`UnknownTopology` if it is not registered."""
+        t = schema.topologies
+        row = self._tx(
+            f"reading topology {topology_id!r}",
+            lambda conn: conn.execute(sa.select(t).where(t.c.topology_id == topology_id)).first(),
+        )
+        if row is None:
+            raise UnknownTopology(f"topology_id={topology_id!r} is not registered")
+        return Topology(**row._mapping)
+
+    def topologies(self, pipeline: str, *, states: Iterable[str] | None = None) -> list[Topology]:
+        """The pipeline's topologies (optionally only those in ``states``), oldest first."""
+        t = schema.topologies
+        query = sa.select(t).where(t.c.pipeline == pipeline)
+        if states is not None:
+            wanted = [_check_state(s) for s in states]
+            query = query.where(t.c.state.in_(wanted))
+        query = query.order_by(t.c.generation, t.c.created_at)
+        rows = self._tx(
+            f"listing topologies of {pipeline!r}", lambda conn: conn.execute(query).all()
+        )
+        return [Topology(**row._mapping) for row in rows]
+
+    # -- control signals --------------------------------------------------------------------
+
+    def send_signal(self, topology_id: str, kind: str) -> int:
+        """Queue signal ``kind`` for the topology and return its id."""
+        _check_kind(kind)
+        t, s = schema.topologies, schema.control_signals
+
+        def work(conn: sa.Connection) -> int:
+            if not conn.execute(
+                sa.select(t.c.topology_id).where(t.c.topology_id == topology_id)
+            ).first():
+                raise UnknownTopology(f"topology_id={topology_id!r} is not registered")
+            result = conn.execute(
+                s.insert().values(topology_id=topology_id, kind=kind, created_at=utcnow())
+            )
+            return int(result.inserted_primary_key[0])
+
+        return self._tx(f"sending {kind} to {topology_id!r}", work)
+
+    def pending_signals(self, topology_id: str) -> list[Signal]:
+        """Signals not yet handled, oldest first."""
+        s = schema.control_signals
+        query = (
+            sa.select(s)
+            .where(s.c.topology_id == topology_id, s.c.handled_at.is_(None))
+            .order_by(s.c.id)
+        )
+        rows = self._tx(
+            f"reading signals of {topology_id!r}", lambda conn: conn.execute(query).all()
+        )
+        return [Signal(**row._mapping) for row in rows]
+
+    def signals(self, topology_id: str) -> list[Signal]:
+        """Every signal of the topology, handled or not, oldest first."""
+        s = schema.control_signals
+        query = sa.select(s).where(s.c.topology_id == topology_id).order_by(s.c.id)
+        rows = self._tx(
+            f"reading signals of {topology_id!r}", lambda conn: conn.execute(query).all()
+        )
+        return [Signal(**row._mapping) for row in rows]
+
+    def mark_signal_handled(self, signal_id: int) -> None:
+        """Mark a signal handled (idempotent: the first handling time is kept)."""
+        s = schema.control_signals
+
+        def work(conn: sa.Connection) -> None:
+            exists = conn.execute(sa.select(s.c.id).where(s.c.id == signal_id)).first()
+            if exists is None:
+                raise ValueError(f"signal_id={signal_id!r} does not exist")
+            conn.execute(
+                s.update()
+                .where(s.c.id == signal_id, s.c.handled_at.is_(None))
+                .values(handled_at=utcnow())
+            )
+
+        self._tx(f"marking signal {signal_id} handled", work)
+
+    # -- durable offsets --------------------------------------------------------------------
+
+    def committed_offsets(self, pipeline: str, topic: str) -> dict[int, int]:
+        """``{partition: next offset to process}``: where a restart of the pipeline resumes.
+
+        Advanced only by the results sink, in the transaction that stores the
+        results; partitions never processed are absent.
+        """
+        o = schema.offsets
+        query = sa.select(o.c.partition, o.c.next_offset).where(
+            o.c.pipeline == pipeline, o.c.topic == topic
+        )
+        rows = self._tx(
+            f"reading offsets of {pipeline}/{topic}", lambda conn: conn.execute(query).all()
+        )
+        return {int(p): int(n) for p, n in sorted(rows)}
+
+    # -- metrics windows --------------------------------------------------------------------
+
+    def write_metrics_window(
+        self,
+        topology_id: str,
+        window_start: dt.datetime,
+        window_end: dt.datetime,
+        *,
+        admitted: int = 0,
+        acked: int = 0,
+        failed: int = 0,
+        timed_out: int = 0,
+        replayed: int = 0,
+        dlq: int = 0,
+        records: int = 0,
+        records_per_s: float = 0.0,
+        latency_p50_ms: float | None = None,
+        latency_p99_ms: float | None = None,
+        backlog: int = 0,
+        backpressure_level: float = 0.0,
+        lanes: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
+    ) -> int:
+        """Store one aggregated metrics row for the window and return its id."""
+        _check_text("topology_id", topology_id)
+        _check_time("window_start", window_start)
+        _check_time("window_end", window_end)
+        if window_end < window_start:
+            raise ValueError(f"window_end={window_end!r} is before window_start={window_start!r}")
+        counts = {
+            "admitted": admitted,
+            "acked": acked,
+            "failed": failed,
+            "timed_out": timed_out,
+            "replayed": replayed,
+            "dlq": dlq,
+            "records": records,
+            "backlog": backlog,
+        }
+        for field, value in counts.items():
+            _check_count(field, value)
+        floats = {
+            "records_per_s": records_per_s,
+            "latency_p50_ms": latency_p50_ms,
+            "latency_p99_ms": latency_p99_ms,
+            "backpressure_level": backpressure_level,
+        }
+        for field, value in floats.items():
+            if value is None and field.startswith("latency"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{field}={value!r} must be a number >= 0")
+        m = schema.metrics_windows
+        values = {
+            "topology_id": topology_id,
+            "window_start": window_start,
+            "window_end": window_end,
+            **counts,
+            **floats,
+            "lanes_json": None if lanes is None else json.dumps(lanes, sort_keys=True),
+        }
+
+        def work(conn: sa.Connection) -> int:
+            return int(conn.execute(m.insert().values(**values)).inserted_primary_key[0])
+
+        return self._tx(f"writing a metrics window of {topology_id!r}", work)
+
+    def metrics_windows(
+        self,
+        topology_id: str,
+        *,
+        since: dt.datetime | None = None,
+        limit: int | None = None,
+    ) -> list[MetricsWindow]:
+        """The topology's metrics windows in time order; ``limit`` keeps the most recent ones."""
+        m = schema.metrics_windows
+        query = sa.select(m).where(m.c.topology_id == topology_id)
+        if since is not None:
+            query = query.where(m.c.window_end >= _check_time("since", since))
+        query = query.order_by(m.c.window_end.desc(), m.c.id.desc())
+        if limit is not None:
+            query = query.limit(_check_count("limit", limit, 1))
+        rows = self._tx(
+            f"reading metrics windows of {topology_id!r}", lambda conn: conn.execute(query).all()
+        )
+        result = []
+        for row in reversed(rows):
+            data = dict(row._mapping)
+            lanes_json = data.pop("lanes_json")
+            data["lanes"] = None if lanes_json is None else json.loads(lanes_json)
+            result.append(MetricsWindow(**data))
+        return result

@@ -1,0 +1,78 @@
+"""Engines and retried transactions for the control and results databases.
+
+One engine per URL per process (connection pools are expensive and SQLite
+needs its pragmas set on every connection). SQLite is shared by the Spark
+driver, Airflow tasks and the CLI at once, so it runs in WAL mode with a busy
+timeout; a transaction that still meets a transient ``OperationalError``
+(locked database, dropped PostgreSQL connection) is retried with backoff as a
+whole, then fails with an error naming what was attempted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from flowctl.adapters.retry import RetriesExhausted, retry_call
+
+T = TypeVar("T")
+
+_engines: dict[str, sa.Engine] = {}
+_lock = threading.Lock()
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database kept failing with operational errors after every retry."""
+
+
+def _on_sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def engine_for(url_or_engine: str | sa.Engine) -> sa.Engine:
+    """The process-wide engine for ``url_or_engine`` (an engine is returned as is)."""
+    if isinstance(url_or_engine, sa.Engine):
+        return url_or_engine
+    if not isinstance(url_or_engine, str) or not url_or_engine:
+        raise ValueError(f"database url={url_or_engine!r} must be a non-empty SQLAlchemy URL")
+    with _lock:
+        engine = _engines.get(url_or_engine)
+        if engine is None:
+            url = sa.make_url(url_or_engine)
+            if url.get_backend_name() == "sqlite":
+                engine = sa.create_engine(
+                    url, connect_args={"timeout": 30, "check_same_thread": False}
+                )
+                sa.event.listen(engine, "connect", _on_sqlite_connect)
+            elif url.get_backend_name() == "postgresql":
+                engine = sa.create_engine(url, pool_pre_ping=True)
+            else:
+                raise ValueError(
+                    f"database url={url.render_as_string(hide_password=True)!r}: backend "
+                    f"{url.get_backend_name()!r} is not supported (use sqlite or postgresql)"
+                )
+            _engines[url_or_engine] = engine
+        return engine
+
+
+def in_transaction(
+    engine: sa.Engine, work: Callable[[sa.Connection], T], *, what: str, attempts: int = 6
+) -> T:
+    """Run ``work(conn)`` in one transaction, retrying the whole of it on ``OperationalError``."""
+
+    def once() -> T:
+        with engine.begin() as conn:
+            return work(conn)
+
+    try:
+        return retry_call(once, what=what, retry_on=(sa.exc.OperationalError,), attempts=attempts)
+    except RetriesExhausted as exc:
+        url = engine.url.render_as_string(hide_password=True)
+        raise DatabaseUnavailable(f"{exc} (database {url})") from exc

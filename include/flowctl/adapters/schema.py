@@ -1,0 +1,184 @@
+"""The control and results schema: one SQLAlchemy MetaData for SQLite and PostgreSQL.
+
+``ensure_schema`` creates what is missing and records :data:`SCHEMA_VERSION`;
+a database written by a newer (or unknown) version of flowctl is refused with
+a clear error rather than half-used.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
+
+#: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
+SCHEMA_VERSION = 1
+
+TOPOLOGY_STATES = ("STARTING", "READY", "ACTIVE", "DRAINING", "STOPPED", "FAILED")
+SIGNAL_KINDS = ("deactivate", "drain", "stop")
+
+
+class SchemaVersionError(RuntimeError):
+    """The database carries a schema version this code does not know."""
+
+
+class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC datetimes on every dialect (SQLite stores naive text).
+
+    Naive values are refused on the way in: a naive time is ambiguous and a
+    silent local-time shift would corrupt every duration computed from it.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"datetime {value!r} is naive; pass a timezone-aware (UTC) value")
+        value = value.astimezone(dt.UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+def utcnow() -> dt.datetime:
+    """The current time, timezone-aware UTC (what every timestamp column stores)."""
+    return dt.datetime.now(dt.UTC)
+
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "flowctl_schema_version",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+topologies = sa.Table(
+    "topologies",
+    metadata,
+    sa.Column("topology_id", sa.String(200), primary_key=True),
+    sa.Column("pipeline", sa.String(100), nullable=False, index=True),
+    sa.Column("colour", sa.String(20), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("parallelism", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(20), nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=True),
+    sa.Column("spark_app_id", sa.String(200), nullable=True),
+    sa.Column("airflow_run_id", sa.String(250), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint("parallelism >= 1", name="ck_topologies_parallelism"),
+    sa.CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in TOPOLOGY_STATES) + ")",
+        name="ck_topologies_state",
+    ),
+)
+
+control_signals = sa.Table(
+    "control_signals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "topology_id",
+        sa.String(200),
+        sa.ForeignKey("topologies.topology_id"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("handled_at", UTCDateTime, nullable=True),
+    sa.CheckConstraint(
+        "kind IN (" + ", ".join(f"'{k}'" for k in SIGNAL_KINDS) + ")",
+        name="ck_control_signals_kind",
+    ),
+)
+
+offsets = sa.Table(
+    "offsets",
+    metadata,
+    sa.Column("pipeline", sa.String(100), primary_key=True),
+    sa.Column("topic", sa.String(250), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+metrics_windows = sa.Table(
+    "metrics_windows",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("topology_id", sa.String(200), nullable=False, index=True),
+    sa.Column("window_start", UTCDateTime, nullable=False),
+    sa.Column("window_end", UTCDateTime, nullable=False),
+    sa.Column("admitted", sa.BigInteger, nullable=False, default=0),
+    sa.Column("acked", sa.BigInteger, nullable=False, default=0),
+    sa.Column("failed", sa.BigInteger, nullable=False, default=0),
+    sa.Column("timed_out", sa.BigInteger, nullable=False, default=0),
+    sa.Column("replayed", sa.BigInteger, nullable=False, default=0),
+    sa.Column("dlq", sa.BigInteger, nullable=False, default=0),
+    sa.Column("records", sa.BigInteger, nullable=False, default=0),
+    sa.Column("records_per_s", sa.Float, nullable=False, default=0.0),
+    sa.Column("latency_p50_ms", sa.Float, nullable=True),
+    sa.Column("latency_p99_ms", sa.Float, nullable=True),
+    sa.Column("backlog", sa.BigInteger, nullable=False, default=0),
+    sa.Column("backpressure_level", sa.Float, nullable=False, default=0.0),
+    sa.Column("lanes_json", sa.Text, nullable=True),
+)
+
+word_counts = sa.Table(
+    "word_counts",
+    metadata,
+    sa.Column("pipeline", sa.String(100), primary_key=True),
+    sa.Column("word", sa.Text, primary_key=True),
+    sa.Column("count", sa.BigInteger, nullable=False),
+)
+
+
+def dialect_insert(conn: sa.Connection | sa.Engine) -> Callable[[sa.Table], Any]:
+    """The dialect's ``insert`` (with ``on_conflict_do_*``): SQLite or PostgreSQL only."""
+    name = conn.dialect.name
+    if name == "sqlite":
+        return sqlite_insert
+    if name == "postgresql":
+        return pg_insert
+    raise ValueError(f"database dialect={name!r} is not supported (use sqlite or postgresql)")
+
+
+def ensure_schema(engine: sa.Engine) -> None:
+    """Create missing tables and check (or record) the schema version.
+
+    Safe to call from several processes at once: table creation is
+    ``checkfirst`` and the version row is inserted only if missing.
+    """
+    metadata.create_all(engine, checkfirst=True)
+    with engine.begin() as conn:
+        conn.execute(
+            dialect_insert(conn)(schema_version)
+            .values(id=1, version=SCHEMA_VERSION, updated_at=utcnow())
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        found = conn.execute(sa.select(schema_version.c.version)).scalars().all()
+    if len(found) != 1 or found[0] != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"database {engine.url.render_as_string(hide_password=True)} has flowctl schema "
+            f"version {found}, this code knows version {SCHEMA_VERSION}: upgrade flowctl or "
+            f"use another database"
+        )
