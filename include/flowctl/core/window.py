@@ -1,0 +1,317 @@
+"""Adaptive send window per lane (SPEC A; seed 000_7245d8bf028e7bc3).
+
+The seed adapts TCP's congestion avoidance to one spout feeding many bolts
+(here: one flow-controlled source feeding P lanes). Each lane has a window
+``w`` of tuples in flight, ``w_min <= w <= w_max``, a state and the send time
+of every in-flight tuple:
+
+* ack with ``rt`` within the lane's threshold -> NORMAL. After a full round of
+  NORMAL acks the window grows by one (additive increase, once per round).
+* ack with ``rt`` over the threshold -> SLOW, and the window shrinks by one, at
+  most once per round (a burst of slow acks is one congestion signal).
+* fail or timeout -> BUSY, the window shrinks by one at once and the tuple is
+  handed back so the caller requeues it at the front of the send buffer for a
+  *different* lane (see :mod:`flowctl.core.dispatch`).
+
+A *round* starts with ``round_len = w`` and ends after ``round_len`` acks
+(NORMAL or SLOW). A fail or timeout changes ``w`` and starts a new round in
+which the SLOW decrease counts as already spent (the slow acks that follow a
+fail are echoes of the same overload).
+
+Acks are unordered: any ack frees a slot at once (unlike TCP's sliding
+window, nothing waits for an older tuple). Deliberately absent, as in the
+seed: slow start (a fresh lane is idle, not congested), ssthresh (exponential
+growth overshoots into SLOW) and fast retransmit (a failed tuple goes to
+another lane instead).
+
+Driving it from a micro-batch source: per batch, ``free_slots`` says how many
+tuples the lane may take now; ``on_send`` each tuple given to it; when the
+lane reports back, ``on_ack(tuple_id, rt=...)`` or ``on_fail(tuple_id)`` per
+tuple; ``overdue(timeout_s)`` + ``on_timeout`` for tuples never reported.
+``snapshot()`` / ``AdaptiveWindow.from_snapshot`` carry the state across a
+restart of the reader process; in-flight send times are stored as ages
+because a monotonic clock restarts with the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .clock import Clock
+from .rtt import RttEstimator, RttSnapshot
+
+
+class LaneState(StrEnum):
+    """The seed's three lane states."""
+
+    NORMAL = "NORMAL"
+    SLOW = "SLOW"
+    BUSY = "BUSY"
+
+
+class WindowFullError(RuntimeError):
+    """``on_send`` was called on a lane with no free slot."""
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """One in-flight tuple: when it was sent and how many were ahead of it."""
+
+    tuple_id: Hashable
+    sent_at: float
+    ahead: int
+
+
+@dataclass(frozen=True)
+class AckOutcome:
+    """What one ack did: its rt, its verdict, and the lane's queue when sent.
+
+    ``ahead`` (tuples already in flight when this one was sent) lets a caller
+    estimate the lane's service rate by Little's law: ``(ahead + 1) / rt``.
+    """
+
+    tuple_id: Hashable
+    rt: float
+    slow: bool
+    ahead: int
+    window: int
+
+
+@dataclass(frozen=True)
+class InFlightAge:
+    """An in-flight tuple in a snapshot: its age instead of a clock reading."""
+
+    tuple_id: Hashable
+    age: float
+    ahead: int
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    """Immutable, picklable state of an :class:`AdaptiveWindow`."""
+
+    lane: int
+    w_min: int
+    w_max: int
+    size: int
+    state: LaneState
+    in_flight: tuple[InFlightAge, ...]
+    round_len: int
+    round_acks: int
+    round_all_normal: bool
+    round_decreased: bool
+    rounds: int
+    rtt: RttSnapshot
+
+
+def validate_bounds(w_min: int, w_max: int, w_init: int) -> None:
+    """Raise ValueError naming the bad field unless 1 <= w_min <= w_init <= w_max."""
+    for name, value in (("w_min", w_min), ("w_max", w_max), ("w_init", w_init)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"AdaptiveWindow: {name} must be an int, got {value!r}")
+    if w_min < 1:
+        raise ValueError(f"AdaptiveWindow: w_min must be >= 1, got {w_min}")
+    if w_max < w_min:
+        raise ValueError(f"AdaptiveWindow: w_max must be >= w_min={w_min}, got {w_max}")
+    if not w_min <= w_init <= w_max:
+        raise ValueError(f"AdaptiveWindow: w_init must be in [{w_min}, {w_max}], got {w_init}")
+
+
+class AdaptiveWindow:
+    """The seed's AdaptiveFlowConsumer: one lane's window, state and in-flight set."""
+
+    def __init__(
+        self,
+        lane: int,
+        clock: Clock,
+        *,
+        w_min: int = 1,
+        w_max: int = 64,
+        w_init: int | None = None,
+        rtt: RttEstimator | None = None,
+    ) -> None:
+        w_init = w_min if w_init is None else w_init
+        validate_bounds(w_min, w_max, w_init)
+        self.lane = lane
+        self._clock = clock
+        self._w_min = w_min
+        self._w_max = w_max
+        self._size = w_init
+        self._state = LaneState.NORMAL
+        self._rtt = rtt if rtt is not None else RttEstimator()
+        self._in_flight: dict[Hashable, InFlight] = {}
+        self._rounds = 0
+        self._start_round(decreased=False)
+
+    # -- read side -------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """The window ``w``: how many tuples may be in flight."""
+        return self._size
+
+    @property
+    def w_min(self) -> int:
+        return self._w_min
+
+    @property
+    def w_max(self) -> int:
+        return self._w_max
+
+    @property
+    def state(self) -> LaneState:
+        return self._state
+
+    @property
+    def rounds(self) -> int:
+        """Completed rounds since creation (a clock for 'once per round')."""
+        return self._rounds
+
+    @property
+    def rtt(self) -> RttEstimator:
+        return self._rtt
+
+    @property
+    def in_flight(self) -> int:
+        """Tuples sent and not yet acked, failed or timed out."""
+        return len(self._in_flight)
+
+    @property
+    def free_slots(self) -> int:
+        """How many more tuples this lane may take now (0 when the window shrank)."""
+        return max(0, self._size - len(self._in_flight))
+
+    def is_in_flight(self, tuple_id: Hashable) -> bool:
+        return tuple_id in self._in_flight
+
+    def in_flight_ids(self) -> list[Hashable]:
+        """In-flight tuple ids, oldest send first."""
+        return [f.tuple_id for f in sorted(self._in_flight.values(), key=lambda f: f.sent_at)]
+
+    def overdue(self, timeout_s: float) -> list[Hashable]:
+        """In-flight tuples sent at least ``timeout_s`` ago, oldest first."""
+        if not timeout_s > 0:
+            raise ValueError(f"AdaptiveWindow.overdue: timeout_s must be > 0, got {timeout_s!r}")
+        limit = self._clock.now() - timeout_s
+        return [
+            f.tuple_id
+            for f in sorted(self._in_flight.values(), key=lambda f: f.sent_at)
+            if f.sent_at <= limit
+        ]
+
+    # -- events ----------------------------------------------------------
+    def on_send(self, tuple_id: Hashable) -> None:
+        """Record that ``tuple_id`` was handed to this lane now."""
+        if tuple_id in self._in_flight:
+            raise ValueError(
+                f"AdaptiveWindow(lane={self.lane}): tuple {tuple_id!r} already in flight"
+            )
+        if self.free_slots <= 0:
+            raise WindowFullError(
+                f"AdaptiveWindow(lane={self.lane}): window {self._size} is full "
+                f"({len(self._in_flight)} in flight); cannot send {tuple_id!r}"
+            )
+        self._in_flight[tuple_id] = InFlight(tuple_id, self._clock.now(), len(self._in_flight))
+
+    def on_ack(self, tuple_id: Hashable, rt: float | None = None) -> AckOutcome | None:
+        """Apply an ack. ``rt`` defaults to now - send time; a lane may report its own.
+
+        Returns None for an unknown tuple (a late ack of a tuple already timed
+        out and requeued): it must not move the window twice.
+        """
+        sent = self._in_flight.pop(tuple_id, None)
+        if sent is None:
+            return None
+        if rt is None:
+            rt = max(0.0, self._clock.now() - sent.sent_at)
+        slow = self._rtt.is_slow(rt)
+        self._rtt.observe(rt)
+        self._round_acks += 1
+        if slow:
+            self._state = LaneState.SLOW
+            self._round_all_normal = False
+            if not self._round_decreased:
+                self._size = max(self._w_min, self._size - 1)
+                self._round_decreased = True
+        else:
+            self._state = LaneState.NORMAL
+        if self._round_acks >= self._round_len:
+            if self._round_all_normal:
+                self._size = min(self._w_max, self._size + 1)
+            self._rounds += 1
+            self._start_round(decreased=False)
+        return AckOutcome(tuple_id, rt, slow, sent.ahead, self._size)
+
+    def on_fail(self, tuple_id: Hashable) -> Hashable | None:
+        """An explicit fail: BUSY, -1 at once; returns the tuple id to requeue.
+
+        Returns None for an unknown tuple (already acked, failed or timed out).
+        """
+        return self._busy(tuple_id)
+
+    def on_timeout(self, tuple_id: Hashable) -> Hashable | None:
+        """No outcome within the timeout: treated exactly like a fail (the seed's
+        only fail is Storm's timeout)."""
+        return self._busy(tuple_id)
+
+    # -- persistence -----------------------------------------------------
+    def snapshot(self) -> WindowSnapshot:
+        """An immutable copy; in-flight send times become ages (see module doc)."""
+        now = self._clock.now()
+        return WindowSnapshot(
+            lane=self.lane,
+            w_min=self._w_min,
+            w_max=self._w_max,
+            size=self._size,
+            state=self._state,
+            in_flight=tuple(
+                InFlightAge(f.tuple_id, max(0.0, now - f.sent_at), f.ahead)
+                for f in sorted(self._in_flight.values(), key=lambda f: f.sent_at)
+            ),
+            round_len=self._round_len,
+            round_acks=self._round_acks,
+            round_all_normal=self._round_all_normal,
+            round_decreased=self._round_decreased,
+            rounds=self._rounds,
+            rtt=self._rtt.snapshot(),
+        )
+
+    @classmethod
+    def from_snapshot(cls, snap: WindowSnapshot, clock: Clock) -> AdaptiveWindow:
+        """Rebuild a window on ``clock``; the time between snapshot and restore
+        is not counted in the in-flight ages (they can only look younger)."""
+        win = cls(
+            snap.lane,
+            clock,
+            w_min=snap.w_min,
+            w_max=snap.w_max,
+            w_init=snap.size,
+            rtt=RttEstimator.from_snapshot(snap.rtt),
+        )
+        win._state = LaneState(snap.state)
+        now = clock.now()
+        win._in_flight = {
+            f.tuple_id: InFlight(f.tuple_id, now - f.age, f.ahead) for f in snap.in_flight
+        }
+        win._round_len = snap.round_len
+        win._round_acks = snap.round_acks
+        win._round_all_normal = snap.round_all_normal
+        win._round_decreased = snap.round_decreased
+        win._rounds = snap.rounds
+        return win
+
+    # -- internals -------------------------------------------------------
+    def _start_round(self, *, decreased: bool) -> None:
+        self._round_len = self._size
+        self._round_acks = 0
+        self._round_all_normal = True
+        self._round_decreased = decreased
+
+    def _busy(self, tuple_id: Hashable) -> Hashable | None:
+        if self._in_flight.pop(tuple_id, None) is None:
+            return None
+        self._state = LaneState.BUSY
+        self._size = max(self._w_min, self._size - 1)
+        self._start_round(decreased=True)
+        return tuple_id
