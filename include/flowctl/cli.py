@@ -22,7 +22,7 @@ from pathlib import Path
 from flowctl.config import ConfigError, Settings
 from flowctl.services.base import ServiceError
 
-COMMAND_MODULES: tuple[str, ...] = ("flowctl.services.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("flowctl.services.cli", "flowctl.platform_cli")
 
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (ServiceError, ConfigError)
 """Failures shown as one line; anything else is a bug and keeps its traceback."""

@@ -1,0 +1,224 @@
+"""``flowctl airflow|ingest|stream|demo``: the platform's commands beyond the services.
+
+- ``flowctl airflow up|down|status|env``: ``airflow standalone`` on the
+  project-local home; ``env`` prints ``export`` lines so the plain ``airflow``
+  CLI talks to the same instance (``eval "$(flowctl airflow env)"``).
+- ``flowctl ingest``: load demo text or a file into ``<pipeline>.eden``.
+- ``flowctl stream list|stop|counts``: the topologies and their results.
+- ``flowctl demo up|down``: everything at once (the README's run command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from flowctl.services.base import ServiceError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from flowctl.cli import add_settings_arguments
+
+    airflow = subparsers.add_parser("airflow", help="the embedded Airflow (standalone)")
+    actions = airflow.add_subparsers(dest="airflow_command", required=True, metavar="ACTION")
+    for name, func, text in (
+        ("up", _airflow_up, "migrate the metadata DB, add connections, start standalone"),
+        ("down", _airflow_down, "stop standalone and all its children"),
+        ("status", _airflow_status, "show whether Airflow is up, its address and login"),
+        ("env", _airflow_env, "print export lines for the airflow CLI"),
+    ):
+        sub = actions.add_parser(name, help=text, description=text)
+        add_settings_arguments(sub, nested=True)
+        sub.set_defaults(func=func)
+
+    ingest = subparsers.add_parser(
+        "ingest", help="load text into a pipeline's Eden topic", description=_ingest.__doc__
+    )
+    ingest.add_argument("--pipeline", default="wordcount", help="pipeline name (wordcount)")
+    source = ingest.add_mutually_exclusive_group()
+    source.add_argument("--lines", type=int, default=100_000, help="synthetic lines (100000)")
+    source.add_argument("--file", help="load this text file instead of synthetic text")
+    ingest.add_argument("--seed", type=int, default=7, help="seed of the synthetic text (7)")
+    add_settings_arguments(ingest, nested=True)
+    ingest.set_defaults(func=_ingest)
+
+    stream = subparsers.add_parser("stream", help="inspect and stop topologies")
+    actions = stream.add_subparsers(dest="stream_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="topologies of a pipeline and their states")
+    listing.add_argument("--pipeline", default="wordcount")
+    listing.set_defaults(func=_stream_list)
+    stop = actions.add_parser("stop", help="send a stop signal to a topology")
+    stop.add_argument("topology_id", nargs="?", help="topology to stop")
+    stop.add_argument("--pipeline", help="stop every running topology of this pipeline")
+    stop.set_defaults(func=_stream_stop)
+    counts = actions.add_parser("counts", help="word counts stored by a pipeline")
+    counts.add_argument("--pipeline", default="wordcount")
+    counts.add_argument("--top", type=int, default=10, help="show the N most frequent words")
+    counts.set_defaults(func=_stream_counts)
+    for sub in (listing, stop, counts):
+        add_settings_arguments(sub, nested=True)
+
+    demo = subparsers.add_parser("demo", help="the whole platform at once")
+    actions = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="services + Airflow + demo data + the stream")
+    up.add_argument("--pipeline", default="wordcount")
+    up.add_argument("--lines", type=int, default=200_000, help="demo lines to load (200000)")
+    up.add_argument(
+        "--watch-seconds", type=float, default=60.0, help="print live counts this long (60)"
+    )
+    up.add_argument(
+        "--feed-rate", type=int, default=2_000, help="lines/s fed while watching (2000; 0: off)"
+    )
+    up.set_defaults(func=_demo_up)
+    down = actions.add_parser("down", help="stop topologies, Airflow and the services")
+    down.set_defaults(func=_demo_down)
+    for sub in (up, down):
+        add_settings_arguments(sub, nested=True)
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from flowctl.cli import settings_from_args
+
+    return settings_from_args(args)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _airflow_up(args: argparse.Namespace) -> int:
+    from flowctl.services.airflow import AirflowService
+
+    settings = _settings(args)
+    _say(AirflowService().up(settings))
+    _say(_format_status(AirflowService().status(settings)))
+    return 0
+
+
+def _airflow_down(args: argparse.Namespace) -> int:
+    from flowctl.services.airflow import AirflowService
+
+    _say(AirflowService().down(_settings(args)))
+    return 0
+
+
+def _format_status(status) -> str:  # type: ignore[no-untyped-def]
+    return f"airflow: {status.state} {status.address} pid={status.pid or '-'} {status.detail}"
+
+
+def _airflow_status(args: argparse.Namespace) -> int:
+    from flowctl.services.airflow import AirflowService
+
+    status = AirflowService().status(_settings(args))
+    _say(_format_status(status))
+    return 0 if status.ok else 1
+
+
+def _airflow_env(args: argparse.Namespace) -> int:
+    from flowctl.services.airflow import airflow_env
+
+    for key, value in sorted(airflow_env(_settings(args)).items()):
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    """Load seeded synthetic Zipf text (--lines, --seed) or a text file (--file) into Kafka."""
+    from flowctl.ingest import IngestRequest, ingest
+
+    settings = _settings(args)
+    try:
+        request = IngestRequest.parse(
+            pipeline=args.pipeline,
+            source="file" if args.file else "synthetic",
+            lines=args.lines,
+            seed=args.seed,
+            path=args.file,
+        )
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from None
+    total = request.lines if request.source == "synthetic" else None
+
+    def progress(n: int) -> None:
+        suffix = f"/{total:,d} ({100 * n / total:.0f}%)" if total else ""
+        print(f"\rproduced {n:,d}{suffix}", end="", file=sys.stderr, flush=True)
+
+    result = ingest(request, settings.kafka_bootstrap, on_progress=progress)
+    print(file=sys.stderr)
+    _say(
+        f"ingested {result.records:,d} records into {result.topic} in {result.seconds:.1f} s "
+        f"({result.records_per_s:,.0f} records/s)"
+    )
+    return 0
+
+
+def _plane(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from flowctl.adapters.control_plane import ControlPlane
+
+    plane = ControlPlane(_settings(args).resolved_database_url)
+    plane.ensure_schema()
+    return plane
+
+
+def _stream_list(args: argparse.Namespace) -> int:
+    rows = _plane(args).topologies(args.pipeline)
+    if not rows:
+        _say(f"no topologies for pipeline {args.pipeline!r}")
+    for topo in rows:
+        _say(
+            f"{topo.topology_id}  {topo.state:<9} colour={topo.colour} "
+            f"parallelism={topo.parallelism} heartbeat={topo.heartbeat_at}"
+        )
+    return 0
+
+
+def _stream_stop(args: argparse.Namespace) -> int:
+    from flowctl.adapters.control_plane import TERMINAL_STATES
+
+    plane = _plane(args)
+    if bool(args.topology_id) == bool(args.pipeline):
+        raise ServiceError("give either a topology id or --pipeline NAME")
+    if args.topology_id:
+        targets = [args.topology_id]
+    else:
+        targets = [
+            t.topology_id for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES
+        ]
+    for topology_id in targets:
+        plane.send_signal(topology_id, "stop")
+        _say(f"sent stop to {topology_id}")
+    if not targets:
+        _say("nothing to stop")
+    return 0
+
+
+def _stream_counts(args: argparse.Namespace) -> int:
+    from flowctl.adapters import results
+
+    counts = results.word_counts(_settings(args).resolved_database_url, args.pipeline)
+    _say(f"{sum(counts.values()):,d} words counted, {len(counts):,d} distinct")
+    for word, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]:
+        _say(f"  {count:>10,d}  {word}")
+    return 0
+
+
+def _demo_up(args: argparse.Namespace) -> int:
+    from flowctl import demo
+
+    demo.up(
+        _settings(args),
+        pipeline=args.pipeline,
+        lines=args.lines,
+        watch_seconds=args.watch_seconds,
+        feed_rate=args.feed_rate,
+        say=_say,
+    )
+    return 0
+
+
+def _demo_down(args: argparse.Namespace) -> int:
+    from flowctl import demo
+
+    demo.down(_settings(args), say=_say)
+    return 0
