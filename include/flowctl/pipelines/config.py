@@ -1,0 +1,162 @@
+"""Pipeline configuration files (``include/pipelines/<name>.toml``), loaded and validated.
+
+One TOML file per pipeline drives everything built from it: the stream job,
+the DAGs, the reconcile job. Loading fails early with an error naming the
+file, the field and the value, so a typo never becomes a running topology
+with a silently defaulted setting.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from flowctl.config import PROJECT_ROOT
+
+#: Where a bare pipeline name is looked up.
+PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class PipelineConfigError(ValueError):
+    """A pipeline config file is missing or has a bad field; the message names both."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A validated pipeline config; see ``include/pipelines/wordcount.toml`` for the fields."""
+
+    name: str
+    definition: str
+    eden_topic: str
+    partitions: int
+    parallelism: int
+    min_parallelism: int
+    max_parallelism: int
+    max_records_per_batch: int
+    trigger_interval_s: float
+    tuple_size: int
+    source: Path
+
+    @property
+    def replay_topics(self) -> tuple[str, str]:
+        """The two replay queues (SPEC D): ``<name>.replay.a`` and ``<name>.replay.b``."""
+        return (f"{self.name}.replay.a", f"{self.name}.replay.b")
+
+    @property
+    def dlq_topic(self) -> str:
+        """Where records go after their last replay attempt."""
+        return f"{self.name}.dlq"
+
+    def load_definition(self) -> ModuleType:
+        """Import the definition module."""
+        return importlib.import_module(self.definition)
+
+
+_KNOWN = {
+    "": {"name", "definition", "topics", "stream"},
+    "topics": {"eden", "partitions"},
+    "stream": {
+        "parallelism",
+        "min_parallelism",
+        "max_parallelism",
+        "max_records_per_batch",
+        "trigger_interval_s",
+        "tuple_size",
+    },
+}
+
+
+def resolve_path(name_or_path: str | Path) -> Path:
+    """A bare name -> ``include/pipelines/<name>.toml``; anything else is a path."""
+    text = str(name_or_path)
+    if _NAME.match(text):
+        return PIPELINES_DIR / f"{text}.toml"
+    return Path(text).expanduser().resolve()
+
+
+def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
+    """Load and validate a pipeline config by name (``"wordcount"``) or path."""
+    path = resolve_path(name_or_path)
+    if not path.is_file():
+        raise PipelineConfigError(f"pipeline config {name_or_path!r}: file {path} does not exist")
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise PipelineConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return _parse(raw, path)
+
+
+def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
+    def fail(field: str, value: object, why: str) -> PipelineConfigError:
+        return PipelineConfigError(f"{path}: {field}={value!r} {why}")
+
+    for section, known in _KNOWN.items():
+        table = raw if not section else raw.get(section, {})
+        if not isinstance(table, dict):
+            raise fail(section, table, "must be a table")
+        for key in table:
+            if key not in known:
+                field = f"{section}.{key}" if section else key
+                raise fail(field, table[key], f"is not a known field (known: {sorted(known)})")
+    topics: dict[str, Any] = raw.get("topics", {})
+    stream: dict[str, Any] = raw.get("stream", {})
+
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise fail("name", name, "must be lower-case letters, digits, '_' or '-'")
+    if path.stem != name:
+        raise fail("name", name, f"must match the file name {path.name!r}")
+    definition = raw.get("definition")
+    if not isinstance(definition, str) or not definition:
+        raise fail("definition", definition, "must be a dotted module name")
+    try:
+        importlib.import_module(definition)
+    except ImportError as exc:
+        raise fail("definition", definition, f"cannot be imported: {exc}") from exc
+
+    def integer(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise fail(f"{section}.{key}", value, f"must be an integer >= {lo}")
+        return value
+
+    eden = topics.get("eden", f"{name}.eden")
+    if not isinstance(eden, str) or not _TOPIC.match(eden):
+        raise fail("topics.eden", eden, "must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
+    partitions = integer(topics, "topics", "partitions", 4, 1)
+    parallelism = integer(stream, "stream", "parallelism", 2, 1)
+    min_p = integer(stream, "stream", "min_parallelism", 1, 1)
+    max_p = integer(stream, "stream", "max_parallelism", max(16, parallelism), 1)
+    if not min_p <= parallelism <= max_p:
+        raise fail(
+            "stream.parallelism",
+            parallelism,
+            f"must lie in [min_parallelism={min_p}, max_parallelism={max_p}]",
+        )
+    max_rows = integer(stream, "stream", "max_records_per_batch", 50_000, 1)
+    tuple_size = integer(stream, "stream", "tuple_size", 100, 1)
+    trigger = stream.get("trigger_interval_s", 1.0)
+    if isinstance(trigger, bool) or not isinstance(trigger, int | float) or trigger < 0:
+        raise fail("stream.trigger_interval_s", trigger, "must be a number of seconds >= 0")
+    return PipelineConfig(
+        name=name,
+        definition=definition,
+        eden_topic=eden,
+        partitions=partitions,
+        parallelism=parallelism,
+        min_parallelism=min_p,
+        max_parallelism=max_p,
+        max_records_per_batch=max_rows,
+        trigger_interval_s=float(trigger),
+        tuple_size=tuple_size,
+        source=path,
+    )
