@@ -169,7 +169,7 @@ def up(
 def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None:
     """Send ``stop`` to every running topology and wait until they end."""
     from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
-    from flowctl.pipelines.config import CONFIG_DIR, load_pipeline_config
+    from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
     try:
         plane = ControlPlane(settings.resolved_database_url)
@@ -178,7 +178,7 @@ def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None
         say(f"control plane unreachable ({exc}); skipping clean topology stop")
         return
     running = []
-    for path in sorted(CONFIG_DIR.glob("*.toml")):
+    for path in sorted(PIPELINES_DIR.glob("*.toml")):
         name = load_pipeline_config(path).name
         for topo in plane.topologies(name):
             if topo.state not in TERMINAL_STATES:

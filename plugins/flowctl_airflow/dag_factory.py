@@ -117,9 +117,9 @@ def pipeline_dags(config: PipelineConfig) -> list[DAG]:
 
 def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
     """The DAGs of every pipeline config in ``config_dir`` (default include/pipelines)."""
-    from flowctl.pipelines.config import CONFIG_DIR, load_pipeline_config
+    from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
-    directory = config_dir or CONFIG_DIR
+    directory = config_dir or PIPELINES_DIR
     dags: list[DAG] = []
     for path in sorted(directory.glob("*.toml")):
         dags.extend(pipeline_dags(load_pipeline_config(path)))

@@ -20,7 +20,7 @@ DAG_FILES = sorted(p for p in DAGS_DIR.glob("*.py") if not p.name.startswith("_"
 def _dagbag(path: Path):
     from airflow.models import DagBag
 
-    return DagBag(dag_folder=str(path), include_examples=False)
+    return DagBag(dag_folder=str(path))
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +38,9 @@ def test_dag_file_imports_without_errors(path: Path) -> None:
 
 
 def test_each_pipeline_has_its_dags(dags) -> None:
-    from flowctl.pipelines.config import CONFIG_DIR
+    from flowctl.pipelines.config import PIPELINES_DIR
 
-    for config in sorted(CONFIG_DIR.glob("*.toml")):
+    for config in sorted(PIPELINES_DIR.glob("*.toml")):
         for kind in ("ingest", "stream"):
             assert f"{kind}_{config.stem}" in dags, f"{kind}_{config.stem} missing for {config}"
 
