@@ -1,0 +1,215 @@
+"""Metrics-window aggregator: one row per topology per window (SPEC H; seed 001_61fde93b6fcf7afc).
+
+JStorm's topology master aggregates task heartbeats and metrics so that the
+coordination store sees one write per topology per window instead of one per
+task per event. Likewise the driver records events as they happen
+(admitted, acked, failed, ...) and, once per ``window_s``, :meth:`roll` turns
+them into a frozen :class:`MetricsRow` that an adapter persists in the control
+plane; the autoscaler (SPEC E) reads ``failed + timed_out`` per window from it.
+
+Latency percentiles are exact nearest-rank percentiles of the samples of the
+window, from a bounded reservoir (uniform sampling with a seeded
+``random.Random``) so a busy window cannot grow memory without bound.
+
+Windows are aligned on the clock at construction: ``[t0 + i * window_s,
+t0 + (i + 1) * window_s)``. ``roll`` emits every window that has ended,
+including empty ones (a window without failures is a data point too).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from .clock import Clock
+
+
+@dataclass(frozen=True)
+class LaneGauge:
+    """One lane's flow-control state at the end of a window."""
+
+    lane: int
+    window: int
+    state: str
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """The aggregated metrics of one topology over one window."""
+
+    topology: str
+    window_start: float
+    window_end: float
+    admitted: int
+    acked: int
+    failed: int
+    timed_out: int
+    replayed: int
+    dlq: int
+    records: int
+    records_per_s: float
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+    backlog: int
+    backpressure_level: int
+    lanes: tuple[LaneGauge, ...] = field(default_factory=tuple)
+
+    @property
+    def fail_count(self) -> int:
+        """failNum of SPEC E: tuples failed or timed out in this window."""
+        return self.failed + self.timed_out
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain types only (lanes as a list of dicts), ready for JSON or SQL."""
+        return asdict(self) | {"lanes": [asdict(g) for g in self.lanes]}
+
+
+def percentile(samples: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile ``q`` in [0, 100] of ``samples``; None when empty."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile: q must be in [0, 100], got {q!r}")
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class MetricsWindow:
+    """Counters of the current window plus the gauges last set."""
+
+    def __init__(
+        self,
+        topology: str,
+        clock: Clock,
+        *,
+        window_s: float = 10.0,
+        max_samples: int = 4096,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not isinstance(topology, str) or not topology:
+            raise ValueError(f"MetricsWindow: topology must be a non-empty str, got {topology!r}")
+        if not isinstance(window_s, int | float) or not window_s > 0:
+            raise ValueError(f"MetricsWindow: window_s must be > 0, got {window_s!r}")
+        if not isinstance(max_samples, int) or max_samples < 1:
+            raise ValueError(f"MetricsWindow: max_samples must be an int >= 1, got {max_samples!r}")
+        self.topology = topology
+        self.window_s = float(window_s)
+        self._clock = clock
+        self._max_samples = max_samples
+        self._rng = rng if rng is not None else random.Random(0)
+        self._start = clock.now()
+        self._backlog = 0
+        self._backpressure = 0
+        self._lanes: tuple[LaneGauge, ...] = ()
+        self._closed: list[MetricsRow] = []
+        self._reset()
+
+    @property
+    def window_start(self) -> float:
+        return self._start
+
+    # -- counters --------------------------------------------------------
+    def admitted(self, tuples: int = 1) -> None:
+        self._count("admitted", tuples)
+
+    def acked(self, tuples: int = 1, records: int = 0, latencies: Iterable[float] = ()) -> None:
+        """Tuples acked, the records they held, and their end-to-end latencies (s)."""
+        self._count("acked", tuples)
+        self._count("records", records)
+        for latency in latencies:
+            self._sample(latency)
+
+    def failed(self, tuples: int = 1) -> None:
+        self._count("failed", tuples)
+
+    def timed_out(self, tuples: int = 1) -> None:
+        self._count("timed_out", tuples)
+
+    def replayed(self, tuples: int = 1) -> None:
+        self._count("replayed", tuples)
+
+    def dlq(self, records: int = 1) -> None:
+        self._count("dlq", records)
+
+    # -- gauges ----------------------------------------------------------
+    def set_backlog(self, records: int) -> None:
+        self._advance()
+        self._backlog = _non_negative("backlog", records)
+
+    def set_backpressure(self, level: int) -> None:
+        self._advance()
+        self._backpressure = _non_negative("backpressure_level", level)
+
+    def set_lanes(self, lanes: Iterable[LaneGauge]) -> None:
+        self._advance()
+        self._lanes = tuple(sorted(lanes, key=lambda g: g.lane))
+
+    # -- windows ---------------------------------------------------------
+    def roll(self) -> list[MetricsRow]:
+        """Rows of every window that has ended by now, oldest first (each once)."""
+        self._advance()
+        rows, self._closed = self._closed, []
+        return rows
+
+    def _advance(self) -> None:
+        # Close ended windows before recording anything, so that an event is
+        # counted in the window it happened in even if roll() is called late.
+        ended = int((self._clock.now() - self._start) // self.window_s)
+        for _ in range(ended):
+            self._closed.append(self._row(self._start + self.window_s))
+            self._start += self.window_s
+            self._reset()
+
+    def _row(self, end: float) -> MetricsRow:
+        c = self._counts
+        return MetricsRow(
+            topology=self.topology,
+            window_start=self._start,
+            window_end=end,
+            admitted=c["admitted"],
+            acked=c["acked"],
+            failed=c["failed"],
+            timed_out=c["timed_out"],
+            replayed=c["replayed"],
+            dlq=c["dlq"],
+            records=c["records"],
+            records_per_s=c["records"] / self.window_s,
+            latency_p50_s=percentile(self._samples, 50),
+            latency_p99_s=percentile(self._samples, 99),
+            backlog=self._backlog,
+            backpressure_level=self._backpressure,
+            lanes=self._lanes,
+        )
+
+    def _reset(self) -> None:
+        self._counts = dict.fromkeys(
+            ("admitted", "acked", "failed", "timed_out", "replayed", "dlq", "records"), 0
+        )
+        self._samples: list[float] = []
+        self._seen = 0
+
+    def _count(self, name: str, n: int) -> None:
+        self._advance()
+        self._counts[name] += _non_negative(name, n)
+
+    def _sample(self, latency: float) -> None:
+        if not isinstance(latency, int | float) or math.isnan(latency) or latency < 0:
+            raise ValueError(f"MetricsWindow: latency must be a number >= 0, got {latency!r}")
+        self._advance()
+        self._seen += 1
+        if len(self._samples) < self._max_samples:
+            self._samples.append(float(latency))
+            return
+        slot = self._rng.randrange(self._seen)  # reservoir sampling (Algorithm R)
+        if slot < self._max_samples:
+            self._samples[slot] = float(latency)
+
+
+def _non_negative(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"MetricsWindow: {name} must be an int >= 0, got {value!r}")
+    return value
