@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,16 +18,10 @@ import sqlalchemy as sa
 
 from flowctl.config import Settings
 from flowctl.services import manager
+from flowctl.services.process import free_port
 
 POSTGRES_ENV = "FLOWCTL_TEST_POSTGRES_URL"
 POSTGRES_DEFAULT = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

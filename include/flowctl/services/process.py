@@ -111,6 +111,17 @@ def stop_pid(pid: int, argv: Sequence[str], timeout: float = 10.0) -> bool:
     return True
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to port 0, read it, close).
+
+    For tests and tools that must stay off the default ports; another process
+    can still take it before use, which callers report as a taken port.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def port_is_free(host: str, port: int) -> bool:
     """Whether we could listen on ``host:port`` now (TIME_WAIT leftovers do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

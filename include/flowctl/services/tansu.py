@@ -16,7 +16,7 @@ from pathlib import Path
 
 from flowctl.config import Settings
 from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
-from flowctl.services.process import Daemon
+from flowctl.services.process import Daemon, check_tcp
 
 NAME = "tansu"
 S3_ENV = ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
@@ -66,11 +66,25 @@ def storage_engine(settings: Settings, check: bool = True) -> str:
     raise ServiceError(f"tansu: tansu_storage={settings.tansu_storage!r} must be 'memory' or 's3'")
 
 
+def _reachable(bootstrap: str, timeout: float) -> None:
+    """Fail fast (the Kafka client retries for long) unless a bootstrap server accepts TCP."""
+    errors = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            check_tcp(host.strip("[]"), int(port), timeout)
+            return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) else exc}")
+    raise ServiceError(f"no Kafka broker answers at {bootstrap} ({'; '.join(errors)})")
+
+
 def kafka_health(bootstrap: str, timeout: float) -> None:
     """A Kafka-protocol round trip (metadata via ``list_topics``) within ``timeout``."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    _reachable(bootstrap, timeout)
     ms = max(int(timeout * 1000), 100)
     try:
         admin = KafkaAdminClient(

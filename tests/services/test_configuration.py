@@ -1,0 +1,87 @@
+"""Missing binaries, incomplete S3 settings and external services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowctl.config import Settings
+from flowctl.services import manager, memcached, tansu
+from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError
+from flowctl.services.process import free_port
+
+
+def test_missing_memcached_without_root_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Cannot uninstall memcached for real on a shared machine: simulate its absence.
+    monkeypatch.setattr(memcached.shutil, "which", lambda name: None)
+    monkeypatch.setattr(memcached.os, "geteuid", lambda: 1000)
+    with pytest.raises(ServiceError, match=r"apt-get install memcached"):
+        memcached.binary()
+
+
+def test_failed_install_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    monkeypatch.setattr(
+        memcached.shutil, "which", lambda name: f"/usr/bin/{name}" if name == "apt-get" else None
+    )
+    monkeypatch.setattr(memcached.os, "geteuid", lambda: 0)
+    failed = subprocess.CompletedProcess([], 100, "", "E: Unable to locate package memcached")
+    monkeypatch.setattr(memcached.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(ServiceError, match=r"failed \(E: Unable to locate package memcached\)"):
+        memcached.binary()
+
+
+def test_s3_storage_without_endpoint_names_the_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in tansu.S3_ENV:
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(home=tmp_path, kafka_port=free_port(), tansu_storage="s3")
+    with pytest.raises(ServiceError, match=r"set AWS_ENDPOINT, AWS_ACCESS_KEY_ID"):
+        manager.up(settings, only="tansu")
+    assert tansu.TansuService().status(settings).pid is None
+
+
+def test_tansu_binary_is_found() -> None:
+    path = tansu.binary()
+    assert path.name == "tansu" and path.is_file()
+
+
+@pytest.mark.integration
+def test_external_services_are_checked_not_started(
+    kafka_bootstrap: str, memcached_address: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        home=tmp_path,
+        kafka_port=free_port(),
+        memcached_port=free_port(),
+        kafka_bootstrap_servers=kafka_bootstrap,
+        memcached_server=memcached_address,
+    )
+    messages = manager.up(settings)
+    assert any("using external Kafka" in m for m in messages)
+    assert any("using external memcached" in m for m in messages)
+    states = {s.name: s.state for s in manager.status(settings)}
+    assert states["tansu"] == EXTERNAL and states["memcached"] == EXTERNAL
+    assert not (tmp_path / "run").exists()  # nothing was started here
+    manager.down(settings)
+    assert {s.name: s.state for s in manager.status(settings)} == states
+
+
+def test_unreachable_external_kafka_is_reported(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, kafka_bootstrap_servers=f"127.0.0.1:{free_port()}")
+    row = tansu.TansuService().status(settings)
+    assert row.state == UNREACHABLE and "no Kafka broker answers" in row.detail
+    with pytest.raises(ServiceError, match=r"127\.0\.0\.1:\d+"):
+        manager.up(settings, only="tansu")
+
+
+def test_unknown_service_name_is_named() -> None:
+    with pytest.raises(
+        ServiceError, match=r"unknown service\(s\) kafka; known: db, memcached, tansu"
+    ):
+        manager.status(Settings(), only="kafka")

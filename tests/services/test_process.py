@@ -1,0 +1,108 @@
+"""Daemon handling on throwaway processes: crashes, hangs, port holders, PID checks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowctl.config import Settings
+from flowctl.services.base import DOWN, ServiceError
+from flowctl.services.memcached import memcached_health
+from flowctl.services.process import (
+    Daemon,
+    PidRecord,
+    free_port,
+    port_holder,
+    port_is_free,
+    stop_pid,
+)
+
+from .helpers import pid_gone, processes_mentioning
+
+# A server that accepts connections and never answers: TCP is fine, the protocol is not.
+SILENT_SERVER = (
+    "import socket, sys, time\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+    "conns = []\n"
+    "while True: conns.append(s.accept())\n"
+)
+
+
+def _daemon(tmp_path: Path, argv: tuple[str, ...], port: int, **kwargs: object) -> Daemon:
+    settings = Settings(home=tmp_path / "home")
+    address = f"127.0.0.1:{port}"
+    return Daemon(
+        name="probe",
+        argv=argv,
+        host="127.0.0.1",
+        port=port,
+        settings=settings,
+        health=lambda timeout: memcached_health(address, timeout),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_a_daemon_that_exits_at_once_is_reported_with_its_log(tmp_path: Path) -> None:
+    argv = (sys.executable, "-c", "import sys; print('bad flag --frobnicate'); sys.exit(3)")
+    daemon = _daemon(tmp_path, argv, free_port())
+    with pytest.raises(ServiceError, match=r"probe exited with code 3.*bad flag --frobnicate"):
+        daemon.up()
+    assert not daemon.pid_file.exists()
+    assert daemon.status().state == DOWN
+
+
+@pytest.mark.integration
+def test_a_daemon_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    argv = (sys.executable, "-c", SILENT_SERVER, str(port))
+    daemon = _daemon(tmp_path, argv, port, start_timeout=1.5)
+    with pytest.raises(ServiceError, match=r"probe did not become healthy on 127.0.0.1:\d+"):
+        daemon.up()
+    assert not daemon.pid_file.exists()
+    assert processes_mentioning(SILENT_SERVER) == []
+
+
+def test_stop_pid_kills_a_process_that_ignores_sigterm(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    argv = (sys.executable, "-c", code, "stubborn")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    assert stop_pid(proc.pid, argv, timeout=0.5) is True
+    assert pid_gone(proc.pid)
+    assert "sending SIGKILL" in caplog.text
+
+
+def test_stop_pid_does_nothing_when_the_command_line_differs() -> None:
+    assert stop_pid(os.getpid(), ("not", "this", "process"), timeout=0.1) is False
+
+
+def test_port_holder_and_port_is_free_see_a_listening_socket() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert not port_is_free("127.0.0.1", port)
+        assert (
+            port_holder(port)
+            == f"pid {os.getpid()} ({Path('/proc/self/comm').read_text().strip()})"
+        )
+    assert port_is_free("127.0.0.1", port)
+    assert port_holder(port) is None
+
+
+def test_pid_record_round_trips() -> None:
+    record = PidRecord(42, ("a", "b c"), "127.0.0.1:1")
+    assert PidRecord.load(record.dump()) == record
