@@ -1,0 +1,274 @@
+"""``flowctl_kafka``: our Kafka streaming source on PySpark's Python Data Source API.
+
+Roles (PySpark 4.2):
+
+- :class:`FlowctlKafkaDataSource` holds only options (it is pickled).
+- :class:`FlowctlKafkaStreamReader` runs ``initialOffset``, ``latestOffset``,
+  ``partitions`` and ``commit`` in one long-lived planner process on the
+  driver side; its state survives across micro-batches. The planning itself
+  is delegated to a :class:`~flowctl.spark.lane_planner.LanePlanner` (the
+  seam for flow control). ``read`` runs on executors against a pickled
+  snapshot, so everything a task needs travels in its :class:`LanePartition`.
+
+Offsets are ``{"topic": name, "offsets": {"<partition>": next_offset}}``.
+The first batch starts at the pipeline's durable checkpoint in the control
+database (where the last run's sink stopped), not at zero or the log's end;
+the checkpoint itself is advanced by the sink's transaction, not by
+``commit``.
+
+Options (keys are lower-cased by Spark): ``bootstrap``, ``topic``,
+``pipeline``, ``database_url``, ``lanes``, ``max_rows`` (records per
+micro-batch; admission control) and ``read_timeout_s`` (a lane read that makes
+no progress this long fails the task).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from flowctl.spark.lane_planner import LanePlanner, OffsetRange
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "flowctl_kafka"
+
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("timestamp", TimestampType(), True),
+        StructField("value", BinaryType(), True),
+    ]
+)
+
+
+class SourceOptionError(ValueError):
+    """A ``flowctl_kafka`` option is missing or bad; the message names it and its value."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The validated options of one ``flowctl_kafka`` stream."""
+
+    bootstrap: str
+    topic: str
+    pipeline: str
+    database_url: str
+    lanes: int
+    max_rows: int | None
+    read_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate Spark's (lower-cased) option map."""
+        opts = {k.lower(): v for k, v in options.items()}
+
+        def required(key: str) -> str:
+            value = opts.get(key)
+            if not value:
+                raise SourceOptionError(f"{SOURCE_NAME} option {key!r} is required, got {value!r}")
+            return str(value)
+
+        def number(key: str, default: str | None, kind: type) -> Any:
+            raw = opts.get(key, default)
+            if raw is None or raw == "":
+                return None
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise SourceOptionError(
+                    f"{SOURCE_NAME} option {key}={raw!r} is not a {kind.__name__}"
+                ) from None
+            if value <= 0:
+                raise SourceOptionError(f"{SOURCE_NAME} option {key}={raw!r} must be > 0")
+            return value
+
+        return cls(
+            bootstrap=required("bootstrap"),
+            topic=required("topic"),
+            pipeline=required("pipeline"),
+            database_url=required("database_url"),
+            lanes=number("lanes", "2", int),
+            max_rows=number("max_rows", None, int),
+            read_timeout_s=number("read_timeout_s", "30", float),
+        )
+
+
+class LanePartition(InputPartition):
+    """One lane's share of one micro-batch: the offset ranges it reads."""
+
+    def __init__(self, lane: int, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(lane)
+        self.lane = lane
+        self.ranges = ranges
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{r.partition}:[{r.start},{r.end})" for r in self.ranges)
+        return f"LanePartition(lane={self.lane}, {parts})"
+
+
+def encode_offsets(topic: str, offsets: Mapping[int, int]) -> dict[str, Any]:
+    """Spark's offset dict for ``{partition: next_offset}`` (string keys, sorted)."""
+    return {"topic": topic, "offsets": {str(p): int(offsets[p]) for p in sorted(offsets)}}
+
+
+def decode_offsets(offset: Mapping[str, Any], topic: str) -> dict[int, int]:
+    """``{partition: next_offset}`` from Spark's offset dict; refuses another topic's offsets."""
+    if offset.get("topic") != topic:
+        raise ValueError(
+            f"offset {dict(offset)!r} belongs to topic {offset.get('topic')!r}, not {topic!r}"
+        )
+    return {int(p): int(n) for p, n in offset["offsets"].items()}
+
+
+class FlowctlKafkaStreamReader(DataSourceStreamReader):
+    """Plans micro-batches over a Kafka topic in lanes and reads them exactly."""
+
+    def __init__(self, options: SourceOptions, planner: LanePlanner | None = None) -> None:
+        self.options = options
+        self.planner = planner or LanePlanner(options.lanes)
+        self._consumer: Any = None  # the planner's KafkaConsumer, created lazily
+        self._planning_error: BaseException | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks get a pickled snapshot; a live KafkaConsumer cannot travel.
+        state = self.__dict__.copy()
+        state["_consumer"] = None
+        state["_planning_error"] = None
+        return state
+
+    def _planner_consumer(self) -> Any:
+        from flowctl.adapters import kafka_log
+
+        if self._consumer is None:
+            self._consumer = kafka_log.new_consumer(self.options.bootstrap)
+        return self._consumer
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The pipeline's durable checkpoint; partitions never processed start at 0."""
+        from flowctl.adapters import kafka_log
+        from flowctl.adapters.control_plane import ControlPlane
+
+        try:
+            committed = ControlPlane(self.options.database_url).committed_offsets(
+                self.options.pipeline, self.options.topic
+            )
+            parts = kafka_log.partitions_of(self._planner_consumer(), self.options.topic)
+            start = {p: committed.get(p, 0) for p in parts}
+            log.info("%s: starting at the durable checkpoint %s", self.options.topic, start)
+            return encode_offsets(self.options.topic, start)
+        except Exception:
+            log.exception("%s: initialOffset failed", SOURCE_NAME)
+            raise
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_rows is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_rows)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Admit the next batch: up to the log's end, or ``limit.max_rows`` records."""
+        from flowctl.adapters import kafka_log
+
+        if self._planning_error is not None:
+            # partitions() failing can stall a query silently; fail it loudly here instead.
+            error, self._planning_error = self._planning_error, None
+            raise RuntimeError(f"{SOURCE_NAME}: planning the previous batch failed: {error}")
+        try:
+            begin = decode_offsets(start, self.options.topic)
+            latest = kafka_log.latest_offsets(self._planner_consumer(), self.options.topic)
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            end = self.planner.admit(begin, latest, max_rows)
+            return encode_offsets(self.options.topic, end)
+        except Exception:
+            log.exception("%s: latestOffset failed (start=%s)", SOURCE_NAME, start)
+            self._drop_consumer()
+            raise
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LanePartition]:
+        """One :class:`LanePartition` per non-empty lane."""
+        try:
+            plans = self.planner.assign(
+                self.options.topic,
+                decode_offsets(start, self.options.topic),
+                decode_offsets(end, self.options.topic),
+            )
+            return [LanePartition(plan.lane, plan.ranges) for plan in plans]
+        except Exception as exc:
+            log.exception("%s: partitions failed (start=%s, end=%s)", SOURCE_NAME, start, end)
+            self._planning_error = exc
+            raise
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Exactly the records of the lane's ranges (runs on executors)."""
+        from flowctl.adapters import kafka_log
+
+        if not isinstance(partition, LanePartition):
+            raise TypeError(f"partition={partition!r} is not a LanePartition")
+        consumer = kafka_log.cached_consumer(self.options.bootstrap)
+        utc = dt.UTC
+        try:
+            for r in partition.ranges:
+                for record in kafka_log.read_range(
+                    consumer,
+                    r.topic,
+                    r.partition,
+                    r.start,
+                    r.end,
+                    timeout_s=self.options.read_timeout_s,
+                ):
+                    ts = record.timestamp
+                    when = (
+                        None if ts is None or ts < 0 else dt.datetime.fromtimestamp(ts / 1000, utc)
+                    )
+                    yield (record.topic, record.partition, record.offset, when, record.value)
+        except Exception:
+            # A consumer that failed mid-read is in doubt: the next task gets a fresh one.
+            kafka_log.drop_cached_consumer(self.options.bootstrap)
+            raise
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # The durable checkpoint moves in the sink's transaction; Spark's commit is informative.
+        log.debug("%s: Spark committed %s", SOURCE_NAME, end)
+
+    def _drop_consumer(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:
+                log.debug("closing the planner consumer failed", exc_info=True)
+            self._consumer = None
+
+    def stop(self) -> None:
+        self._drop_consumer()
+
+
+class FlowctlKafkaDataSource(DataSource):
+    """``spark.readStream.format("flowctl_kafka")``: see the module docstring for options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> FlowctlKafkaStreamReader:
+        return FlowctlKafkaStreamReader(SourceOptions.parse(self.options))
