@@ -161,7 +161,8 @@ def api_health(settings: Settings, timeout: float) -> None:
 def daemon(settings: Settings) -> Daemon:
     return Daemon(
         name=NAME,
-        argv=(airflow_bin(), "standalone"),
+        # The interpreter is named explicitly so /proc/<pid>/cmdline matches argv exactly.
+        argv=(sys.executable, airflow_bin(), "standalone"),
         host=settings.host,
         port=settings.airflow_port,
         settings=settings,
