@@ -1,0 +1,238 @@
+"""AdaptiveWindow: the seed's NORMAL / SLOW / BUSY rules, rounds, bounds, snapshot."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowctl.core.clock import FakeClock
+from flowctl.core.rtt import RttEstimator
+from flowctl.core.window import AdaptiveWindow, LaneState, WindowFullError
+
+
+def make(clock: FakeClock, *, w_init: int = 4, w_min: int = 1, w_max: int = 10) -> AdaptiveWindow:
+    return AdaptiveWindow(
+        0, clock, w_min=w_min, w_max=w_max, w_init=w_init, rtt=RttEstimator(fixed_threshold=1.0)
+    )
+
+
+def fill(win: AdaptiveWindow, prefix: str = "t") -> list[str]:
+    ids = [f"{prefix}{i}" for i in range(win.free_slots)]
+    for tid in ids:
+        win.on_send(tid)
+    return ids
+
+
+def test_additive_increase_exactly_once_per_round() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=4)
+    ids = fill(win, "a")
+    clock.advance(0.5)
+    sizes = [win.on_ack(tid).window for tid in ids]  # type: ignore[union-attr]
+    assert sizes == [4, 4, 4, 5]
+    assert win.rounds == 1
+    ids = fill(win, "b")
+    assert len(ids) == 5
+    sizes = [win.on_ack(tid).window for tid in ids]  # type: ignore[union-attr]
+    assert sizes == [5, 5, 5, 5, 6]
+    assert win.state is LaneState.NORMAL
+
+
+def test_slow_decreases_at_most_once_per_round() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=6)
+    ids = fill(win)
+    clock.advance(2.0)  # over the fixed threshold of 1 s
+    sizes = [win.on_ack(tid).window for tid in ids]  # type: ignore[union-attr]
+    assert sizes == [5, 5, 5, 5, 5, 5]
+    assert win.state is LaneState.SLOW
+    ids = fill(win, "b")
+    clock.advance(2.0)
+    sizes = [win.on_ack(tid).window for tid in ids]  # type: ignore[union-attr]
+    assert sizes == [4, 4, 4, 4, 4]
+
+
+def test_one_slow_ack_spoils_the_rounds_increase() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=3)
+    ids = fill(win)
+    clock.advance(2.0)
+    assert win.on_ack(ids[0]).slow  # type: ignore[union-attr]
+    win.on_ack(ids[1], rt=0.1)
+    out = win.on_ack(ids[2], rt=0.1)
+    assert out is not None and not out.slow
+    assert win.size == 2
+    assert win.state is LaneState.NORMAL
+
+
+def test_ack_measures_rt_from_send_time() -> None:
+    clock = FakeClock(100.0)
+    win = make(clock)
+    win.on_send("x")
+    clock.advance(0.25)
+    win.on_send("y")
+    out = win.on_ack("y")
+    assert out is not None and (out.rt, out.ahead) == (0.0, 1)
+    clock.advance(0.5)
+    out = win.on_ack("x")
+    assert out is not None and (out.rt, out.ahead) == (0.75, 0)
+
+
+def test_fail_is_busy_and_decreases_at_once() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=5)
+    ids = fill(win)
+    assert win.on_fail(ids[0]) == ids[0]
+    assert (win.size, win.state) == (4, LaneState.BUSY)
+    assert win.on_timeout(ids[1]) == ids[1]
+    assert (win.size, win.state) == (3, LaneState.BUSY)
+    assert win.in_flight == 3
+
+
+def test_slow_after_busy_in_the_same_round_does_not_decrease_again() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=5)
+    ids = fill(win)
+    win.on_fail(ids[0])
+    clock.advance(2.0)
+    win.on_ack(ids[1])
+    assert win.size == 4
+
+
+def test_unknown_tuple_changes_nothing() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=4)
+    win.on_send("a")
+    win.on_timeout("a")
+    size = win.size
+    assert win.on_ack("a") is None
+    assert win.on_fail("a") is None
+    assert win.on_timeout("nope") is None
+    assert win.size == size
+
+
+def test_any_ack_frees_a_slot_whatever_the_order() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=3)
+    ids = fill(win)
+    assert win.free_slots == 0
+    win.on_ack(ids[2], rt=0.1)
+    assert win.free_slots == 1
+
+
+def test_full_window_rejects_send() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=1)
+    win.on_send("a")
+    with pytest.raises(WindowFullError, match="window 1 is full"):
+        win.on_send("b")
+
+
+def test_duplicate_send_is_rejected() -> None:
+    win = make(FakeClock())
+    win.on_send("a")
+    with pytest.raises(ValueError, match="already in flight"):
+        win.on_send("a")
+
+
+def test_window_stays_at_w_min_under_failures() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=2, w_min=2)
+    for i in range(5):
+        win.on_send(f"t{i}")
+        win.on_fail(f"t{i}")
+    assert win.size == 2
+
+
+def test_window_stays_at_w_max_under_normal_acks() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=3, w_max=4)
+    for r in range(5):
+        for tid in fill(win, f"r{r}-"):
+            win.on_ack(tid, rt=0.1)
+    assert win.size == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"w_min": 0, "w_max": 4, "w_init": 1}, "w_min"),
+        ({"w_min": 3, "w_max": 2, "w_init": 3}, "w_max"),
+        ({"w_min": 1, "w_max": 4, "w_init": 5}, "w_init"),
+        ({"w_min": 1.5, "w_max": 4, "w_init": 2}, "w_min"),
+    ],
+)
+def test_bad_bounds_name_the_field(kwargs: dict[str, int], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        AdaptiveWindow(0, FakeClock(), **kwargs)
+
+
+def test_overdue_lists_old_tuples_first() -> None:
+    clock = FakeClock()
+    win = make(clock)
+    win.on_send("old")
+    clock.advance(5)
+    win.on_send("new")
+    clock.advance(5)
+    assert win.overdue(10) == ["old"]
+    assert win.overdue(5) == ["old", "new"]
+
+
+def test_snapshot_survives_a_restart_on_another_clock() -> None:
+    clock = FakeClock(1000.0)
+    win = make(clock, w_init=4)
+    win.on_send("a")
+    clock.advance(3.0)
+    win.on_send("b")
+    win.on_ack("b", rt=0.2)
+    snap = pickle.loads(pickle.dumps(win.snapshot()))
+    restarted = FakeClock(7.0)  # a fresh monotonic clock after a process restart
+    back = AdaptiveWindow.from_snapshot(snap, restarted)
+    assert back.snapshot() == snap
+    assert back.in_flight_ids() == ["a"]
+    restarted.advance(1.0)
+    out = back.on_ack("a")
+    assert out is not None and out.rt == 4.0
+
+
+events = st.lists(
+    st.tuples(st.sampled_from(["send", "ack", "fail", "timeout"]), st.floats(0, 3)),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    w_min=st.integers(1, 4),
+    extra=st.integers(0, 6),
+    init_off=st.integers(0, 6),
+    fixed=st.booleans(),
+    script=events,
+)
+def test_window_stays_in_bounds_under_any_events(
+    w_min: int, extra: int, init_off: int, fixed: bool, script: list[tuple[str, float]]
+) -> None:
+    w_max = w_min + extra
+    clock = FakeClock()
+    rtt = RttEstimator(fixed_threshold=1.0) if fixed else RttEstimator()
+    win = AdaptiveWindow(
+        0, clock, w_min=w_min, w_max=w_max, w_init=min(w_max, w_min + init_off), rtt=rtt
+    )
+    n = 0
+    for kind, dt in script:
+        clock.advance(dt)
+        ids = win.in_flight_ids()
+        if kind == "send" and win.free_slots:
+            win.on_send(n)
+            n += 1
+        elif ids and kind == "ack":
+            win.on_ack(ids[-1])
+        elif ids and kind == "fail":
+            win.on_fail(ids[0])
+        elif ids:
+            win.on_timeout(ids[0])
+        assert w_min <= win.size <= w_max
+        assert 0 <= win.free_slots <= win.size
