@@ -1,0 +1,389 @@
+"""The word-count stream job: one topology, from registration to a clean stop.
+
+``spark_jobs/wordcount_stream.py`` calls :func:`main`. The job
+
+1. loads the pipeline config, ensures the control schema and the Kafka topics,
+2. registers the topology (state STARTING) with its colour and parallelism,
+3. starts a Structured Streaming query: ``flowctl_kafka`` source (P lanes,
+   admission control) -> ``foreachBatch`` idempotent word-count sink,
+4. sets ACTIVE, then loops: heartbeat, one progress line per micro-batch
+   (and an idle line every few seconds), and watches control signals,
+5. on a ``stop`` signal or SIGTERM: stops the query between batches where it
+   can, sets STOPPED, marks the signal handled and returns 0; if the query
+   fails: FAILED, the cause in the log, return 1.
+
+The log lines go to stderr, which becomes the Airflow task log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flowctl.config import Settings
+
+log = logging.getLogger("flowctl.job")
+
+COLOURS = ("blue", "green")
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """The parsed command line of a stream job."""
+
+    pipeline_config: str
+    topology_id: str | None
+    colour: str
+    parallelism: int | None
+    airflow_run_id: str | None
+    checkpoint_dir: str | None
+    poll_seconds: float
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Run a flowctl stream topology until a stop signal arrives."
+    )
+    parser.add_argument(
+        "--pipeline-config",
+        default="wordcount",
+        help="pipeline name (include/pipelines/<name>.toml) or path to a config file",
+    )
+    parser.add_argument(
+        "--topology-id", help="unique id of this run (default <pipeline>-<colour>-<utc time>)"
+    )
+    parser.add_argument("--colour", choices=COLOURS, default="blue")
+    parser.add_argument(
+        "--parallelism", type=_positive_int, help="lanes (default: the config's parallelism)"
+    )
+    parser.add_argument("--airflow-run-id", help="the Airflow DAG run that started this topology")
+    parser.add_argument(
+        "--checkpoint-dir",
+        help="Spark checkpoint location (default $FLOWCTL_HOME/checkpoints/<topology id>)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=_positive_float,
+        default=1.0,
+        help="how often to heartbeat and check control signals (default 1)",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> JobArgs:
+    ns = build_parser().parse_args(argv)
+    return JobArgs(
+        pipeline_config=ns.pipeline_config,
+        topology_id=ns.topology_id,
+        colour=ns.colour,
+        parallelism=ns.parallelism,
+        airflow_run_id=ns.airflow_run_id,
+        checkpoint_dir=ns.checkpoint_dir,
+        poll_seconds=ns.poll_seconds,
+    )
+
+
+def default_topology_id(pipeline: str, colour: str, now: dt.datetime | None = None) -> str:
+    """``<pipeline>-<colour>-<UTC yyyymmddThhmmssffffff>``: unique per start, sortable."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{pipeline}-{colour}-{now.strftime('%Y%m%dT%H%M%S%f')}"
+
+
+def build_session(app_name: str) -> Any:
+    """A SparkSession tuned for small local clusters (see DESIGN "Measured on this machine")."""
+    from pyspark.sql import SparkSession
+
+    # Local executors must run the driver's interpreter (the one with flowctl installed).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    cores = os.cpu_count() or 2
+    return (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+class _Progress:
+    """Per-batch reports handed from the foreachBatch thread to the control loop."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches = 0
+        self.records = 0
+        self.last_batch_at = time.monotonic()
+
+
+class StreamJob:
+    """One run of a stream topology; :meth:`run` returns the process exit code."""
+
+    def __init__(self, args: JobArgs, settings: Settings) -> None:
+        from flowctl.adapters.control_plane import ControlPlane
+        from flowctl.pipelines.config import load_pipeline_config
+
+        self.args = args
+        self.settings = settings
+        self.config = load_pipeline_config(args.pipeline_config)
+        self.database_url = settings.resolved_database_url
+        self.control = ControlPlane(self.database_url)
+        self.parallelism = args.parallelism or self.config.parallelism
+        if not self.config.min_parallelism <= self.parallelism <= self.config.max_parallelism:
+            raise ValueError(
+                f"--parallelism={self.parallelism} is outside [{self.config.min_parallelism}, "
+                f"{self.config.max_parallelism}] of {self.config.source}"
+            )
+        self.topology_id = args.topology_id or default_topology_id(self.config.name, args.colour)
+        self.checkpoint_dir = args.checkpoint_dir or str(
+            settings.home / "checkpoints" / self.topology_id
+        )
+        self.progress = _Progress()
+        self._terminate = threading.Event()
+        self._lag_consumer: Any = None
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        from flowctl.adapters import kafka_log
+
+        self.control.ensure_schema()
+        kafka_log.ensure_topics(
+            self.settings.kafka_bootstrap, {self.config.eden_topic: self.config.partitions}
+        )
+        self.control.register_topology(
+            self.topology_id,
+            self.config.name,
+            self.args.colour,
+            self.parallelism,
+            airflow_run_id=self.args.airflow_run_id,
+        )
+        log.info(
+            "topology %s registered: pipeline=%s colour=%s parallelism=%d topic=%s db=%s",
+            self.topology_id,
+            self.config.name,
+            self.args.colour,
+            self.parallelism,
+            self.config.eden_topic,
+            self._safe_db_url(),
+        )
+
+    def _safe_db_url(self) -> str:
+        import sqlalchemy as sa
+
+        return sa.make_url(self.database_url).render_as_string(hide_password=True)
+
+    def _lag(self) -> int | None:
+        """Records in the log not yet in the durable checkpoint (None if Kafka is unreachable)."""
+        from flowctl.adapters import kafka_log
+
+        try:
+            if self._lag_consumer is None:
+                self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
+            latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
+        except Exception as exc:  # lag is informative only; never fail a batch over it
+            log.warning("lag unknown: %s", exc)
+            return None
+        committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
+        return sum(max(0, n - committed.get(p, 0)) for p, n in latest.items())
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        from flowctl.adapters import results
+        from flowctl.spark.wordcount_sink import write_batch
+
+        report = write_batch(df, batch_id, self.database_url, self.config.name)
+        with self.progress.lock:
+            self.progress.batches += 1
+            self.progress.records += report.records
+            self.progress.last_batch_at = time.monotonic()
+        log.info(
+            "batch %d: %d records (applied %d, skipped %d%s) in %.2f s = %.0f records/s; "
+            "total counted %d words; lag %s records",
+            report.batch_id,
+            report.records,
+            report.applied,
+            report.skipped,
+            ", record by record" if report.fallback else "",
+            report.seconds,
+            report.records_per_s,
+            results.total(self.database_url, self.config.name),
+            self._lag(),
+        )
+
+    def _start_query(self, spark: Any) -> Any:
+        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
+
+        spark.dataSource.register(FlowctlKafkaDataSource)
+        stream = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap", self.settings.kafka_bootstrap)
+            .option("topic", self.config.eden_topic)
+            .option("pipeline", self.config.name)
+            .option("database_url", self.database_url)
+            .option("lanes", str(self.parallelism))
+            .option("max_rows", str(self.config.max_records_per_batch))
+            .load()
+        )
+        return (
+            stream.writeStream.queryName(self.topology_id)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
+            .start()
+        )
+
+    def _stop_query(self, query: Any, grace_s: float = 20.0) -> None:
+        """Stop between micro-batches when possible (a cut batch is replayed harmlessly anyway)."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and query.isActive:
+            if not query.status.get("isTriggerActive", False):
+                break
+            time.sleep(0.05)
+        query.stop()
+
+    def _handle_signals(self) -> int | None:
+        """Return the id of a pending ``stop`` signal, if any; log the kinds not handled yet."""
+        for sig in self.control.pending_signals(self.topology_id):
+            if sig.kind == "stop":
+                return sig.id
+            if sig.kind not in self._ignored_signals:
+                self._ignored_signals.add(sig.kind)
+                log.warning(
+                    "signal %s (%d) is not supported by this job; ignored", sig.kind, sig.id
+                )
+        return None
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; 0 on a requested stop, 1 if the query failed."""
+        self._ignored_signals: set[str] = set()
+        self._prepare()
+        spark = None
+        query = None
+        try:
+            spark = build_session(f"flowctl-{self.topology_id}")
+            spark.sparkContext.setLogLevel("WARN")  # keep the task log readable
+            self.control.set_spark_app_id(self.topology_id, spark.sparkContext.applicationId)
+            query = self._start_query(spark)
+            self.control.set_state(self.topology_id, "ACTIVE")
+            log.info(
+                "topology %s ACTIVE (query %s, checkpoint %s)",
+                self.topology_id,
+                query.id,
+                self.checkpoint_dir,
+            )
+            return self._loop(query)
+        except BaseException as exc:
+            log.error("topology %s failed: %s", self.topology_id, exc, exc_info=True)
+            self._set_final("FAILED")
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            return 1
+        finally:
+            if query is not None and query.isActive:
+                query.stop()
+            if self._lag_consumer is not None:
+                self._lag_consumer.close()
+            if spark is not None:
+                spark.stop()
+
+    def _loop(self, query: Any) -> int:
+        last_idle_log = time.monotonic()
+        while True:
+            if not query.isActive:
+                error = query.exception()
+                cause = error if error is not None else "the query ended without a stop request"
+                log.error("topology %s: query terminated: %s", self.topology_id, cause)
+                self._set_final("FAILED")
+                return 1
+            self.control.heartbeat(self.topology_id)
+            stop_id = self._handle_signals()
+            if stop_id is not None or self._terminate.is_set():
+                reason = f"stop signal {stop_id}" if stop_id is not None else "SIGTERM"
+                log.info("topology %s: stopping on %s", self.topology_id, reason)
+                self._stop_query(query)
+                self._set_final("STOPPED")
+                if stop_id is not None:
+                    self.control.mark_signal_handled(stop_id)
+                log.info(
+                    "topology %s STOPPED after %d batches, %d records",
+                    self.topology_id,
+                    self.progress.batches,
+                    self.progress.records,
+                )
+                return 0
+            now = time.monotonic()
+            with self.progress.lock:
+                idle_for = now - self.progress.last_batch_at
+            if idle_for > 10 and now - last_idle_log > 10:
+                last_idle_log = now
+                log.info(
+                    "topology %s idle: %d batches, %d records so far; lag %s records",
+                    self.topology_id,
+                    self.progress.batches,
+                    self.progress.records,
+                    self._lag(),
+                )
+            self._terminate.wait(self.args.poll_seconds)
+
+    def _set_final(self, state: str) -> None:
+        try:
+            self.control.set_state(self.topology_id, state)
+        except Exception:  # the database may be the reason we are failing
+            log.exception("could not record state %s for %s", state, self.topology_id)
+
+    def request_stop(self, *_: Any) -> None:
+        """SIGTERM handler: stop like a ``stop`` signal, from the control loop."""
+        self._terminate.set()
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("kafka", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
+    args = parse_args(argv)
+    configure_logging()
+    try:
+        job = StreamJob(args, Settings.from_env())
+    except ValueError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    signal.signal(signal.SIGTERM, job.request_stop)
+    return job.run()

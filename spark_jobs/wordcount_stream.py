@@ -1,0 +1,18 @@
+"""spark-submit entry point of the word-count stream topology.
+
+    spark-submit spark_jobs/wordcount_stream.py --topology-id ID --colour blue \
+        --parallelism 2 [--airflow-run-id RUN] [--pipeline-config wordcount]
+
+Addresses come from FLOWCTL_KAFKA_BOOTSTRAP, FLOWCTL_DATABASE_URL,
+FLOWCTL_MEMCACHED and FLOWCTL_HOME. Runs until a ``stop`` control signal (or
+SIGTERM), then exits 0; exits non-zero if the query fails.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from flowctl.spark.job import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
