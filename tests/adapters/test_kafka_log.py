@@ -1,0 +1,165 @@
+"""kafka_log against the real embedded broker (Tansu): topics, exact offsets, range reads."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+import pytest
+
+from flowctl.adapters import kafka_log
+
+pytestmark = pytest.mark.integration
+
+
+def _topic(partitions: int, bootstrap: str) -> str:
+    name = f"t.{secrets.token_hex(4)}"
+    kafka_log.ensure_topics(bootstrap, {name: partitions})
+    return name
+
+
+def test_ensure_topics_is_idempotent_and_reports_actual_partitions(kafka_bootstrap: str) -> None:
+    name = f"t.{secrets.token_hex(4)}"
+    assert kafka_log.ensure_topics(kafka_bootstrap, {name: 3}) == {name: 3}
+    assert kafka_log.ensure_topics(kafka_bootstrap, {name: 3}) == {name: 3}
+    # An existing topic is never changed: the actual count is reported.
+    assert kafka_log.ensure_topics(kafka_bootstrap, {name: 5}) == {name: 3}
+
+
+def test_ensure_topics_rejects_bad_partitions(kafka_bootstrap: str) -> None:
+    with pytest.raises(ValueError, match=r"partitions for 'x' must be >= 1, got 0"):
+        kafka_log.ensure_topics(kafka_bootstrap, {"x": 0})
+
+
+def test_produce_counts_reports_progress_and_stamps_time(kafka_bootstrap: str) -> None:
+    topic = _topic(2, kafka_bootstrap)
+    progress: list[int] = []
+    before_ms = int(time.time() * 1000)
+    n = kafka_log.produce(
+        kafka_bootstrap,
+        topic,
+        [f"line {i}" if i % 2 else f"line {i}".encode() for i in range(2500)],
+        on_progress=progress.append,
+        progress_every=1000,
+    )
+    assert n == 2500
+    assert progress == [1000, 2000, 2500]
+    latest = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    assert sum(latest.values()) == 2500
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        values = set()
+        for partition, end in latest.items():
+            for record in kafka_log.read_range(consumer, topic, partition, 0, end, timeout_s=10):
+                assert record.timestamp >= before_ms
+                values.add(record.value)
+    finally:
+        consumer.close()
+    assert values == {f"line {i}".encode() for i in range(2500)}
+
+
+def test_latest_offsets_is_exact_under_concurrent_producing(kafka_bootstrap: str) -> None:
+    """Every answer lies between what was acknowledged before and after, and is readable."""
+    topic = _topic(3, kafka_bootstrap)
+    acked = [0]
+    stop = threading.Event()
+
+    def producer() -> None:
+        while not stop.is_set():
+            kafka_log.produce(
+                kafka_bootstrap,
+                topic,
+                (f"x{i}" for i in range(300)),
+                on_progress=lambda n, base=acked[0]: acked.__setitem__(0, base + n),
+                progress_every=100,
+            )
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    answers = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(answers) < 40 and time.monotonic() < deadline:
+            before = acked[0]
+            latest = kafka_log.latest_offsets(consumer, topic)
+            after_total = acked[0]
+            answers.append((before, sum(latest.values()), latest))
+            assert before <= sum(latest.values()), (before, latest)
+            assert sum(latest.values()) <= after_total + 300 * 3, (after_total, latest)
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert len(answers) == 40
+    assert answers[-1][1] > answers[0][1], "the producer made no progress during the test"
+    # The last answer is readable exactly: no missing record below it, nothing at or above it.
+    _, _, latest = answers[-1]
+    try:
+        for partition, end in latest.items():
+            offsets = [
+                r.offset
+                for r in kafka_log.read_range(consumer, topic, partition, 0, end, timeout_s=10)
+            ]
+            assert offsets == list(range(end))
+    finally:
+        consumer.close()
+    # After the producer stopped, the answer equals everything acknowledged.
+    final = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    assert sum(final.values()) == acked[0]
+
+
+def test_latest_offsets_of_empty_and_missing_topics(kafka_bootstrap: str) -> None:
+    topic = _topic(2, kafka_bootstrap)
+    assert kafka_log.latest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
+    with pytest.raises(ValueError, match=r"topic='no.such.topic' does not exist"):
+        kafka_log.latest_offsets(kafka_bootstrap, "no.such.topic", timeout_s=2)
+
+
+def test_read_range_yields_exactly_the_range(kafka_bootstrap: str) -> None:
+    topic = _topic(1, kafka_bootstrap)
+    kafka_log.produce(kafka_bootstrap, topic, (f"r{i}" for i in range(1000)))
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        got = list(kafka_log.read_range(consumer, topic, 0, 137, 911, timeout_s=10, max_records=50))
+        assert [r.offset for r in got] == list(range(137, 911))
+        assert [r.value for r in got] == [f"r{i}".encode() for i in range(137, 911)]
+        # The same consumer reused for another range (no pause/resume) is exact again.
+        again = list(kafka_log.read_range(consumer, topic, 0, 0, 3, timeout_s=10))
+        assert [r.value for r in again] == [b"r0", b"r1", b"r2"]
+        assert list(kafka_log.read_range(consumer, topic, 0, 5, 5)) == []
+    finally:
+        consumer.close()
+
+
+def test_read_range_raises_when_no_progress(kafka_bootstrap: str) -> None:
+    topic = _topic(1, kafka_bootstrap)
+    kafka_log.produce(kafka_bootstrap, topic, ["only", "two"])
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        reader = kafka_log.read_range(consumer, topic, 0, 0, 10, timeout_s=1.0)
+        with pytest.raises(
+            kafka_log.KafkaReadTimeout, match=r"offsets \[0, 10\).*stuck at offset 2"
+        ):
+            list(reader)
+    finally:
+        consumer.close()
+
+
+def test_read_range_rejects_a_reversed_range(kafka_bootstrap: str) -> None:
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        with pytest.raises(ValueError, match=r"bad range \[5, 3\)"):
+            list(kafka_log.read_range(consumer, "t", 0, 5, 3))
+    finally:
+        consumer.close()
+
+
+def test_cached_consumer_is_reused_per_worker_and_can_be_dropped(kafka_bootstrap: str) -> None:
+    first = kafka_log.cached_consumer(kafka_bootstrap)
+    assert kafka_log.cached_consumer(kafka_bootstrap) is first
+    kafka_log.drop_cached_consumer(kafka_bootstrap)
+    second = kafka_log.cached_consumer(kafka_bootstrap)
+    assert second is not first
+    kafka_log.drop_cached_consumer(kafka_bootstrap)
