@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.config import Settings
-from flowctl.services import manager, memcached, tansu
+from flowctl.config import ConfigError, Settings
+from flowctl.services import manager, memcached, s3, tansu
 from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError
 from flowctl.services.process import free_port
 
@@ -35,15 +35,36 @@ def test_failed_install_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         memcached.binary()
 
 
-def test_s3_storage_without_endpoint_names_the_variables(
+def test_s3_storage_without_endpoint_or_moto_says_what_to_set(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for name in tansu.S3_ENV:
         monkeypatch.delenv(name, raising=False)
+    # moto is installed here; simulate a machine without it.
+    monkeypatch.setattr(s3, "moto_available", lambda: False)
     settings = Settings(home=tmp_path, kafka_port=free_port(), tansu_storage="s3")
-    with pytest.raises(ServiceError, match=r"set AWS_ENDPOINT, AWS_ACCESS_KEY_ID"):
+    with pytest.raises(ServiceError, match=r"set AWS_ENDPOINT, AWS_ACCESS_KEY_ID.*moto\[server\]"):
         manager.up(settings, only="tansu")
     assert tansu.TansuService().status(settings).pid is None
+
+
+def test_s3_endpoint_without_credentials_names_the_missing_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT", "http://127.0.0.1:1")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(home=tmp_path, tansu_storage="s3")
+    with pytest.raises(ServiceError, match=r"AWS_ENDPOINT is set but AWS_ACCESS_KEY_ID"):
+        tansu.storage_engine(settings)
+
+
+def test_bad_s3_url_and_port_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"FLOWCTL_TANSU_S3_URL='http://x/' must look like"):
+        s3.bucket(Settings(tansu_s3_url="http://x/"))
+    monkeypatch.setenv(s3.PORT_ENV, "99999")
+    with pytest.raises(ConfigError, match=r"FLOWCTL_S3_PORT='99999'"):
+        s3.port(Settings())
 
 
 def test_tansu_binary_is_found() -> None:
@@ -82,6 +103,6 @@ def test_unreachable_external_kafka_is_reported(tmp_path: Path) -> None:
 
 def test_unknown_service_name_is_named() -> None:
     with pytest.raises(
-        ServiceError, match=r"unknown service\(s\) kafka; known: db, memcached, tansu"
+        ServiceError, match=r"unknown service\(s\) kafka; known: db, memcached, s3, tansu"
     ):
         manager.status(Settings(), only="kafka")

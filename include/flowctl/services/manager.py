@@ -1,8 +1,9 @@
 """Bring the embedded services up and down together, in dependency order.
 
-The database comes first (it is only checked), then memcached, then Tansu;
-``down`` goes in reverse. Each step logs what happened and how long it took,
-so ``flowctl services up`` explains itself.
+The database comes first (it is only checked), then memcached, then the S3
+store (durable Tansu only), then Tansu; ``down`` goes in reverse. Each step
+logs what happened and how long it took, so ``flowctl services up`` explains
+itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from flowctl.config import Settings
 from flowctl.services.base import Service, ServiceError, ServiceStatus
 from flowctl.services.database import DatabaseService
 from flowctl.services.memcached import MemcachedService
+from flowctl.services.s3 import S3Service
 from flowctl.services.tansu import TansuService
 
 log = logging.getLogger(__name__)
@@ -22,18 +24,30 @@ log = logging.getLogger(__name__)
 SERVICES: dict[str, Service] = {
     "db": DatabaseService(),
     "memcached": MemcachedService(),
+    "s3": S3Service(),
     "tansu": TansuService(),
 }
 NAMES: tuple[str, ...] = tuple(SERVICES)
 
 
-def _select(only: Iterable[str] | str | None) -> list[Service]:
+def _in_use(settings: Settings, name: str) -> bool:
+    """s3 matters only for durable Tansu (or while a local one is still running)."""
+    if name != "s3":
+        return True
+    return settings.tansu_storage == "s3" or SERVICES["s3"].status(settings).pid is not None
+
+
+def _select(
+    settings: Settings, only: Iterable[str] | str | None, starting: bool = False
+) -> list[Service]:
     if only is None:
-        return list(SERVICES.values())
+        return [svc for name, svc in SERVICES.items() if _in_use(settings, name)]
     wanted = {only} if isinstance(only, str) else set(only)
     unknown = sorted(wanted - set(SERVICES))
     if unknown:
         raise ServiceError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
+    if starting and "tansu" in wanted and settings.tansu_storage == "s3":
+        wanted.add("s3")  # durable Tansu cannot start without its store
     return [svc for name, svc in SERVICES.items() if name in wanted]
 
 
@@ -46,7 +60,7 @@ def up(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]
     started: list[Service] = []
     messages: list[str] = []
     t0 = time.monotonic()
-    for svc in _select(only):
+    for svc in _select(settings, only, starting=True):
         before = svc.status(settings).pid
         try:
             message = svc.up(settings)
@@ -67,7 +81,7 @@ def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[st
     messages: list[str] = []
     t0 = time.monotonic()
     errors: list[str] = []
-    for svc in reversed(_select(only)):
+    for svc in reversed(_select(settings, only)):
         try:
             message = svc.down(settings)
         except ServiceError as exc:  # keep stopping the others
@@ -82,5 +96,5 @@ def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[st
 
 
 def status(settings: Settings, only: Iterable[str] | str | None = None) -> list[ServiceStatus]:
-    """The state of every selected service (db, memcached, tansu)."""
-    return [svc.status(settings) for svc in _select(only)]
+    """The state of every selected service (db, memcached, tansu; s3 in durable mode)."""
+    return [svc.status(settings) for svc in _select(settings, only)]

@@ -4,9 +4,10 @@ Memory storage by default (fast, lost on restart). ``FLOWCTL_TANSU_STORAGE=s3``
 selects durable storage in an S3 bucket (``FLOWCTL_TANSU_S3_URL``, default
 ``s3://tansu/``) reached through the standard variables ``AWS_ENDPOINT``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and
-``AWS_ALLOW_HTTP=true`` (for a plain-http endpoint such as a local moto or
-MinIO). When ``FLOWCTL_KAFKA_BOOTSTRAP`` points elsewhere, nothing is started
-and only the health check runs against that cluster.
+``AWS_ALLOW_HTTP=true`` (for a plain-http endpoint such as MinIO), or, with
+``AWS_ENDPOINT`` unset, a local moto S3 server (see :mod:`flowctl.services.s3`).
+When ``FLOWCTL_KAFKA_BOOTSTRAP`` points elsewhere, nothing is started and only
+the health check runs against that cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from pathlib import Path
 
 from flowctl.config import Settings
+from flowctl.services import s3
 from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
 from flowctl.services.process import Daemon, check_tcp
 
@@ -48,22 +50,31 @@ def is_external(settings: Settings) -> bool:
 def storage_engine(settings: Settings, check: bool = True) -> str:
     """The ``--storage-engine`` URL for the configured storage.
 
-    ``check`` verifies the S3 variables; only starting needs them, so ``down``
-    and ``status`` pass False and keep working when the environment changed.
+    ``check`` verifies that an S3 endpoint is configured (``AWS_*``) or can be
+    run locally (moto); only starting needs it, so ``down`` and ``status``
+    pass False and keep working when the environment changed.
     """
     if settings.tansu_storage == "memory":
         return "memory://tansu/"
-    if settings.tansu_storage == "s3":
-        if not check:
-            return settings.tansu_s3_url
+    if settings.tansu_storage != "s3":
+        raise ServiceError(
+            f"tansu: tansu_storage={settings.tansu_storage!r} must be 'memory' or 's3'"
+        )
+    s3.bucket(settings)  # validates the URL
+    if check and s3.external_endpoint():
         missing = [name for name in S3_ENV if not os.environ.get(name)]
         if missing:
             raise ServiceError(
-                f"tansu: FLOWCTL_TANSU_STORAGE=s3 needs an S3 endpoint; set {', '.join(missing)} "
-                "(and AWS_ALLOW_HTTP=true for an http:// endpoint)"
+                f"tansu: AWS_ENDPOINT is set but {', '.join(missing)} is not; Tansu needs all "
+                f"of {', '.join(S3_ENV)} (and AWS_ALLOW_HTTP=true for an http:// endpoint)"
             )
-        return settings.tansu_s3_url
-    raise ServiceError(f"tansu: tansu_storage={settings.tansu_storage!r} must be 'memory' or 's3'")
+    elif check and not s3.moto_available():
+        raise ServiceError(
+            f"tansu: FLOWCTL_TANSU_STORAGE=s3 needs an S3 endpoint; set {', '.join(S3_ENV)} "
+            "(and AWS_ALLOW_HTTP=true for an http:// endpoint), or `pip install 'moto[server]'` "
+            "to run a local one"
+        )
+    return settings.tansu_s3_url
 
 
 def _reachable(bootstrap: str, timeout: float) -> None:
@@ -124,6 +135,7 @@ def daemon(settings: Settings, for_start: bool = False) -> Daemon:
         port=settings.kafka_port,
         settings=settings,
         health=lambda timeout: kafka_health(bootstrap, timeout),
+        env=s3.tansu_env(settings) if settings.tansu_storage == "s3" else {},
     )
 
 

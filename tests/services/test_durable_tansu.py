@@ -1,0 +1,80 @@
+"""Durable Tansu: records survive a broker restart when stored in (local moto) S3."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+from flowctl.config import Settings
+from flowctl.services import manager, s3
+from flowctl.services.base import UP
+from flowctl.services.process import free_port
+
+from .helpers import pid_gone
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def durable_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    if not s3.moto_available():
+        pytest.fail("moto[server] is not installed: `pip install 'moto[server]'`", pytrace=False)
+    for name in ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(s3.PORT_ENV, str(free_port()))
+    settings = Settings(
+        home=tmp_path / "home",
+        kafka_port=free_port(),
+        tansu_storage="s3",
+        tansu_s3_url=f"s3://flowctl-{secrets.token_hex(3)}/",
+    )
+    try:
+        yield settings
+    finally:
+        manager.down(settings)
+
+
+def _read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(values) < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value for r in batch)
+        return values
+    finally:
+        consumer.close()
+
+
+def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
+    manager.up(durable_settings, only="tansu")  # pulls in the local S3 store
+    states = {s.name: s.state for s in manager.status(durable_settings)}
+    assert states["s3"] == UP and states["tansu"] == UP
+    bootstrap = durable_settings.kafka_bootstrap
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin.create_topics([NewTopic("durable", num_partitions=1, replication_factor=1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    sent = [f"v{i}".encode() for i in range(20)]
+    for value in sent:
+        producer.send("durable", value=value, partition=0)
+    producer.flush(timeout=20)
+    producer.close()
+
+    broker_pid = {s.name: s.pid for s in manager.status(durable_settings)}["tansu"]
+    manager.down(durable_settings, only="tansu")
+    assert broker_pid is not None and pid_gone(broker_pid)
+    manager.up(durable_settings, only="tansu")
+
+    assert _read_all(bootstrap, "durable", len(sent)) == sent
