@@ -1,0 +1,111 @@
+"""Pipeline config files and the word-count definition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowctl.pipelines import wordcount
+from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config, resolve_path
+
+VALID = """
+name = "demo"
+definition = "flowctl.pipelines.wordcount"
+[topics]
+partitions = 3
+[stream]
+parallelism = 2
+min_parallelism = 1
+max_parallelism = 4
+max_records_per_batch = 1000
+trigger_interval_s = 0.5
+tuple_size = 10
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "demo") -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_wordcount_config_loads_by_name() -> None:
+    config = load_pipeline_config("wordcount")
+    assert config.name == "wordcount"
+    assert config.eden_topic == "wordcount.eden"
+    assert config.partitions == 4
+    assert config.parallelism == 2
+    assert config.min_parallelism <= config.parallelism <= config.max_parallelism
+    assert config.load_definition() is wordcount
+    assert config.replay_topics == ("wordcount.replay.a", "wordcount.replay.b")
+    assert config.dlq_topic == "wordcount.dlq"
+    assert config.source == resolve_path("wordcount")
+
+
+def test_every_key_of_the_shipped_config_is_documented() -> None:
+    lines = resolve_path("wordcount").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "=" in line and not line.lstrip().startswith("#"):
+            assert lines[i - 1].lstrip().startswith("#"), f"undocumented key: {line!r}"
+
+
+def test_a_path_loads_with_defaults(tmp_path: Path) -> None:
+    config = load_pipeline_config(
+        _write(tmp_path, 'name = "demo"\ndefinition = "flowctl.pipelines.wordcount"\n')
+    )
+    assert (config.eden_topic, config.partitions, config.parallelism) == ("demo.eden", 4, 2)
+    full = load_pipeline_config(str(_write(tmp_path, VALID)))
+    assert (full.max_records_per_batch, full.trigger_interval_s, full.tuple_size) == (1000, 0.5, 10)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("partitions = 3", "partitions = 0", r"topics.partitions=0 must be an integer >= 1"),
+        ("parallelism = 2", "parallelism = 9", r"stream.parallelism=9 must lie in \[min"),
+        ("tuple_size = 10", 'tuple_size = "10"', r"stream.tuple_size='10' must be an integer"),
+        ("trigger_interval_s = 0.5", "trigger_interval_s = -1", r"trigger_interval_s=-1"),
+        ("tuple_size = 10", "tuple_sise = 10", r"stream.tuple_sise=10 is not a known field"),
+        ('name = "demo"', 'name = "other"', r"name='other' must match the file name"),
+        ('"flowctl.pipelines.wordcount"', '"no.such.module"', r"definition='no.such.module'"),
+    ],
+)
+def test_bad_fields_name_the_file_field_and_value(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    path = _write(tmp_path, VALID.replace(old, new))
+    with pytest.raises(PipelineConfigError, match=message) as info:
+        load_pipeline_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(PipelineConfigError, match=r"'nosuchpipeline'.*does not exist"):
+        load_pipeline_config("nosuchpipeline")
+    with pytest.raises(PipelineConfigError, match=r"not valid TOML"):
+        load_pipeline_config(_write(tmp_path, "name = "))
+
+
+def test_words_are_lowercased_runs_of_letters() -> None:
+    assert wordcount.words("Hello, WORLD! it's 2024_x-ray déjà-vu") == [
+        "hello",
+        "world",
+        "it",
+        "s",
+        "x",
+        "ray",
+        "déjà",
+        "vu",
+    ]
+    assert wordcount.words("") == []
+
+
+def test_count_words_accepts_text_and_raw_values() -> None:
+    counts = wordcount.count_words(["a b A", b"b c", b"\xff\xfec"])
+    assert counts == {"a": 2, "b": 2, "c": 2}
+
+
+def test_invalid_utf8_is_a_separator_not_an_error() -> None:
+    assert wordcount.decode(b"ab\xffcd") == "ab\ufffdcd"
+    assert wordcount.words(wordcount.decode(b"ab\xffcd")) == ["ab", "cd"]
