@@ -59,6 +59,9 @@ SCHEMA = StructType(
 )
 
 
+_KIND_NAMES = {int: "an integer", float: "a number"}
+
+
 class SourceOptionError(ValueError):
     """A ``flowctl_kafka`` option is missing or bad; the message names it and its value."""
 
@@ -94,7 +97,7 @@ class SourceOptions:
                 value = kind(raw)
             except ValueError:
                 raise SourceOptionError(
-                    f"{SOURCE_NAME} option {key}={raw!r} is not a {kind.__name__}"
+                    f"{SOURCE_NAME} option {key}={raw!r} is not {_KIND_NAMES[kind]}"
                 ) from None
             if value <= 0:
                 raise SourceOptionError(f"{SOURCE_NAME} option {key}={raw!r} must be > 0")
