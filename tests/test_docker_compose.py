@@ -229,6 +229,16 @@ def test_spark_cluster_listens_where_the_connection_points(rendered: dict) -> No
         assert service["build"] == master["build"], "workers and master must run one image"
 
 
+def test_executors_can_reach_the_drivers(rendered: dict) -> None:
+    """The drivers run in the scheduler (LocalExecutor, client mode) under a resolvable name."""
+    scheduler = rendered["services"]["airflow-scheduler"]
+    advertised = _env(scheduler).get("SPARK_LOCAL_HOSTNAME")
+    assert advertised, "the scheduler must set SPARK_LOCAL_HOSTNAME (the drivers' address)"
+    assert advertised == scheduler.get("hostname") == "airflow-scheduler"
+    assert advertised in rendered["services"], "the drivers' name must be a service name"
+    assert _env(scheduler).get("SPARK_LOCAL_IP", "") not in ("127.0.0.1", "localhost")
+
+
 @pytest.mark.parametrize("name", ["spark-worker-1", "spark-worker-2"])
 def test_executors_run_the_drivers_code(rendered: dict, name: str) -> None:
     """Workers mount the same include/ as the Airflow containers (the drivers)."""
