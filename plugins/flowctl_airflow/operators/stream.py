@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
 
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
@@ -121,7 +122,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             env["FLOWCTL_HOME"] = os.environ["FLOWCTL_HOME"]
         python = self.pyspark_python
         if python is None:
-            spark_conn = self.get_connection(self._conn_id)
+            spark_conn = BaseHook.get_connection(self._conn_id)
             if str(spark_conn.host or "").startswith("local"):
                 python = sys.executable
         if python:
