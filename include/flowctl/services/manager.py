@@ -16,6 +16,7 @@ from flowctl.config import Settings
 from flowctl.services.base import Service, ServiceError, ServiceStatus
 from flowctl.services.database import DatabaseService
 from flowctl.services.memcached import MemcachedService
+from flowctl.services.process import run_dir
 from flowctl.services.s3 import S3Service
 from flowctl.services.tansu import TansuService
 
@@ -34,7 +35,7 @@ def _in_use(settings: Settings, name: str) -> bool:
     """s3 matters only for durable Tansu (or while a local one is still running)."""
     if name != "s3":
         return True
-    return settings.tansu_storage == "s3" or SERVICES["s3"].status(settings).pid is not None
+    return settings.tansu_storage == "s3" or (run_dir(settings) / f"{name}.pid").exists()
 
 
 def _select(
