@@ -236,3 +236,29 @@ def test_window_stays_in_bounds_under_any_events(
             win.on_timeout(ids[0])
         assert w_min <= win.size <= w_max
         assert 0 <= win.free_slots <= win.size
+
+
+def test_slow_ack_of_a_tuple_sent_before_the_last_decrease_is_an_echo() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=3)
+    for tid in ("a0", "a1", "a2"):
+        win.on_send(tid)
+    for old, new in (("a1", "a3"), ("a3", "a4")):
+        win.on_ack(old, rt=0.1)
+        win.on_send(new)
+    win.on_ack("a4", rt=0.1)  # a full round of NORMAL acks
+    assert win.size == 4
+    win.on_send("a5")
+    win.on_send("a6")
+    win.on_ack("a5", rt=2.0)  # SLOW: the decrease of this round
+    assert win.size == 3
+    win.on_ack("a6", rt=0.1)
+    win.on_send("a7")
+    win.on_ack("a7", rt=0.1)
+    win.on_ack("a2", rt=0.1)  # 4th ack: the round ends, a new one starts
+    out = win.on_ack("a0", rt=2.0)  # sent before the decrease: an echo
+    assert out is not None and out.slow
+    assert (win.size, win.state) == (3, LaneState.SLOW)
+    win.on_send("b0")
+    win.on_ack("b0", rt=2.0)  # sent after the decrease: a new signal
+    assert win.size == 2

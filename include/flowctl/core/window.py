@@ -8,7 +8,11 @@ of every in-flight tuple:
 * ack with ``rt`` within the lane's threshold -> NORMAL. After a full round of
   NORMAL acks the window grows by one (additive increase, once per round).
 * ack with ``rt`` over the threshold -> SLOW, and the window shrinks by one, at
-  most once per round (a burst of slow acks is one congestion signal).
+  most once per round (a burst of slow acks is one congestion signal), and
+  only for a tuple sent after the last decrease: a tuple sent before it
+  queued behind the larger window, so its rt is an echo of the congestion
+  already acted on (TCP's "one reduction per window of data"). Without this
+  rule the window overshoots by one round of feedback delay each way.
 * fail or timeout -> BUSY, the window shrinks by one at once and the tuple is
   handed back so the caller requeues it at the front of the send buffer for a
   *different* lane (see :mod:`flowctl.core.dispatch`).
@@ -57,11 +61,12 @@ class WindowFullError(RuntimeError):
 
 @dataclass(frozen=True)
 class InFlight:
-    """One in-flight tuple: when it was sent and how many were ahead of it."""
+    """One in-flight tuple: when it was sent, how many were ahead, its send number."""
 
     tuple_id: Hashable
     sent_at: float
     ahead: int
+    send_no: int
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class InFlightAge:
     tuple_id: Hashable
     age: float
     ahead: int
+    send_no: int
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,8 @@ class WindowSnapshot:
     round_all_normal: bool
     round_decreased: bool
     rounds: int
+    sends: int
+    decreased_at_send: int
     rtt: RttSnapshot
 
 
@@ -143,6 +151,8 @@ class AdaptiveWindow:
         self._rtt = rtt if rtt is not None else RttEstimator()
         self._in_flight: dict[Hashable, InFlight] = {}
         self._rounds = 0
+        self._sends = 0  # send numbers: "sent after the last decrease" without clock ties
+        self._decreased_at_send = 0
         self._start_round(decreased=False)
 
     # -- read side -------------------------------------------------------
@@ -212,7 +222,10 @@ class AdaptiveWindow:
                 f"AdaptiveWindow(lane={self.lane}): window {self._size} is full "
                 f"({len(self._in_flight)} in flight); cannot send {tuple_id!r}"
             )
-        self._in_flight[tuple_id] = InFlight(tuple_id, self._clock.now(), len(self._in_flight))
+        self._in_flight[tuple_id] = InFlight(
+            tuple_id, self._clock.now(), len(self._in_flight), self._sends
+        )
+        self._sends += 1
 
     def on_ack(self, tuple_id: Hashable, rt: float | None = None) -> AckOutcome | None:
         """Apply an ack. ``rt`` defaults to now - send time; a lane may report its own.
@@ -231,8 +244,8 @@ class AdaptiveWindow:
         if slow:
             self._state = LaneState.SLOW
             self._round_all_normal = False
-            if not self._round_decreased:
-                self._size = max(self._w_min, self._size - 1)
+            if not self._round_decreased and sent.send_no >= self._decreased_at_send:
+                self._decrease()
                 self._round_decreased = True
         else:
             self._state = LaneState.NORMAL
@@ -266,7 +279,7 @@ class AdaptiveWindow:
             size=self._size,
             state=self._state,
             in_flight=tuple(
-                InFlightAge(f.tuple_id, max(0.0, now - f.sent_at), f.ahead)
+                InFlightAge(f.tuple_id, max(0.0, now - f.sent_at), f.ahead, f.send_no)
                 for f in sorted(self._in_flight.values(), key=lambda f: f.sent_at)
             ),
             round_len=self._round_len,
@@ -274,6 +287,8 @@ class AdaptiveWindow:
             round_all_normal=self._round_all_normal,
             round_decreased=self._round_decreased,
             rounds=self._rounds,
+            sends=self._sends,
+            decreased_at_send=self._decreased_at_send,
             rtt=self._rtt.snapshot(),
         )
 
@@ -292,13 +307,16 @@ class AdaptiveWindow:
         win._state = LaneState(snap.state)
         now = clock.now()
         win._in_flight = {
-            f.tuple_id: InFlight(f.tuple_id, now - f.age, f.ahead) for f in snap.in_flight
+            f.tuple_id: InFlight(f.tuple_id, now - f.age, f.ahead, f.send_no)
+            for f in snap.in_flight
         }
         win._round_len = snap.round_len
         win._round_acks = snap.round_acks
         win._round_all_normal = snap.round_all_normal
         win._round_decreased = snap.round_decreased
         win._rounds = snap.rounds
+        win._sends = snap.sends
+        win._decreased_at_send = snap.decreased_at_send
         return win
 
     # -- internals -------------------------------------------------------
@@ -308,10 +326,14 @@ class AdaptiveWindow:
         self._round_all_normal = True
         self._round_decreased = decreased
 
+    def _decrease(self) -> None:
+        self._size = max(self._w_min, self._size - 1)
+        self._decreased_at_send = self._sends
+
     def _busy(self, tuple_id: Hashable) -> Hashable | None:
         if self._in_flight.pop(tuple_id, None) is None:
             return None
         self._state = LaneState.BUSY
-        self._size = max(self._w_min, self._size - 1)
+        self._decrease()
         self._start_round(decreased=True)
         return tuple_id
