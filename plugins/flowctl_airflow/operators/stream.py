@@ -114,16 +114,17 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             "FLOWCTL_DATABASE_URL": db.sqlalchemy_url,
             "FLOWCTL_KAFKA_BOOTSTRAP": FlowctlKafkaHook(self.kafka_conn_id).bootstrap_servers,
             "FLOWCTL_MEMCACHED": FlowctlMemcachedHook(self.memcached_conn_id).address,
-            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             # spark-submit and the job's Python come from the environment Airflow runs in.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         if os.environ.get("FLOWCTL_HOME"):
             env["FLOWCTL_HOME"] = os.environ["FLOWCTL_HOME"]
         python = self.pyspark_python
-        if python is None:
-            spark_conn = BaseHook.get_connection(self._conn_id)
-            if str(spark_conn.host or "").startswith("local"):
+        local = str(BaseHook.get_connection(self._conn_id).host or "").startswith("local")
+        if local:
+            # Loopback only in local mode; on a cluster executors must reach the driver.
+            env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+            if python is None:
                 python = sys.executable
         if python:
             env["PYSPARK_PYTHON"] = python
