@@ -1,0 +1,122 @@
+"""The word-count stream job end to end: spark-submit, Tansu, SQLite, stop signal, rerun.
+
+One test, two spark-submit runs (one Spark at a time). The pipeline config is
+a copy of the shipped one under its own name, so its topic and results do not
+mix with other tests sharing the session's broker.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.pipelines.config import load_pipeline_config, resolve_path
+from flowctl.pipelines.wordcount import count_words
+from tests.spark.conftest import StreamJobRunner, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
+
+
+def _lines(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f", no. {i}!"
+        for i in range(n)
+    ]
+
+
+def _pipeline_config(tmp_path: Path) -> Path:
+    """The shipped wordcount config renamed ``wcstream`` (own topic and results)."""
+    text = resolve_path("wordcount").read_text()
+    text = text.replace('name = "wordcount"', 'name = "wcstream"')
+    text = text.replace('eden = "wordcount.eden"', 'eden = "wcstream.eden"')
+    text = text.replace("partitions = 4", "partitions = 3")  # lanes != partitions on purpose
+    text = text.replace("max_records_per_batch = 50000", "max_records_per_batch = 4000")
+    path = tmp_path / "wcstream.toml"
+    path.write_text(text)
+    return path
+
+
+def _run_until_counted(
+    runner: StreamJobRunner, config: Path, topology_id: str, colour: str, lanes: int, total: int
+) -> None:
+    plane = ControlPlane(runner.database_url)
+    job = runner.submit(
+        "--pipeline-config",
+        str(config),
+        "--topology-id",
+        topology_id,
+        "--colour",
+        colour,
+        "--parallelism",
+        str(lanes),
+        "--airflow-run-id",
+        f"manual__{topology_id}",
+        "--poll-seconds",
+        "0.5",
+        name=topology_id,
+    )
+
+    def active() -> bool:
+        try:
+            return plane.get_topology(topology_id).state == "ACTIVE"
+        except Exception:  # schema or row not there yet
+            return False
+
+    wait_for(active, timeout_s=120, job=job, what=f"{topology_id} ACTIVE")
+    wait_for(
+        lambda: results.total(runner.database_url, "wcstream") >= total,
+        timeout_s=150,
+        job=job,
+        what=f"{total} words counted",
+    )
+    signal_id = plane.send_signal(topology_id, "stop")
+    code = job.wait(timeout_s=90)
+    assert code == 0, job.log_tail()
+    topology = plane.get_topology(topology_id)
+    assert (topology.state, topology.colour, topology.parallelism) == ("STOPPED", colour, lanes)
+    assert topology.spark_app_id
+    assert plane.pending_signals(topology_id) == []
+    assert any(s.id == signal_id and s.handled_at for s in plane.signals(topology_id))
+    log = job.log_path.read_text(errors="replace")
+    assert "records/s; total counted" in log, job.log_tail()
+
+
+def test_stream_counts_exactly_stops_on_signal_and_resumes(
+    stream_job_runner: StreamJobRunner, tmp_path: Path
+) -> None:
+    config_path = _pipeline_config(tmp_path)
+    config = load_pipeline_config(config_path)
+    bootstrap = stream_job_runner.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {config.eden_topic: config.partitions})
+
+    first = _lines(12_000, seed=1)
+    assert kafka_log.produce(bootstrap, config.eden_topic, first) == len(first)
+    expected = count_words(first)
+    _run_until_counted(
+        stream_job_runner, config_path, "wcstream-blue-1", "blue", 2, sum(expected.values())
+    )
+    assert results.word_counts(stream_job_runner.database_url, "wcstream") == dict(expected)
+
+    second = _lines(5_000, seed=2)
+    kafka_log.produce(bootstrap, config.eden_topic, second)
+    expected = count_words(first + second)
+    _run_until_counted(
+        stream_job_runner, config_path, "wcstream-green-2", "green", 3, sum(expected.values())
+    )
+    assert results.word_counts(stream_job_runner.database_url, "wcstream") == dict(expected)
+    latest = kafka_log.latest_offsets(bootstrap, config.eden_topic)
+    committed = ControlPlane(stream_job_runner.database_url).committed_offsets(
+        "wcstream", config.eden_topic
+    )
+    assert committed == latest
+    generations = [
+        t.generation for t in ControlPlane(stream_job_runner.database_url).topologies("wcstream")
+    ]
+    assert generations == [1, 2]
