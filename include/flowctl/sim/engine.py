@@ -21,6 +21,20 @@ serves its FIFO queue one tuple at a time, the service time being
 ``tuple_size * U(1 - jitter, 1 + jitter)`` records at the lane's current
 speed. Each lane has its own seeded random stream, so a lane's k-th service
 time is the same whatever the policy.
+
+Two modes:
+
+* ``continuous`` (Storm, the seed): every ack or fail reaches the source
+  ``link_delay_s`` after the lane finishes, and the source refills windows at
+  once.
+* ``microbatch`` (the Spark source): at each batch start the source cuts and
+  dispatches as many tuples as the windows allow (one task per lane); a lane
+  works through its tuples; the batch ends when every lane is done (Spark
+  waits for all tasks) or at ``timeout_s`` (the reader's no-progress timeout:
+  unfinished tuples time out and are requeued). Outcomes, with each tuple's
+  rt measured on its lane, reach the windows at batch end; the next batch
+  starts ``batch_overhead_s`` later. The acker's own timeout is then twice
+  ``timeout_s``: a backstop behind the batch timeout.
 """
 
 from __future__ import annotations
@@ -42,7 +56,7 @@ from flowctl.core.tuples import TopicPartition, TupleBatcher, TupleRange
 from flowctl.core.window import AdaptiveWindow
 
 from .model import POLICIES, SimConfig
-from .settle import operating_point, settle_round
+from .settle import settle_round, steady_band
 
 TP = TopicPartition("sim.eden", 0)
 
@@ -56,7 +70,7 @@ class LaneResult:
     window_trace: tuple[tuple[float, int], ...]
     round_windows: tuple[int, ...]
     settle_round: int | None
-    operating_window: float | None
+    steady_band: tuple[int, int] | None
 
 
 @dataclass(frozen=True)
@@ -130,9 +144,10 @@ class Simulation:
                 for i in range(len(config.lanes))
             ]
             self._dispatcher = Dispatcher(windows, self.clock, policy=policy)
+        self._microbatch = config.mode == "microbatch"
         self._acker = XorAcker(
             self.clock,
-            timeout_s=config.timeout_s,
+            timeout_s=config.timeout_s * (2 if self._microbatch else 1),
             buckets=config.acker_buckets,
             rng=random.Random(config.seed),
         )
@@ -151,6 +166,11 @@ class Simulation:
         self._static_queues: list[deque[TupleRange]] = [deque() for _ in self._lanes]
         self._static_in_flight = [0 for _ in self._lanes]
         self._last_rounds = [0 for _ in self._lanes]
+        self._batch_open: set[int] = set()  # roots of the running micro-batch
+        self._batch_replies: list[tuple[float, _Job, bool]] = []
+        self._batch_no = 0
+        self._abandoned: set[int] = set()
+        self.batches = 0
         self._traces: list[list[tuple[float, int]]] = [[] for _ in self._lanes]
         self._round_windows: list[list[int]] = [[] for _ in self._lanes]
         self._rows: list[tuple[float, float]] = []
@@ -163,7 +183,10 @@ class Simulation:
         self._schedule(0.0, "tick", None)
         if cfg.arrival_tps is not None:
             self._schedule(0.0, "arrival", None)
-        self._pump()
+        if self._microbatch:
+            self._schedule(0.0, "batch_start", None)
+        else:
+            self._pump()
         finished_at = math.inf
         while self._events:
             t, _, kind, payload = heapq.heappop(self._events)
@@ -171,7 +194,8 @@ class Simulation:
                 break
             self.clock.set(t)
             getattr(self, f"_on_{kind}")(payload)
-            self._pump()
+            if not self._microbatch:
+                self._pump()
             self._trace_windows()
             if self._ledger.checkpoint()[TP] >= self._total_records:
                 finished_at = t
@@ -249,9 +273,51 @@ class Simulation:
 
     def _on_done(self, lane: _Lane) -> None:
         job = lane.queue.popleft()
-        ok = lane.rng.random() >= self.cfg.lanes[lane.index].fail_probability(self.clock.now())
-        self._schedule(self.clock.now() + self.cfg.link_delay_s, "reply", (job, ok))
+        now = self.clock.now()
+        ok = lane.rng.random() >= self.cfg.lanes[lane.index].fail_probability(now)
         self._start_service(lane)
+        if not self._microbatch:
+            self._schedule(now + self.cfg.link_delay_s, "reply", (job, ok))
+            return
+        if job.root in self._abandoned:  # its batch gave up on it: wasted work
+            self._abandoned.discard(job.root)
+            self._wasted += 1
+            return
+        self._batch_replies.append((now, job, ok))
+        self._batch_open.discard(job.root)
+        if not self._batch_open:
+            self._schedule(now + self.cfg.link_delay_s, "batch_end", self._batch_no)
+
+    # -- micro-batches ---------------------------------------------------
+    def _on_batch_start(self, _: object) -> None:
+        self._batch_no += 1
+        self.batches += 1
+        before = set(self._jobs)
+        self._pump()
+        self._batch_open = set(self._jobs) - before
+        if self._batch_open:
+            self._schedule(self.clock.now() + self.cfg.timeout_s, "batch_end", self._batch_no)
+        else:  # nothing to do yet (open workload): poll again after the overhead
+            self._schedule(self.clock.now() + self.cfg.batch_overhead_s, "batch_start", None)
+
+    def _on_batch_end(self, batch_no: int) -> None:
+        if batch_no != self._batch_no or (not self._batch_open and not self._batch_replies):
+            return  # a stale end (the batch already ended the other way)
+        replies, self._batch_replies = sorted(self._batch_replies, key=lambda r: r[0]), []
+        for done_at, job, ok in replies:
+            if ok:
+                events = self._acker.ack(job.root, job.edge)
+                self._handle(events, rt={job.root: done_at - job.sent_at})
+            else:
+                self._handle(self._acker.fail(job.root))
+        for root in sorted(self._batch_open):  # the lane did not finish in time
+            job = self._jobs.pop(root)
+            self._abandoned.add(root)
+            self._handle(self._acker.fail(root), skip=root)
+            self._retry(job, timed_out=True)
+        self._batch_open = set()
+        self._batch_no += 1  # invalidates the other scheduled end of this batch
+        self._schedule(self.clock.now() + self.cfg.batch_overhead_s, "batch_start", None)
 
     def _on_reply(self, payload: tuple[_Job, bool]) -> None:
         job, ok = payload
@@ -275,19 +341,24 @@ class Simulation:
             self._schedule((arrived + 1) / (self.cfg.arrival_tps or 1.0), "arrival", None)
 
     # -- outcomes --------------------------------------------------------
-    def _handle(self, events: list[AckerEvent]) -> None:
+    def _handle(
+        self, events: list[AckerEvent], rt: dict[int, float] | None = None, skip: int = 0
+    ) -> None:
         for ev in events:
+            if ev.root == skip:
+                continue
             job = self._jobs.pop(ev.root)
             if ev.kind is AckerEventKind.COMPLETE:
-                self._complete(job)
+                self._complete(job, (rt or {}).get(ev.root))
             else:
                 self._retry(job, timed_out=ev.kind is AckerEventKind.TIMED_OUT)
 
-    def _complete(self, job: _Job) -> None:
+    def _complete(self, job: _Job, rt: float | None = None) -> None:
         now = self.clock.now()
         tid = job.tuple.id
+        rt = now - job.sent_at if rt is None else rt
         if self._dispatcher is not None:
-            self._dispatcher.on_ack(tid)
+            self._dispatcher.on_ack(tid, rt)
             w = self._dispatcher.windows[job.lane]
             if w.rounds > self._last_rounds[job.lane]:
                 self._last_rounds[job.lane] = w.rounds
@@ -295,7 +366,7 @@ class Simulation:
                     self._round_windows[job.lane].append(w.size)
         else:
             self._static_in_flight[job.lane] -= 1
-        self._rts.append(now - job.sent_at)
+        self._rts.append(rt)
         self._lanes[job.lane].completed += 1
         self._ledger.processed(tid)
         self._ledger.durable(tid)
@@ -358,7 +429,7 @@ class Simulation:
                     window_trace=tuple(trace),
                     round_windows=rounds,
                     settle_round=settle_round(rounds) if self._windowed else None,
-                    operating_window=operating_point(rounds) if rounds else None,
+                    steady_band=steady_band(rounds) if rounds else None,
                 )
             )
         settles = [lr.settle_round for lr in lanes]

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 POLICIES = ("equal_split", "round_robin", "least_loaded")
+MODES = ("continuous", "microbatch")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class SimConfig:
     floored at ``min_threshold``); a number fixes it. ``arrival_tps=None``
     puts the whole workload in the backlog at t=0 (a drain: throughput is the
     question); a rate makes tuples arrive over time (latency is the question).
+    ``mode`` is ``continuous`` or ``microbatch`` (see :mod:`flowctl.sim.engine`).
     """
 
     lanes: tuple[LaneSpec, ...]
@@ -108,6 +110,8 @@ class SimConfig:
     arrival_tps: float | None = None
     seed: int = 1
     metrics_window_s: float = 5.0
+    mode: str = "continuous"
+    batch_overhead_s: float = 0.5
     horizon_s: float = 3600.0
     name: str = field(default="custom")
 
@@ -122,5 +126,11 @@ class SimConfig:
             raise ValueError(f"SimConfig.jitter must be in [0, 1), got {self.jitter!r}")
         if self.link_delay_s < 0:
             raise ValueError(f"SimConfig.link_delay_s must be >= 0, got {self.link_delay_s!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"SimConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if self.batch_overhead_s < 0:
+            raise ValueError(
+                f"SimConfig.batch_overhead_s must be >= 0, got {self.batch_overhead_s!r}"
+            )
         if self.arrival_tps is not None and not self.arrival_tps > 0:
             raise ValueError(f"SimConfig.arrival_tps must be > 0 or None, got {self.arrival_tps!r}")
