@@ -234,11 +234,8 @@ def retry(
         try:
             return fn()
         except retry_on as exc:
-            wait = (
-                None
-                if max_attempts is not None and attempts >= max_attempts
-                else next(delays, None)
-            )
+            out_of_attempts = max_attempts is not None and attempts >= max_attempts
+            wait = None if out_of_attempts else next(delays, None)
             if wait is None:
                 log.error("%s: giving up after %d attempt(s): %r", describe, attempts, exc)
                 raise RetryError(describe, attempts, exc) from exc
