@@ -305,7 +305,8 @@ class MonitorSnapshot:
 class QueueMonitor:
     """Algorithm 1 for one task: watch its input queue, signal its direct upstream.
 
-    Call :meth:`step` with the queue length and the task's current send rate ``T.V`` on
+    Call :meth:`step` with the queue length and ``T.V``, the task's send rate before any
+    backpressure on it (its ``V_init`` if it has one), on
     every tick (the driver: once per micro-batch or control tick); a timer fires on the
     first step at or after its time, and :meth:`next_due` says when that is. ``outstanding``
     counts backpressure signals delivered and not yet cancelled: cancels are sent only
@@ -529,7 +530,10 @@ class BackpressureChain:
         if missing:
             raise ValueError(f"queue_lengths is missing stage(s) {missing}")
         for name in reversed(self.names[1:]):
-            self._monitors[name].step(queue_lengths[name], self._controllers[name].rate)
+            # Equation 1's T.V is the task's rate *before* backpressure: V_init if it has one.
+            own = self._controllers[name]
+            rate = own.v_init if own.v_init is not None else own.rate
+            self._monitors[name].step(queue_lengths[name], rate)
         return self.rates()
 
     def rates(self) -> dict[str, float]:
