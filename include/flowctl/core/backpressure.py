@@ -305,12 +305,12 @@ class MonitorSnapshot:
 class QueueMonitor:
     """Algorithm 1 for one task: watch its input queue, signal its direct upstream.
 
-    Call :meth:`step` with the queue length and ``T.V``, the task's send rate before any
-    backpressure on it (its ``V_init`` if it has one), on
-    every tick (the driver: once per micro-batch or control tick); a timer fires on the
-    first step at or after its time, and :meth:`next_due` says when that is. ``outstanding``
-    counts backpressure signals delivered and not yet cancelled: cancels are sent only
-    while it is positive, so an idle task does not flood the channel.
+    Call :meth:`step` on every tick (the driver: once per micro-batch or control tick)
+    with the queue length and ``T.V``, the task's send rate before any backpressure on it
+    (its ``V_init`` if it has one). A timer fires on the first step at or after its time;
+    :meth:`next_due` says when that is. ``outstanding`` counts backpressure signals
+    delivered and not yet cancelled: cancels are sent only while it is positive, so an
+    idle task does not flood the channel.
     """
 
     def __init__(
