@@ -6,19 +6,22 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from flowctl.config import Settings
-from flowctl.services.base import DOWN, ServiceError
+from flowctl.services.base import DOWN, UNHEALTHY, ServiceError
 from flowctl.services.memcached import memcached_health
 from flowctl.services.process import (
     Daemon,
     PidRecord,
     free_port,
+    is_alive,
     port_holder,
     port_is_free,
+    proc_cmdline,
     stop_pid,
 )
 
@@ -83,6 +86,48 @@ def test_stop_pid_kills_a_process_that_ignores_sigterm(
     assert stop_pid(proc.pid, argv, timeout=0.5) is True
     assert pid_gone(proc.pid)
     assert "sending SIGKILL" in caplog.text
+
+
+@pytest.mark.integration
+def test_up_on_a_running_but_unhealthy_daemon_fails_and_says_so(tmp_path: Path) -> None:
+    port = free_port()
+    argv = (sys.executable, "-c", SILENT_SERVER, str(port))
+    daemon = _daemon(tmp_path, argv, port, check_timeout=0.3)
+    proc = subprocess.Popen(argv)
+    try:
+        daemon.pid_file.parent.mkdir(parents=True)
+        daemon.pid_file.write_text(PidRecord(proc.pid, argv, daemon.address).dump())
+        deadline = time.monotonic() + 10
+        while port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert daemon.status().state == UNHEALTHY
+        with pytest.raises(
+            ServiceError, match=rf"probe runs as pid {proc.pid} .* but is unhealthy"
+        ):
+            daemon.up()
+        assert "probe down" in daemon.down()
+        assert pid_gone(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_script_started_through_its_shebang_is_recognised(tmp_path: Path) -> None:
+    script = tmp_path / "server"
+    script.write_text(
+        f"#!{sys.executable}\nimport time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    script.chmod(0o755)
+    argv = (str(script), "--flag")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert proc_cmdline(proc.pid) == (sys.executable, *argv)
+        assert is_alive(proc.pid, argv)
+        assert not is_alive(proc.pid, (str(script),))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_stop_pid_does_nothing_when_the_command_line_differs() -> None:

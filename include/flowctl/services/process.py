@@ -79,35 +79,62 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _matches(cmdline: tuple[str, ...], argv: Sequence[str]) -> bool:
+    wanted = tuple(argv)
+    # A script started through its ``#!`` line shows as ``interpreter script args...``.
+    return cmdline == wanted or (len(cmdline) == len(wanted) + 1 and cmdline[1:] == wanted)
+
+
 def is_alive(pid: int, argv: Sequence[str]) -> bool:
-    """True if ``pid`` runs and its command line is exactly ``argv``."""
+    """True if ``pid`` runs and its command line is exactly ``argv``.
+
+    A script started through its ``#!`` line counts too, as long as everything
+    after the interpreter is exactly ``argv``.
+    """
     _reap(pid)
-    return proc_cmdline(pid) == tuple(argv)
+    cmdline = proc_cmdline(pid)
+    return cmdline is not None and _matches(cmdline, argv)
+
+
+def _gone(pid: int, argv: Sequence[str]) -> bool:
+    """Exited (or a zombie), or the PID now runs another program.
+
+    A process in the middle of exiting has an empty command line: that is not
+    gone yet, or a caller could see it alive right after "stopped".
+    """
+    _reap(pid)
+    cmdline = proc_cmdline(pid)
+    return cmdline is None or (bool(cmdline) and not _matches(cmdline, argv))
+
+
+def _wait_gone(pid: int, argv: Sequence[str], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _gone(pid, argv):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    _reap(pid)
+    return True
 
 
 def stop_pid(pid: int, argv: Sequence[str], timeout: float = 10.0) -> bool:
     """SIGTERM, wait up to ``timeout``, then SIGKILL. False if it was not running.
 
     ``argv`` is re-checked before every signal so a recycled PID is never hit.
+    Returns once the process has really exited (not merely begun to).
     """
     if not is_alive(pid, argv):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_alive(pid, argv):
-            _reap(pid)
-            return True
-        time.sleep(0.05)
+    if _wait_gone(pid, argv, timeout):
+        return True
     log.warning("pid %d did not exit %.1f s after SIGTERM; sending SIGKILL", pid, timeout)
     if is_alive(pid, argv):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and is_alive(pid, argv):
-        time.sleep(0.05)
-    _reap(pid)
+    if not _wait_gone(pid, argv, 5.0):
+        raise ServiceError(f"pid {pid} ({argv[0]}) survived SIGKILL; check it by hand")
     return True
 
 
@@ -196,6 +223,7 @@ class Daemon:
     env: Mapping[str, str] = field(default_factory=dict)
     start_timeout: float = 15.0
     stop_timeout: float = 10.0
+    check_timeout: float = 3.0  # health check of a running daemon (status, up)
 
     @property
     def address(self) -> str:
@@ -238,7 +266,7 @@ class Daemon:
             return ServiceStatus(self.name, DOWN, None, self.address, f"log {self.log_file}")
         host, _, port = record.address.rpartition(":")
         try:
-            self.health_at(host, int(port), timeout=3.0)
+            self.health_at(host, int(port), timeout=self.check_timeout)
         except Exception as exc:
             return ServiceStatus(self.name, UNHEALTHY, record.pid, record.address, str(exc))
         return ServiceStatus(self.name, UP, record.pid, record.address, f"log {self.log_file}")
@@ -256,6 +284,15 @@ class Daemon:
                     f"{self.name} is already running as pid {record.pid} at {record.address} "
                     f"with other settings; run `flowctl services down --only {self.name}` first"
                 )
+            host, _, port = record.address.rpartition(":")
+            try:
+                self.health_at(host, int(port), timeout=self.check_timeout)
+            except Exception as exc:
+                raise ServiceError(
+                    f"{self.name} runs as pid {record.pid} at {record.address} but is unhealthy "
+                    f"({exc or type(exc).__name__}); see {self.log_file}, or run "
+                    f"`flowctl services down --only {self.name}` and up again"
+                ) from None
             return f"{self.name} already up (pid {record.pid}, {record.address})"
         if not port_is_free(self.host, self.port):
             holder = port_holder(self.port)
