@@ -262,3 +262,13 @@ def test_slow_ack_of_a_tuple_sent_before_the_last_decrease_is_an_echo() -> None:
     win.on_send("b0")
     win.on_ack("b0", rt=2.0)  # sent after the decrease: a new signal
     assert win.size == 2
+
+
+def test_a_round_that_never_filled_the_window_does_not_grow_it() -> None:
+    clock = FakeClock()
+    win = make(clock, w_init=4)
+    for i in range(8):  # one tuple at a time: the source, not the window, is the limit
+        win.on_send(f"t{i}")
+        win.on_ack(f"t{i}", rt=0.1)
+    assert win.rounds == 2
+    assert win.size == 4

@@ -6,7 +6,11 @@ The seed adapts TCP's congestion avoidance to one spout feeding many bolts
 of every in-flight tuple:
 
 * ack with ``rt`` within the lane's threshold -> NORMAL. After a full round of
-  NORMAL acks the window grows by one (additive increase, once per round).
+  NORMAL acks the window grows by one (additive increase, once per round),
+  provided the window was full at some point of the round. **beyond** the
+  seed (TCP's congestion window validation, RFC 7661): a lane that was never
+  window-limited has not shown it can take more, and a window inflated while
+  the source was idle would flood the lane at the next burst.
 * ack with ``rt`` over the threshold -> SLOW, and the window shrinks by one, at
   most once per round (a burst of slow acks is one congestion signal), and
   only for a tuple sent after the last decrease: a tuple sent before it
@@ -108,6 +112,7 @@ class WindowSnapshot:
     round_acks: int
     round_all_normal: bool
     round_decreased: bool
+    round_limited: bool
     rounds: int
     sends: int
     decreased_at_send: int
@@ -226,6 +231,8 @@ class AdaptiveWindow:
             tuple_id, self._clock.now(), len(self._in_flight), self._sends
         )
         self._sends += 1
+        if len(self._in_flight) >= self._size:
+            self._round_limited = True
 
     def on_ack(self, tuple_id: Hashable, rt: float | None = None) -> AckOutcome | None:
         """Apply an ack. ``rt`` defaults to now - send time; a lane may report its own.
@@ -250,7 +257,7 @@ class AdaptiveWindow:
         else:
             self._state = LaneState.NORMAL
         if self._round_acks >= self._round_len:
-            if self._round_all_normal:
+            if self._round_all_normal and self._round_limited:
                 self._size = min(self._w_max, self._size + 1)
             self._rounds += 1
             self._start_round(decreased=False)
@@ -286,6 +293,7 @@ class AdaptiveWindow:
             round_acks=self._round_acks,
             round_all_normal=self._round_all_normal,
             round_decreased=self._round_decreased,
+            round_limited=self._round_limited,
             rounds=self._rounds,
             sends=self._sends,
             decreased_at_send=self._decreased_at_send,
@@ -314,6 +322,7 @@ class AdaptiveWindow:
         win._round_acks = snap.round_acks
         win._round_all_normal = snap.round_all_normal
         win._round_decreased = snap.round_decreased
+        win._round_limited = snap.round_limited
         win._rounds = snap.rounds
         win._sends = snap.sends
         win._decreased_at_send = snap.decreased_at_send
@@ -325,6 +334,7 @@ class AdaptiveWindow:
         self._round_acks = 0
         self._round_all_normal = True
         self._round_decreased = decreased
+        self._round_limited = len(self._in_flight) >= self._size
 
     def _decrease(self) -> None:
         self._size = max(self._w_min, self._size - 1)

@@ -72,6 +72,18 @@ def markdown_table(table: Sequence[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def to_json(mode: str, result: SimResult) -> dict[str, object]:
-    """Everything in a result as plain data, plus its mode."""
-    return {"mode": mode, **asdict(result)}
+def _rounded(value: object, digits: int) -> object:
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v, digits) for v in value]
+    return value
+
+
+def to_json(mode: str, result: SimResult, digits: int = 4) -> dict[str, object]:
+    """Everything in a result as plain data (floats rounded to ``digits``), plus its mode."""
+    data = _rounded({"mode": mode, **asdict(result)}, digits)
+    assert isinstance(data, dict)
+    return data
