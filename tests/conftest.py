@@ -8,6 +8,8 @@ running on the same machine is not disturbed.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import secrets
 from collections.abc import Iterator
@@ -18,64 +20,91 @@ import sqlalchemy as sa
 
 from flowctl.config import Settings
 from flowctl.services import manager
+from flowctl.services.base import PortInUseError
 from flowctl.services.process import free_port
 
 POSTGRES_ENV = "FLOWCTL_TEST_POSTGRES_URL"
 POSTGRES_DEFAULT = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
-@pytest.fixture(scope="session")
-def _session_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """The session's settings: a tmp home and free ports; starts nothing by itself."""
-    return Settings(
-        home=tmp_path_factory.mktemp("flowctl_home"),
-        kafka_port=free_port(),
-        memcached_port=free_port(),
-        memcached_memory_mb=64,
-    )
+class _SessionServices:
+    """The session's settings, adjusted when a chosen port turns out to be taken.
+
+    Ports are picked free when the session first needs a service, but another
+    process on the machine may grab one before the service binds it: then a
+    new port is picked and the start retried, instead of failing every test
+    that needs the service.
+    """
+
+    ATTEMPTS = 3
+
+    def __init__(self, home: Path) -> None:
+        self.settings = Settings(
+            home=home, kafka_port=free_port(), memcached_port=free_port(), memcached_memory_mb=64
+        )
+
+    def start(self, service: str, port_field: str) -> None:
+        for attempt in range(1, self.ATTEMPTS + 1):
+            try:
+                manager.up(self.settings, only=service)
+                return
+            except PortInUseError:
+                if attempt == self.ATTEMPTS:
+                    raise
+                self.settings = dataclasses.replace(self.settings, **{port_field: free_port()})
+
+    def stop(self, service: str) -> None:
+        manager.down(self.settings, only=service)
 
 
 @pytest.fixture(scope="session")
-def _session_tansu(_session_settings: Settings) -> Iterator[None]:
+def _session_services(tmp_path_factory: pytest.TempPathFactory) -> _SessionServices:
+    """A tmp home and free ports for the session; starts nothing by itself."""
+    return _SessionServices(tmp_path_factory.mktemp("flowctl_home"))
+
+
+@pytest.fixture(scope="session")
+def _session_tansu(_session_services: _SessionServices) -> Iterator[None]:
     """Tansu for the whole session, started on first use, stopped at the end."""
-    manager.up(_session_settings, only="tansu")
+    _session_services.start("tansu", "kafka_port")
     try:
         yield
     finally:
-        manager.down(_session_settings, only="tansu")
+        _session_services.stop("tansu")
 
 
 @pytest.fixture(scope="session")
-def _session_memcached(_session_settings: Settings) -> Iterator[None]:
+def _session_memcached(_session_services: _SessionServices) -> Iterator[None]:
     """memcached for the whole session, started on first use, stopped at the end."""
-    manager.up(_session_settings, only="memcached")
+    _session_services.start("memcached", "memcached_port")
     try:
         yield
     finally:
-        manager.down(_session_settings, only="memcached")
+        _session_services.stop("memcached")
 
 
 @pytest.fixture(scope="session")
 def flowctl_settings(
-    _session_settings: Settings, _session_tansu: None, _session_memcached: None
+    _session_services: _SessionServices, _session_tansu: None, _session_memcached: None
 ) -> Settings:
     """Settings with a tmp home and free ports; Tansu and memcached run for the session.
 
-    Its ``database_url`` is empty, i.e. a SQLite file in the home.
+    Its ``database_url`` is empty, i.e. a SQLite file in the home;
+    ``settings.to_env()`` hands the same settings to a child process.
     """
-    return _session_settings
+    return _session_services.settings
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(_session_settings: Settings, _session_tansu: None) -> str:
+def kafka_bootstrap(_session_services: _SessionServices, _session_tansu: None) -> str:
     """``"127.0.0.1:<port>"`` of the session's Tansu broker (memcached is not started)."""
-    return _session_settings.kafka_bootstrap
+    return _session_services.settings.kafka_bootstrap
 
 
 @pytest.fixture(scope="session")
-def memcached_address(_session_settings: Settings, _session_memcached: None) -> str:
+def memcached_address(_session_services: _SessionServices, _session_memcached: None) -> str:
     """``"127.0.0.1:<port>"`` of the session's memcached (Tansu is not started)."""
-    return _session_settings.memcached_address
+    return _session_services.settings.memcached_address
 
 
 @pytest.fixture
@@ -88,14 +117,14 @@ def _postgres_base_url() -> str:
     return os.environ.get(POSTGRES_ENV) or POSTGRES_DEFAULT
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test, dropped afterwards.
+@contextlib.contextmanager
+def fresh_postgres_database(base_url: str | None = None) -> Iterator[str]:
+    """Create an empty database ``flowctl_t_<random>`` on the server; drop it on exit.
 
-    Fails (never skips) when the server is unreachable: the PostgreSQL leg of
-    the suite must not disappear silently.
+    The drop uses ``WITH (FORCE)`` so connections a test left open (an engine
+    it did not dispose) cannot keep the database alive.
     """
-    base = sa.make_url(_postgres_base_url())
+    base = sa.make_url(base_url or _postgres_base_url())
     admin = sa.create_engine(
         base, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
     )
@@ -110,13 +139,25 @@ def postgres_url() -> Iterator[str]:
             f"(set {POSTGRES_ENV}): {str(exc).splitlines()[0]}",
             pytrace=False,
         )
-    url = base.set(database=name).render_as_string(hide_password=False)
     try:
-        yield url
+        yield base.set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test, dropped afterwards.
+
+    Fails (never skips) when the server is unreachable: the PostgreSQL leg of
+    the suite must not disappear silently.
+    """
+    with fresh_postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -138,12 +139,31 @@ def stop_pid(pid: int, argv: Sequence[str], timeout: float = 10.0) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close).
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
-    For tests and tools that must stay off the default ports; another process
-    can still take it before use, which callers report as a taken port.
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on, below the kernel's ephemeral range.
+
+    For tests and tools that must stay off the default ports. Ports handed out
+    for bind(port 0) come from the ephemeral range, which is also where every
+    outgoing connection takes its local port, so such a port can be taken by a
+    client socket before the server binds it; a random port between 20000 and
+    the start of that range cannot. Another process can still take it before
+    use, which the caller sees as :class:`PortInUseError`.
     """
+    low = _ephemeral_range()[0]
+    rng = random.SystemRandom()
+    if low > 20_000:
+        for _ in range(200):
+            port = rng.randrange(20_000, low)
+            if port_is_free(host, port) and not _listening_inodes(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -332,6 +352,11 @@ class Daemon:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
+                if not port_is_free(self.host, self.port):  # lost a race for the port
+                    raise PortInUseError(
+                        f"{self.name} cannot start: port {self.port} on {self.host} was taken "
+                        f"while it started; log {self.log_file}: {_tail(self.log_file, 2)}"
+                    )
                 raise ServiceError(
                     f"{self.name} exited with code {proc.returncode} right after starting "
                     f"on {self.address}; log {self.log_file}: {_tail(self.log_file)}"
