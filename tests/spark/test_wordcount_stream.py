@@ -120,3 +120,29 @@ def test_stream_counts_exactly_stops_on_signal_and_resumes(
         t.generation for t in ControlPlane(stream_job_runner.database_url).topologies("wcstream")
     ]
     assert generations == [1, 2]
+
+
+def test_a_failing_query_marks_the_topology_failed_and_exits_non_zero(
+    stream_job_runner: StreamJobRunner, tmp_path: Path
+) -> None:
+    """A checkpoint past the log's end (a reset broker) must fail loudly, not skip data."""
+    config_path = _pipeline_config(tmp_path)
+    config = load_pipeline_config(config_path)
+    bootstrap = stream_job_runner.settings.kafka_bootstrap
+    topic = config.eden_topic
+    kafka_log.ensure_topics(bootstrap, {topic: config.partitions})
+    latest = kafka_log.latest_offsets(bootstrap, topic)
+    plane = ControlPlane(stream_job_runner.database_url)
+    plane.ensure_schema()
+    # The durable checkpoint says partition 0 was processed further than the log goes.
+    results.apply_records(
+        stream_job_runner.database_url, "wcstream", [(topic, 0, latest[0] + 10, b"ghost")]
+    )
+    job = stream_job_runner.submit(
+        "--pipeline-config", str(config_path), "--topology-id", "wcstream-bad", name="bad"
+    )
+    code = job.wait(timeout_s=150)
+    assert code == 1, job.log_tail()
+    assert plane.get_topology("wcstream-bad").state == "FAILED"
+    log = job.log_path.read_text(errors="replace")
+    assert f"start offset {latest[0] + 11} is past the log end {latest[0]}" in log, job.log_tail()

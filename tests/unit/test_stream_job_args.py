@@ -1,0 +1,58 @@
+"""The stream job's command line: defaults, and bad arguments named by argparse."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from flowctl.spark.job import default_topology_id, parse_args
+
+
+def test_defaults() -> None:
+    args = parse_args([])
+    assert (args.pipeline_config, args.colour, args.parallelism, args.poll_seconds) == (
+        "wordcount",
+        "blue",
+        None,
+        1.0,
+    )
+    assert args.topology_id is None and args.checkpoint_dir is None
+
+
+def test_the_airflow_command_line_parses() -> None:
+    args = parse_args(
+        ["--topology-id", "wc-green-1", "--colour", "green", "--parallelism", "4",
+         "--airflow-run-id", "manual__2026"]
+    )  # fmt: skip
+    assert (args.topology_id, args.colour, args.parallelism, args.airflow_run_id) == (
+        "wc-green-1",
+        "green",
+        4,
+        "manual__2026",
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--colour", "red"], "argument --colour: invalid choice: 'red'"),
+        (["--parallelism", "0"], "argument --parallelism: '0' must be >= 1"),
+        (["--parallelism", "two"], "argument --parallelism: 'two' is not an integer"),
+        (["--poll-seconds", "-1"], "argument --poll-seconds: '-1' must be > 0"),
+    ],
+)
+def test_bad_arguments_are_named(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_args(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_default_topology_id_is_pipeline_colour_utc_time() -> None:
+    when = dt.datetime(2026, 3, 4, 5, 6, 7, 89, tzinfo=dt.UTC)
+    assert (
+        default_topology_id("wordcount", "green", when) == "wordcount-green-20260304T050607000089"
+    )
