@@ -159,3 +159,24 @@ def test_snapshot_round_trip_keeps_buffer_in_flight_and_rates() -> None:
     assert back.rate(0) == d.rate(0)
     assert back.in_flight == d.in_flight
     assert back.buffered == d.buffered
+
+
+def test_lane_report_applies_acks_and_fails_and_flags_stale_ids() -> None:
+    clock = FakeClock()
+    d = Dispatcher(lanes(clock, [2, 2]), clock)
+    d.enqueue(tuples(4))
+    out = d.dispatch()
+    on0 = [a.tuple.id for a in out if a.lane == 0]
+    on1 = [a.tuple.id for a in out if a.lane == 1]
+    report = d.on_lane_report(0, acked=[(on0[0], 0.5), (on1[0], 0.5)], failed=[on0[1]])
+    assert [a.tuple.id for a in report.acked] == [on0[0]]
+    assert [t.id for t in report.requeued] == [on0[1]]
+    assert report.stale == (on1[0],)  # in flight, but on lane 1: not lane 0's to report
+    assert d.lane_of(on1[0]) == 1
+
+
+def test_lane_report_rejects_an_unknown_lane() -> None:
+    clock = FakeClock()
+    d = Dispatcher(lanes(clock, [1, 1]), clock)
+    with pytest.raises(ValueError, match=r"lane must be in 0\.\.1, got 5"):
+        d.on_lane_report(5)

@@ -21,8 +21,9 @@ fresh tuples take the room.
 Driving it from a micro-batch source, per batch: ``enqueue`` newly cut tuples
 (:class:`flowctl.core.tuples.TupleBatcher`; ask for ``total_free()`` minus
 ``buffered``), ``dispatch()`` -> the (lane, tuple) assignments of this batch
-(one InputPartition per lane); when lanes report back, ``on_ack(tuple_id,
-rt)`` / ``on_fail(tuple_id)``; ``expire(timeout_s)`` for tuples never
+(one InputPartition per lane); when a lane reports back,
+``on_lane_report(lane, acked=[(tuple_id, rt), ...], failed=[...])`` (or
+``on_ack`` / ``on_fail`` per tuple); ``expire(timeout_s)`` for tuples never
 reported. ``snapshot()`` / ``Dispatcher.from_snapshot`` survive a restart.
 """
 
@@ -134,6 +135,20 @@ class AckReport:
     lane: int
     tuple: TupleRange
     outcome: AckOutcome
+
+
+@dataclass(frozen=True)
+class LaneReport:
+    """What one lane's report did: applied acks, tuples requeued, ids ignored.
+
+    ``stale`` ids were not in flight on that lane (already timed out and
+    requeued, or never sent there): they change nothing.
+    """
+
+    lane: int
+    acked: tuple[AckReport, ...]
+    requeued: tuple[TupleRange, ...]
+    stale: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -269,6 +284,36 @@ class Dispatcher:
             a = self._rate_alpha
             self._rates[lane] = sample if old is None else (1 - a) * old + a * sample
         return AckReport(lane, t, outcome)
+
+    def on_lane_report(
+        self,
+        lane: int,
+        acked: Iterable[tuple[str, float | None]] = (),
+        failed: Iterable[str] = (),
+    ) -> LaneReport:
+        """Apply one lane's outcome of a micro-batch: ``(tuple_id, rt)`` per processed
+        tuple (rt None = measure from the send time) and the ids it failed."""
+        if not isinstance(lane, int) or not 0 <= lane < len(self._windows):
+            raise ValueError(
+                f"Dispatcher.on_lane_report: lane must be in 0..{len(self._windows) - 1}, "
+                f"got {lane!r}"
+            )
+        acks: list[AckReport] = []
+        requeued: list[TupleRange] = []
+        stale: list[str] = []
+        for tuple_id, rt in acked:
+            report = self.on_ack(tuple_id, rt) if self.lane_of(tuple_id) == lane else None
+            if report is None:
+                stale.append(tuple_id)
+            else:
+                acks.append(report)
+        for tuple_id in failed:
+            t = self.on_fail(tuple_id) if self.lane_of(tuple_id) == lane else None
+            if t is None:
+                stale.append(tuple_id)
+            else:
+                requeued.append(t)
+        return LaneReport(lane, tuple(acks), tuple(requeued), tuple(stale))
 
     def on_fail(self, tuple_id: str) -> TupleRange | None:
         """An explicit fail: the lane turns BUSY and the tuple is requeued in front."""
