@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -139,3 +140,21 @@ def test_value_is_zero_exactly_when_every_edge_is_acked_once(
         assert events == [] and acker.pending == 1
         entry = acker.entry(root)
         assert entry is not None and entry.ack_val != 0
+
+
+def test_snapshot_survives_a_restart_timeouts_and_ids_included() -> None:
+    clock = FakeClock(500.0)
+    acker = make(clock)
+    root, e1 = acker.new_root(), acker.new_id()
+    acker.ack_init(root, e1, source_task="lane-1")
+    clock.advance(20.0)
+    snap = pickle.loads(pickle.dumps(acker.snapshot()))
+    restarted = FakeClock(0.0)
+    back = XorAcker.from_snapshot(snap, restarted)
+    assert back.new_id() == acker.new_id()  # the id stream continues
+    entry = back.entry(root)
+    assert entry is not None and (entry.created, entry.source_task) == (-20.0, "lane-1")
+    restarted.advance(9.9)
+    assert back.expire() == []
+    restarted.advance(0.1)
+    assert [e.root for e in back.expire()] == [root]  # 30 s after ack_init, as before

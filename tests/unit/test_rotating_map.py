@@ -77,3 +77,19 @@ def test_timed_map_catches_up_after_a_long_gap() -> None:
 def test_timed_map_rejects_bad_timeout() -> None:
     with pytest.raises(ValueError, match="timeout_s must be > 0, got 0"):
         TimedRotatingMap(FakeClock(), timeout_s=0)
+
+
+def test_buckets_and_phase_round_trip_onto_another_clock() -> None:
+    clock = FakeClock(100.0)
+    m: TimedRotatingMap[str, int] = TimedRotatingMap(clock, timeout_s=3.0, buckets=3)
+    m.put("old", 1)
+    clock.advance(1.5)
+    m.expire()
+    m.put("new", 2)
+    other = FakeClock(0.0)
+    back: TimedRotatingMap[str, int] = TimedRotatingMap(other, timeout_s=3.0, buckets=3)
+    back.load_buckets(m.bucket_items())
+    back.set_next_rotation_in(m.next_rotation_in())
+    assert back.bucket_items() == m.bucket_items()
+    other.advance(1.5)  # rotations at 0.5 and 1.5: "old" entered two periods ago
+    assert back.expire() == [("old", 1)]

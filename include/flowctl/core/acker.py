@@ -69,6 +69,17 @@ class AckEntry:
     created: float
 
 
+@dataclass(frozen=True)
+class AckerSnapshot:
+    """Immutable, picklable state of an :class:`XorAcker`; ``created`` times are ages."""
+
+    timeout_s: float
+    buckets: tuple[tuple[tuple[int, AckEntry], ...], ...]
+    next_rotation_in: float
+    stale: int
+    rng_state: tuple[object, ...]
+
+
 def _check_id(name: str, value: int, *, allow_zero: bool) -> int:
     low = 0 if allow_zero else 1
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_ID:
@@ -160,6 +171,37 @@ class XorAcker:
             self._event(AckerEventKind.TIMED_OUT, root, entry)
             for root, entry in self._pending.expire()
         ]
+
+    def snapshot(self) -> AckerSnapshot:
+        """Pending trees (creation times as ages), rotation phase and the id generator."""
+        now = self._clock.now()
+        return AckerSnapshot(
+            timeout_s=self._pending.timeout_s,
+            buckets=tuple(
+                tuple((root, replace(e, created=now - e.created)) for root, e in bucket)
+                for bucket in self._pending.bucket_items()
+            ),
+            next_rotation_in=self._pending.next_rotation_in(),
+            stale=self.stale,
+            rng_state=self._rng.getstate(),
+        )
+
+    @classmethod
+    def from_snapshot(cls, snap: AckerSnapshot, clock: Clock) -> XorAcker:
+        """Rebuild on ``clock`` (e.g. a fresh monotonic clock after a restart)."""
+        rng = random.Random()
+        rng.setstate(snap.rng_state)
+        acker = cls(clock, timeout_s=snap.timeout_s, buckets=len(snap.buckets), rng=rng)
+        now = clock.now()
+        acker._pending.load_buckets(
+            tuple(
+                tuple((root, replace(e, created=now - e.created)) for root, e in bucket)
+                for bucket in snap.buckets
+            )
+        )
+        acker._pending.set_next_rotation_in(snap.next_rotation_in)
+        acker.stale = snap.stale
+        return acker
 
     def _event(self, kind: AckerEventKind, root: int, entry: AckEntry) -> AckerEvent:
         return AckerEvent(kind, root, entry.source_task, entry.created, self._clock.now())

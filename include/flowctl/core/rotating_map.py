@@ -76,6 +76,19 @@ class RotatingMap(Generic[K, V]):
                 return b.pop(key)
         return None
 
+    def bucket_items(self) -> tuple[tuple[tuple[K, V], ...], ...]:
+        """Every bucket's entries, newest bucket first (for snapshots)."""
+        return tuple(tuple(b.items()) for b in self._buckets)
+
+    def load_buckets(self, buckets: tuple[tuple[tuple[K, V], ...], ...]) -> None:
+        """Replace the content with :meth:`bucket_items` output of the same bucket count."""
+        if len(buckets) != len(self._buckets):
+            raise ValueError(
+                f"RotatingMap.load_buckets: expected {len(self._buckets)} buckets, "
+                f"got {len(buckets)}"
+            )
+        self._buckets = deque(dict(b) for b in buckets)
+
     def rotate(self) -> dict[K, V]:
         """Drop the oldest bucket and return its entries: they have expired."""
         expired = self._buckets.pop()
@@ -99,6 +112,21 @@ class TimedRotatingMap(RotatingMap[K, V]):
         self.timeout_s = float(timeout_s)
         self.period_s = self.timeout_s / buckets
         self._next_rotation = clock.now() + self.period_s
+
+    def next_rotation_in(self) -> float:
+        """Seconds until the next rotation, negative when rotations are overdue (a
+        phase that survives a clock change; overdue rotations happen at the next
+        :meth:`expire` after a restore, so no timeout is lost)."""
+        return self._next_rotation - self._clock.now()
+
+    def set_next_rotation_in(self, seconds: float) -> None:
+        """Restore the rotation phase on this map's clock."""
+        if not seconds <= self.period_s:
+            raise ValueError(
+                f"TimedRotatingMap: next rotation must be <= {self.period_s} s away, "
+                f"got {seconds!r}"
+            )
+        self._next_rotation = self._clock.now() + seconds
 
     def expire(self) -> list[tuple[K, V]]:
         now = self._clock.now()
