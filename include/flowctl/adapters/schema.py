@@ -17,10 +17,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
 #: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
+#: Adding a table is compatible (``create_all`` adds it to an existing database and older
+#: code never reads it), so ``replacement_events`` did not bump it.
 SCHEMA_VERSION = 1
 
 TOPOLOGY_STATES = ("STARTING", "READY", "ACTIVE", "DRAINING", "STOPPED", "FAILED")
 SIGNAL_KINDS = ("deactivate", "drain", "stop")
+#: ``running`` while a blue-green replacement is under way, then one of the final three.
+REPLACEMENT_OUTCOMES = ("running", "ok", "rolled_back", "failed")
 
 
 class SchemaVersionError(RuntimeError):
@@ -141,6 +145,43 @@ metrics_windows = sa.Table(
     sa.Column("backlog", sa.BigInteger, nullable=False, default=0),
     sa.Column("backpressure_level", sa.Float, nullable=False, default=0.0),
     sa.Column("lanes_json", sa.Text, nullable=True),
+)
+
+# One row per blue-green replacement (SPEC E). No foreign keys to ``topologies``: the
+# event is a history record and must be writable even when the new topology never got
+# registered (a green that failed to start) or the old one was cleaned up.
+replacement_events = sa.Table(
+    "replacement_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(100), nullable=False, index=True),
+    sa.Column("old_topology_id", sa.String(200), nullable=False),
+    sa.Column("new_topology_id", sa.String(200), nullable=True),
+    sa.Column("old_parallelism", sa.Integer, nullable=False),
+    sa.Column("new_parallelism", sa.Integer, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("decision_json", sa.Text, nullable=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("ready_at", UTCDateTime, nullable=True),
+    sa.Column("deactivated_at", UTCDateTime, nullable=True),
+    sa.Column("drained_at", UTCDateTime, nullable=True),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("pause_ms", sa.Float, nullable=True),
+    sa.Column("duplicates", sa.BigInteger, nullable=True),
+    sa.Column("outcome", sa.String(20), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.CheckConstraint(
+        "old_parallelism >= 1 AND new_parallelism >= 1",
+        name="ck_replacement_events_parallelism",
+    ),
+    sa.CheckConstraint(
+        "outcome IN (" + ", ".join(f"'{o}'" for o in REPLACEMENT_OUTCOMES) + ")",
+        name="ck_replacement_events_outcome",
+    ),
+    sa.CheckConstraint("pause_ms IS NULL OR pause_ms >= 0", name="ck_replacement_events_pause_ms"),
+    sa.CheckConstraint(
+        "duplicates IS NULL OR duplicates >= 0", name="ck_replacement_events_duplicates"
+    ),
 )
 
 word_counts = sa.Table(
