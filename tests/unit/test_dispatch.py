@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flowctl.core.clock import FakeClock
 from flowctl.core.dispatch import Dispatcher, make_policy
@@ -180,3 +182,49 @@ def test_lane_report_rejects_an_unknown_lane() -> None:
     d = Dispatcher(lanes(clock, [1, 1]), clock)
     with pytest.raises(ValueError, match=r"lane must be in 0\.\.1, got 5"):
         d.on_lane_report(5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    policy=st.sampled_from(["round_robin", "least_loaded"]),
+    script=st.lists(
+        st.tuples(st.sampled_from(["ack", "fail", "timeout", "more"]), st.integers(0, 50)),
+        max_size=80,
+    ),
+)
+def test_every_tuple_is_buffered_in_flight_or_acked_exactly_once(
+    sizes: list[int], policy: str, script: list[tuple[str, int]]
+) -> None:
+    clock = FakeClock()
+    d = Dispatcher(lanes(clock, sizes), clock, policy=policy)
+    made, acked = 0, []
+    for kind, pick in script:
+        clock.advance(0.1)
+        if kind == "more":
+            d.enqueue(tuples(3, start=made))
+            made += 3
+        for a in d.dispatch():
+            if a.tuple.id in {r.tuple.id for r in d.snapshot().retry}:
+                raise AssertionError("a dispatched tuple is still in the buffer")
+        flying = [t for t, _ in d.snapshot().in_flight]
+        if not flying or kind == "more":
+            continue
+        t = flying[pick % len(flying)]
+        lane = d.lane_of(t.id)
+        if kind == "ack":
+            assert d.on_ack(t.id, rt=0.5) is not None
+            acked.append(t.start)
+        else:
+            (d.on_fail if kind == "fail" else d.on_timeout)(t.id)
+            if len(sizes) > 1:
+                (again,) = [a for a in d.dispatch() if a.tuple == t] or [None]
+                assert again is None or again.lane != lane
+    snap = d.snapshot()
+    places = (
+        [r.tuple.start for r in snap.retry]
+        + [t.start for t in snap.fresh]
+        + [t.start for t, _ in snap.in_flight]
+        + acked
+    )
+    assert sorted(places) == list(range(made))

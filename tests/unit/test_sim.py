@@ -3,8 +3,11 @@ when one lane is slower (a property of the algorithms, in simulated time)."""
 
 from __future__ import annotations
 
+import ast
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +92,23 @@ def test_settle_round_is_the_first_round_inside_the_band_for_good() -> None:
     long = [4, 5, 6, 7, 8, *[9, 10] * 20]
     assert settle_round(long) == 5
     assert settle_round([*long, 20]) is None  # left the band at the end
+
+
+def test_the_simulator_is_pure_standard_library_and_core_only() -> None:
+    root = Path(__file__).resolve().parents[2] / "include" / "flowctl" / "sim"
+    bad = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                ok = name.startswith(("flowctl.core", "flowctl.sim")) or (
+                    top in sys.stdlib_module_names and top not in {"socket", "subprocess"}
+                )
+                if not ok:
+                    bad.append(f"{path.name}: {name}")
+    assert bad == []
