@@ -156,7 +156,6 @@ class Simulation:
         self._metrics = MetricsWindow(f"sim-{policy}", self.clock, window_s=config.metrics_window_s)
         self._jobs: dict[int, _Job] = {}
         self._available_at: dict[str, float] = {}
-        self._done_tuples: set[str] = set()
         self._rts: list[float] = []
         self._latencies: list[float] = []
         self._failed = 0
@@ -170,7 +169,6 @@ class Simulation:
         self._batch_replies: list[tuple[float, _Job, bool]] = []
         self._batch_no = 0
         self._abandoned: set[int] = set()
-        self.batches = 0
         self._traces: list[list[tuple[float, int]]] = [[] for _ in self._lanes]
         self._round_windows: list[list[int]] = [[] for _ in self._lanes]
         self._rows: list[tuple[float, float]] = []
@@ -248,10 +246,11 @@ class Simulation:
 
     def _send(self, t: TupleRange, lane: int) -> None:
         root, edge = self._acker.new_root(), self._acker.new_id()
-        self._acker.ack_init(root, edge, source_task=lane)
+        timeouts = self._acker.ack_init(root, edge, source_task=lane)
         job = _Job(t, lane, root, edge, self.clock.now())
         self._jobs[root] = job
         self._schedule(self.clock.now() + self.cfg.link_delay_s, "arrive", job)
+        self._handle(timeouts)  # trees that expired on this call are retried too
 
     # -- the lanes -------------------------------------------------------
     def _on_arrive(self, job: _Job) -> None:
@@ -291,7 +290,6 @@ class Simulation:
     # -- micro-batches ---------------------------------------------------
     def _on_batch_start(self, _: object) -> None:
         self._batch_no += 1
-        self.batches += 1
         before = set(self._jobs)
         self._pump()
         self._batch_open = set(self._jobs) - before
