@@ -46,6 +46,7 @@ class Settings:
     kafka_port: int = 9092
     tansu_storage: str = "memory"  # "memory" or "s3"
     tansu_s3_url: str = "s3://tansu/"
+    s3_port: int = 9000  # the local S3 server of durable mode
     memcached_port: int = 11211
     memcached_memory_mb: int = 256
     database_url: str = ""  # empty: SQLite file in ``home``
@@ -62,6 +63,7 @@ class Settings:
         ``<project>/.flowctl``), ``FLOWCTL_HOST`` (bind address, default
         127.0.0.1), ``FLOWCTL_KAFKA_PORT`` (9092), ``FLOWCTL_TANSU_STORAGE``
         (``memory`` or ``s3``), ``FLOWCTL_TANSU_S3_URL`` (``s3://tansu/``),
+        ``FLOWCTL_S3_PORT`` (9000; the local S3 server of durable mode),
         ``FLOWCTL_MEMCACHED_PORT`` (11211), ``FLOWCTL_MEMCACHED_MEMORY_MB``
         (256), ``FLOWCTL_DATABASE_URL`` (any SQLAlchemy URL; default a SQLite
         file in the home), ``FLOWCTL_SPARK_MASTER`` (``local[2]``),
@@ -81,6 +83,7 @@ class Settings:
             kafka_port=_int(env, "FLOWCTL_KAFKA_PORT", 9092),
             tansu_storage=storage,
             tansu_s3_url=env.get("FLOWCTL_TANSU_S3_URL", "s3://tansu/") or "s3://tansu/",
+            s3_port=_int(env, "FLOWCTL_S3_PORT", 9000),
             memcached_port=_int(env, "FLOWCTL_MEMCACHED_PORT", 11211),
             memcached_memory_mb=_int(env, "FLOWCTL_MEMCACHED_MEMORY_MB", 256, lo=16, hi=65536),
             database_url=env.get("FLOWCTL_DATABASE_URL", ""),
@@ -108,6 +111,7 @@ class Settings:
             "FLOWCTL_KAFKA_PORT": str(self.kafka_port),
             "FLOWCTL_TANSU_STORAGE": self.tansu_storage,
             "FLOWCTL_TANSU_S3_URL": self.tansu_s3_url,
+            "FLOWCTL_S3_PORT": str(self.s3_port),
             "FLOWCTL_MEMCACHED_PORT": str(self.memcached_port),
             "FLOWCTL_MEMCACHED_MEMORY_MB": str(self.memcached_memory_mb),
             "FLOWCTL_DATABASE_URL": self.resolved_database_url,

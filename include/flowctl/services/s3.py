@@ -17,7 +17,6 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from flowctl.config import ConfigError, Settings
@@ -35,16 +34,9 @@ LOCAL_CREDENTIALS = {
 }
 
 
-def port(settings: Settings, env: Mapping[str, str] | None = None) -> int:
-    """The local S3 port: ``Settings.s3_port`` if the settings have it, else ``FLOWCTL_S3_PORT``."""
-    configured = getattr(settings, "s3_port", None)
-    if configured:
-        return int(configured)
-    env = os.environ if env is None else env
-    raw = env.get(PORT_ENV) or str(DEFAULT_PORT)
-    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise ConfigError(f"{PORT_ENV}={raw!r} must be a port number in [1, 65535]")
-    return int(raw)
+def port(settings: Settings) -> int:
+    """The local S3 port (``Settings.s3_port``, from ``FLOWCTL_S3_PORT``)."""
+    return settings.s3_port
 
 
 def bucket(settings: Settings) -> str:
