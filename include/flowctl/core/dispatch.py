@@ -18,13 +18,24 @@ tuples, oldest failure first) and is never given back to the lane that failed
 it while more than one lane exists; if only that lane has room, it waits and
 fresh tuples take the room.
 
-Driving it from a micro-batch source, per batch: ``enqueue`` newly cut tuples
-(:class:`flowctl.core.tuples.TupleBatcher`; ask for ``total_free()`` minus
-``buffered``), ``dispatch()`` -> the (lane, tuple) assignments of this batch
-(one InputPartition per lane); when a lane reports back,
-``on_lane_report(lane, acked=[(tuple_id, rt), ...], failed=[...])`` (or
-``on_ack`` / ``on_fail`` per tuple); ``expire(timeout_s)`` for tuples never
-reported. ``snapshot()`` / ``Dispatcher.from_snapshot`` survive a restart.
+Driving it from a micro-batch source (``latestOffset`` / ``partitions`` /
+lane feedback), per batch:
+
+1. apply the previous batch's lane feedback: ``on_lane_report(lane,
+   acked=[(tuple_id, rt), ...], failed=[...])`` per lane, and
+   ``expire(timeout_s)`` for tuples no lane reported; tell the
+   :class:`~flowctl.core.checkpoint.AckLedger` ``processed`` / ``failed``;
+2. how many tuples the lanes may take now: ``capacity()`` per lane,
+   ``total_free()`` in all; cut that many minus ``buffered`` with
+   :class:`~flowctl.core.tuples.TupleBatcher` ``cut(latest, n)``, ``admit``
+   them in the ledger and ``enqueue`` them;
+3. ``dispatch()`` -> this batch's (lane, tuple) assignments: one
+   InputPartition per lane holding its offset ranges;
+4. the checkpoint per partition, once results are durable: ledger
+   ``durable(tuple_id)`` then ``checkpoint()``.
+
+``snapshot()`` / ``Dispatcher.from_snapshot`` survive a restart of the reader
+process (with the batcher's ``positions()`` and the ledger's snapshot).
 """
 
 from __future__ import annotations
@@ -86,9 +97,6 @@ class LeastLoaded:
 
     name = "least_loaded"
 
-    def __init__(self, cursor: int = -1) -> None:
-        del cursor  # stateless; the argument keeps the constructors uniform
-
     def choose(self, candidates: Sequence[LaneLoad], lanes: int) -> int:
         known = [c.rate for c in candidates if c.rate is not None and c.rate > 0]
         default = sum(known) / len(known) if known else 1.0
@@ -103,21 +111,19 @@ class LeastLoaded:
         return -1
 
 
-POLICIES: dict[str, type[RoundRobin] | type[LeastLoaded]] = {
-    RoundRobin.name: RoundRobin,
-    LeastLoaded.name: LeastLoaded,
-}
+POLICIES: tuple[str, ...] = (RoundRobin.name, LeastLoaded.name)
 
 
 def make_policy(name: str, state: int = -1) -> DispatchPolicy:
-    """The policy called ``name``; a clear error lists the known names."""
-    try:
-        cls = POLICIES[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"dispatch policy: unknown name {name!r}; choose one of {', '.join(sorted(POLICIES))}"
-        ) from None
-    return cls(state)
+    """The policy called ``name`` (``state`` from a snapshot); a clear error lists the
+    known names."""
+    if name == RoundRobin.name:
+        return RoundRobin(state)
+    if name == LeastLoaded.name:
+        return LeastLoaded()
+    raise ValueError(
+        f"dispatch policy: unknown name {name!r}; choose one of {', '.join(sorted(POLICIES))}"
+    )
 
 
 @dataclass(frozen=True)
