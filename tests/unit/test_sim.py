@@ -38,8 +38,9 @@ def test_equal_lanes_gain_nothing_from_adaptation() -> None:
     assert ll.throughput_rps / eq.throughput_rps == pytest.approx(1.0, abs=0.1)
 
 
-def test_windows_follow_lane_speed_and_settle_within_20_rounds() -> None:
-    result = simulate(build("heterogeneous", SMALL), "least_loaded")
+@pytest.mark.parametrize("mode", ["continuous", "microbatch"])
+def test_windows_follow_lane_speed_and_settle_within_20_rounds(mode: str) -> None:
+    result = simulate(build("heterogeneous", replace(SMALL, mode=mode)), "least_loaded")
     *fast, slow = result.lanes
     assert result.settle_rounds is not None and result.settle_rounds <= 20
     assert all(slow.steady_band[1] < lane.steady_band[0] for lane in fast)  # type: ignore[index]
