@@ -169,6 +169,7 @@ class StreamJob:
         self.progress = _Progress()
         self._terminate = threading.Event()
         self._lag_consumer: Any = None
+        self._lag_lock = threading.Lock()
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -206,9 +207,10 @@ class StreamJob:
         from flowctl.adapters import kafka_log
 
         try:
-            if self._lag_consumer is None:
-                self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
-            latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
+            with self._lag_lock:  # a KafkaConsumer is not thread-safe: batch thread vs loop
+                if self._lag_consumer is None:
+                    self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
+                latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
         except Exception as exc:  # lag is informative only; never fail a batch over it
             log.warning("lag unknown: %s", exc)
             return None
