@@ -1,11 +1,39 @@
-"""The Airflow plugin object of flowctl (hooks and operators are plain imports)."""
+"""The Airflow plugin object of flowctl (hooks and operators are plain imports).
+
+Besides naming flowctl in Airflow's plugin list, it mounts the metrics page and
+its JSON API in the api-server (``fastapi_apps``, under ``/flowctl``) and puts
+the page in the UI's navigation (``external_views``).
+
+Why an external view and not a ``react_apps`` entry: a React app must be a
+JavaScript bundle built against the UI's React runtime (a Node tool chain and a
+build step for one page), whereas an external view whose ``href`` is relative
+is the api-server's own origin shown in the UI's iframe. Same origin means the
+browser sends the UI's session cookie with the page's requests, so the page and
+its API are protected by Airflow's login with no extra code, and the page also
+works on its own at ``<base_url>/flowctl/``.
+"""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from flowctl_airflow.ui.app import URL_PREFIX, create_app
+
 
 class FlowctlPlugin(AirflowPlugin):
-    """flowctl's entry in Airflow's plugin list (Admin > Plugins)."""
+    """flowctl's entry in Airflow's plugin list (Admin > Plugins), its page and API."""
 
     name = "flowctl"
+    fastapi_apps = [  # noqa: RUF012 (AirflowPlugin declares these as class lists)
+        {"app": create_app(), "url_prefix": URL_PREFIX, "name": "flowctl metrics"}
+    ]
+    external_views = [  # noqa: RUF012
+        {
+            "name": "Flowctl metrics",
+            # Relative (no leading slash): resolved against the api-server's base URL.
+            "href": URL_PREFIX.lstrip("/") + "/",
+            "url_route": "flowctl-metrics",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

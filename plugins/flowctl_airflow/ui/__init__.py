@@ -1,0 +1,1 @@
+"""flowctl's page in the Airflow UI: metrics, parallelism timeline, replacements (FastAPI app)."""

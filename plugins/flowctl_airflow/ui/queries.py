@@ -1,0 +1,255 @@
+"""The metrics page's read model: what the JSON API returns, computed from the control plane.
+
+Kept apart from the FastAPI routes so it can be tested on a real database
+without a web server, and so the routes stay thin (parse, authorise, call).
+Everything here only reads; each call is one short transaction, retried on
+transient errors like every other control-plane access.
+
+E(M) and S^2 are recomputed here from the stored failure counts with the very
+function the autoscaler uses (:func:`flowctl.core.scaling.dispersion`), per
+topology, over the last ``history`` windows ending at each window: the
+autoscaler's ring buffer is cleared when a replacement changes the
+parallelism, so the history of one topology never mixes with the next one's.
+The page therefore shows the same numbers the decision was taken on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowctl.adapters import schema
+from flowctl.adapters.control_plane import TERMINAL_STATES
+from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.core.scaling import dispersion
+
+
+class UnknownPipeline(LookupError):
+    """The control database knows nothing about that pipeline."""
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+@dataclass(frozen=True)
+class MetricsQuery:
+    """Parameters of the metrics series: how many windows and the scaling rule's A and C."""
+
+    limit: int = 120
+    history: int = 8
+    threshold_c: float = 10.0
+
+
+def paper_signal(fail_num: int, mean: float, s2: float, threshold_c: float) -> str:
+    """What Algorithm 2 would say about this window: ``up``, ``down`` or ``none``."""
+    if s2 > threshold_c and fail_num > mean:
+        return "up"
+    if s2 > threshold_c and fail_num < mean:
+        return "down"
+    return "none"
+
+
+class MetricsReader:
+    """Read-only queries over the control database at ``url`` (URL or engine)."""
+
+    def __init__(self, url: str | sa.Engine) -> None:
+        self.engine = engine_for(url)
+
+    def _read(self, what: str, query: Any) -> list[sa.Row[Any]]:
+        return in_transaction(self.engine, lambda conn: conn.execute(query).all(), what=what)
+
+    # -- pipelines ----------------------------------------------------------------------------
+
+    def pipelines(self) -> list[dict[str, Any]]:
+        """Every pipeline with a topology or a replacement, with its current state in brief."""
+        t, r = schema.topologies, schema.replacement_events
+        topo_rows = self._read(
+            "listing pipelines",
+            sa.select(t).order_by(t.c.pipeline, t.c.generation, t.c.created_at),
+        )
+        replaced = {
+            row.pipeline: row.n
+            for row in self._read(
+                "counting replacements",
+                sa.select(r.c.pipeline, sa.func.count().label("n")).group_by(r.c.pipeline),
+            )
+        }
+        by_pipeline: dict[str, list[sa.Row[Any]]] = defaultdict(list)
+        for row in topo_rows:
+            by_pipeline[row.pipeline].append(row)
+        out = []
+        for name in sorted(set(by_pipeline) | set(replaced)):
+            rows = by_pipeline.get(name, [])
+            live = [row for row in rows if row.state not in TERMINAL_STATES]
+            current = live[-1] if live else (rows[-1] if rows else None)
+            out.append(
+                {
+                    "pipeline": name,
+                    "topologies": len(rows),
+                    "live_topologies": [row.topology_id for row in live],
+                    "current_topology": None if current is None else current.topology_id,
+                    "parallelism": None if current is None else current.parallelism,
+                    "state": None if current is None else current.state,
+                    "replacements": replaced.get(name, 0),
+                }
+            )
+        return out
+
+    def _require(self, pipeline: str) -> None:
+        t, r = schema.topologies, schema.replacement_events
+        [found] = self._read(
+            f"looking up pipeline {pipeline!r}",
+            sa.select(
+                sa.or_(
+                    sa.exists().where(t.c.pipeline == pipeline),
+                    sa.exists().where(r.c.pipeline == pipeline),
+                )
+            ),
+        )
+        if not found[0]:
+            raise UnknownPipeline(f"pipeline={pipeline!r} has no topologies and no replacements")
+
+    # -- topologies ---------------------------------------------------------------------------
+
+    def topologies(self, pipeline: str) -> dict[str, Any]:
+        """The parallelism timeline: one band per topology, oldest first.
+
+        A band starts when the topology registered and ends when it reached a final
+        state (its last update); a live topology's band is open (``ended_at`` None).
+        """
+        self._require(pipeline)
+        t = schema.topologies
+        rows = self._read(
+            f"listing topologies of {pipeline!r}",
+            sa.select(t).where(t.c.pipeline == pipeline).order_by(t.c.generation, t.c.created_at),
+        )
+        bands = []
+        for row in rows:
+            final = row.state in TERMINAL_STATES
+            bands.append(
+                {
+                    "topology_id": row.topology_id,
+                    "colour": row.colour,
+                    "generation": row.generation,
+                    "parallelism": row.parallelism,
+                    "state": row.state,
+                    "started_at": _iso(row.created_at),
+                    "ended_at": _iso(row.updated_at) if final else None,
+                    "heartbeat_at": _iso(row.heartbeat_at),
+                    "spark_app_id": row.spark_app_id,
+                    "airflow_run_id": row.airflow_run_id,
+                }
+            )
+        return {"pipeline": pipeline, "now": _iso(schema.utcnow()), "topologies": bands}
+
+    # -- replacements -------------------------------------------------------------------------
+
+    def replacements(self, pipeline: str, limit: int) -> dict[str, Any]:
+        """The pipeline's most recent ``limit`` replacements, oldest first."""
+        self._require(pipeline)
+        events = ReplacementLog(self.engine).replacements(pipeline, limit=limit)
+        return {"pipeline": pipeline, "replacements": [e.to_dict() for e in events]}
+
+    # -- metrics windows ----------------------------------------------------------------------
+
+    def metrics(self, pipeline: str, query: MetricsQuery) -> dict[str, Any]:
+        """The last ``query.limit`` windows of the pipeline, every topology, in time order.
+
+        Each window carries ``fail_num`` (failed + timed out, SPEC E), ``mean`` (E(M)),
+        ``s2`` (weighted S^2) over that topology's last ``history`` windows, and
+        ``signal``: what the paper's rule with threshold C would decide there.
+        ``latest`` holds, per live topology, its newest window with the per-lane
+        send windows and states; ``dlq_total`` counts every DLQ record ever.
+        """
+        self._require(pipeline)
+        t, m = schema.topologies, schema.metrics_windows
+        topo_rows = self._read(
+            f"listing topologies of {pipeline!r}",
+            sa.select(t.c.topology_id, t.c.colour, t.c.state, t.c.parallelism).where(
+                t.c.pipeline == pipeline
+            ),
+        )
+        topo = {row.topology_id: row for row in topo_rows}
+        # The first returned window needs history - 1 earlier windows for its E(M) and S^2.
+        fetch = query.limit + query.history - 1
+        joined = (
+            sa.select(m)
+            .join(t, t.c.topology_id == m.c.topology_id)
+            .where(t.c.pipeline == pipeline)
+            .order_by(m.c.window_end.desc(), m.c.id.desc())
+            .limit(fetch)
+        )
+        rows = list(reversed(self._read(f"reading metrics of {pipeline!r}", joined)))
+        dlq_total = in_transaction(
+            self.engine,
+            lambda conn: conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(m.c.dlq), 0))
+                .join(t, t.c.topology_id == m.c.topology_id)
+                .where(t.c.pipeline == pipeline)
+            ).scalar_one(),
+            what=f"summing the DLQ of {pipeline!r}",
+        )
+        windows = list(_with_dispersion(rows, topo, query))[-query.limit :]
+        latest: dict[str, dict[str, Any]] = {}
+        for window in windows:
+            latest[window["topology_id"]] = window
+        live = [
+            {**latest[tid], "state": topo[tid].state, "parallelism": topo[tid].parallelism}
+            for tid in latest
+            if topo[tid].state not in TERMINAL_STATES
+        ]
+        # Lanes only in ``latest``: the series stays small however many lanes there are.
+        series = [{k: v for k, v in w.items() if k != "lanes"} for w in windows]
+        return {
+            "pipeline": pipeline,
+            "limit": query.limit,
+            "history": query.history,
+            "threshold_c": query.threshold_c,
+            "dlq_total": int(dlq_total),
+            "windows": series,
+            "latest": live,
+        }
+
+
+def _with_dispersion(
+    rows: Iterable[sa.Row[Any]], topo: dict[str, Any], query: MetricsQuery
+) -> Iterable[dict[str, Any]]:
+    counts: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        fail_num = int(row.failed) + int(row.timed_out)
+        ring = counts[row.topology_id]
+        ring.append(fail_num)
+        del ring[: -query.history]
+        mean, s2 = dispersion(ring)
+        yield {
+            "topology_id": row.topology_id,
+            "colour": topo[row.topology_id].colour,
+            "window_start": _iso(row.window_start),
+            "window_end": _iso(row.window_end),
+            "admitted": row.admitted,
+            "acked": row.acked,
+            "failed": row.failed,
+            "timed_out": row.timed_out,
+            "fail_num": fail_num,
+            "replayed": row.replayed,
+            "dlq": row.dlq,
+            "records": row.records,
+            "records_per_s": row.records_per_s,
+            "latency_p50_ms": row.latency_p50_ms,
+            "latency_p99_ms": row.latency_p99_ms,
+            "backlog": row.backlog,
+            "backpressure_level": row.backpressure_level,
+            "mean": mean,
+            "s2": s2,
+            "windows_in_history": len(ring),
+            "signal": paper_signal(fail_num, mean, s2, query.threshold_c),
+            "lanes": None if row.lanes_json is None else json.loads(row.lanes_json),
+        }

@@ -1,0 +1,460 @@
+// flowctl metrics page: fetches the JSON API every few seconds and draws inline SVG charts.
+// No framework and no external code: the machines running Airflow may have no internet,
+// and a page inside Airflow's iframe must not pull scripts from elsewhere.
+// Every URL is relative: the app is mounted under the api-server's base path.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 5000;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const NAMED_COLOURS = { blue: "#3182ce", green: "#38a169", red: "#e53e3e", orange: "#dd6b20" };
+  const PALETTE = ["#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568", "#2c5282"];
+  const state = { pipeline: null, timer: null, busy: false };
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---- data ------------------------------------------------------------------------------
+
+  async function getJSON(path) {
+    const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+    if (response.status === 401 || response.status === 403) {
+      throw new Error("not signed in to Airflow (HTTP " + response.status + "): reload to log in");
+    }
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+      throw new Error(path + ": HTTP " + response.status + " " + (detail || ""));
+    }
+    return body;
+  }
+
+  function params() {
+    const history = parseInt($("history").value, 10) || 8;
+    const threshold = parseFloat($("threshold").value);
+    const limit = parseInt($("limit").value, 10) || 120;
+    return new URLSearchParams({
+      limit: String(limit),
+      history: String(history),
+      threshold_c: String(Number.isFinite(threshold) ? threshold : 10),
+    });
+  }
+
+  async function refresh() {
+    if (state.busy) return;
+    state.busy = true;
+    try {
+      const list = await getJSON("api/pipelines");
+      fillSelector(list.pipelines);
+      if (!state.pipeline) {
+        setStatus("no pipelines in the flowctl database yet", false);
+        clearAll();
+        return;
+      }
+      const base = "api/pipelines/" + encodeURIComponent(state.pipeline);
+      const [metrics, topologies, replacements] = await Promise.all([
+        getJSON(base + "/metrics?" + params()),
+        getJSON(base + "/topologies"),
+        getJSON(base + "/replacements?limit=50"),
+      ]);
+      render(metrics, topologies, replacements);
+      setStatus("updated " + new Date().toLocaleTimeString() + " · every " + REFRESH_MS / 1000 + " s", false);
+    } catch (error) {
+      setStatus(String(error.message || error), true);
+    } finally {
+      state.busy = false;
+    }
+  }
+
+  function setStatus(text, isError) {
+    const el = $("status");
+    el.textContent = text;
+    el.classList.toggle("error", Boolean(isError));
+  }
+
+  function fillSelector(pipelines) {
+    const select = $("pipeline");
+    const names = pipelines.map((p) => p.pipeline);
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("pipeline");
+    if (!state.pipeline || !names.includes(state.pipeline)) {
+      state.pipeline = names.includes(wanted) ? wanted : names[0] || null;
+    }
+    const current = Array.from(select.options).map((o) => o.value);
+    if (current.join("\n") !== names.join("\n")) {
+      select.replaceChildren(
+        ...pipelines.map((p) => {
+          const option = document.createElement("option");
+          option.value = p.pipeline;
+          option.textContent = p.pipeline;
+          return option;
+        }),
+      );
+    }
+    if (state.pipeline) select.value = state.pipeline;
+  }
+
+  // ---- formatting ------------------------------------------------------------------------
+
+  function fmt(value, digits) {
+    if (value === null || value === undefined || Number.isNaN(value)) return "–";
+    const d = digits === undefined ? (Math.abs(value) >= 100 || Number.isInteger(value) ? 0 : 2) : digits;
+    return Number(value).toFixed(d);
+  }
+
+  function clock(ms) {
+    const d = new Date(ms);
+    return d.toLocaleTimeString([], { hour12: false });
+  }
+
+  function colourOf(name) {
+    if (NAMED_COLOURS[name]) return NAMED_COLOURS[name];
+    let h = 0;
+    for (const ch of String(name)) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+    return PALETTE[h % PALETTE.length];
+  }
+
+  function el(tag, attrs, text) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function html(tag, attrs, children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    for (const child of [].concat(children === undefined ? [] : children)) {
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  // ---- charts ----------------------------------------------------------------------------
+
+  function niceTicks(lo, hi, count) {
+    if (!(hi > lo)) return [lo];
+    const raw = (hi - lo) / count;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || raw;
+    const ticks = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(v);
+    return ticks;
+  }
+
+  // A frame: SVG with margins, a time x scale shared by every chart, a linear y scale.
+  function frame(container, domain, yMax, yLabel) {
+    const width = Math.max(container.clientWidth || 800, 320);
+    const height = Math.max(container.clientHeight || 200, 120);
+    const m = { left: 56, right: 16, top: 10, bottom: 22 };
+    const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none" });
+    const top = yMax > 0 ? yMax * 1.1 : 1;
+    const x = (t) => m.left + ((t - domain[0]) / Math.max(domain[1] - domain[0], 1)) * (width - m.left - m.right);
+    const y = (v) => height - m.bottom - (v / top) * (height - m.top - m.bottom);
+    for (const v of niceTicks(0, top, 4)) {
+      svg.append(el("line", { class: "grid", x1: m.left, x2: width - m.right, y1: y(v), y2: y(v) }));
+      svg.append(el("text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
+    }
+    const span = domain[1] - domain[0];
+    const stepMs = niceTicks(0, span, 6)[1] || span || 1000;
+    for (let t = Math.ceil(domain[0] / stepMs) * stepMs; t <= domain[1]; t += stepMs) {
+      svg.append(el("text", { x: x(t), y: height - 6, "text-anchor": "middle" }, clock(t)));
+    }
+    svg.append(el("line", { class: "axis", x1: m.left, x2: width - m.right, y1: y(0), y2: y(0) }));
+    if (yLabel) svg.append(el("text", { x: 4, y: m.top + 8 }, yLabel));
+    container.replaceChildren(svg);
+    return { svg, x, y, width, height, m };
+  }
+
+  function empty(container, text) {
+    container.replaceChildren(html("div", { class: "empty" }, text));
+  }
+
+  function polyline(f, points, colour, attrs) {
+    const pts = points.filter((p) => p[1] !== null && p[1] !== undefined);
+    if (!pts.length) return;
+    f.svg.append(
+      el("polyline", {
+        points: pts.map((p) => `${f.x(p[0]).toFixed(1)},${f.y(p[1]).toFixed(1)}`).join(" "),
+        fill: "none",
+        stroke: colour,
+        "stroke-width": 2,
+        ...(attrs || {}),
+      }),
+    );
+    for (const p of pts) {
+      const dot = el("circle", { cx: f.x(p[0]), cy: f.y(p[1]), r: 2.5, fill: colour });
+      dot.append(el("title", {}, `${clock(p[0])}: ${fmt(p[1])}${p[2] ? " · " + p[2] : ""}`));
+      f.svg.append(dot);
+    }
+  }
+
+  function legend(f, items) {
+    const g = el("g", { class: "legend" });
+    let x = f.m.left + 8;
+    for (const [label, colour, dashed] of items) {
+      g.append(el("line", { x1: x, x2: x + 16, y1: f.m.top + 6, y2: f.m.top + 6, stroke: colour, "stroke-width": 2, ...(dashed ? { "stroke-dasharray": "6 4" } : {}) }));
+      g.append(el("text", { x: x + 20, y: f.m.top + 10 }, label));
+      x += 28 + label.length * 6.5;
+    }
+    f.svg.append(g);
+  }
+
+  function byTopology(windows) {
+    const groups = new Map();
+    for (const w of windows) {
+      if (!groups.has(w.topology_id)) groups.set(w.topology_id, { colour: w.colour, rows: [] });
+      groups.get(w.topology_id).rows.push(w);
+    }
+    return groups;
+  }
+
+  function timeDomain(windows, topologies) {
+    const times = windows.map((w) => Date.parse(w.window_end));
+    const starts = windows.map((w) => Date.parse(w.window_start));
+    let lo = starts.length ? Math.min(...starts) : null;
+    let hi = times.length ? Math.max(...times) : null;
+    if (lo === null) {
+      const bandStarts = topologies.topologies.map((t) => Date.parse(t.started_at));
+      lo = bandStarts.length ? Math.min(...bandStarts) : Date.parse(topologies.now) - 60000;
+      hi = Date.parse(topologies.now);
+    }
+    return [lo, Math.max(hi, lo + 1000)];
+  }
+
+  function drawThroughput(metrics, domain) {
+    const box = $("chart-throughput");
+    if (!metrics.windows.length) return empty(box, "no metrics windows yet");
+    const f = frame(box, domain, Math.max(...metrics.windows.map((w) => w.records_per_s)), "rec/s");
+    const items = [];
+    for (const [id, group] of byTopology(metrics.windows)) {
+      polyline(f, group.rows.map((w) => [Date.parse(w.window_end), w.records_per_s, id]), colourOf(group.colour));
+      items.push([id, colourOf(group.colour)]);
+    }
+    legend(f, items);
+  }
+
+  function drawLatency(metrics, domain) {
+    const box = $("chart-latency");
+    const values = metrics.windows.flatMap((w) => [w.latency_p50_ms, w.latency_p99_ms]).filter((v) => v !== null);
+    if (!values.length) return empty(box, "no latency samples yet");
+    const f = frame(box, domain, Math.max(...values), "ms");
+    const pts = (key) => metrics.windows.map((w) => [Date.parse(w.window_end), w[key], w.topology_id]);
+    polyline(f, pts("latency_p50_ms"), "#3182ce");
+    polyline(f, pts("latency_p99_ms"), "#dd6b20", { "stroke-dasharray": "5 3" });
+    legend(f, [["p50", "#3182ce"], ["p99", "#dd6b20", true]]);
+  }
+
+  function drawFailures(metrics, domain) {
+    const box = $("chart-failures");
+    const disp = $("chart-dispersion");
+    if (!metrics.windows.length) {
+      empty(box, "no metrics windows yet");
+      return empty(disp, "");
+    }
+    const maxFail = Math.max(...metrics.windows.map((w) => Math.max(w.fail_num, w.mean)));
+    const f = frame(box, domain, maxFail, "tuples");
+    for (const w of metrics.windows) {
+      const x0 = f.x(Date.parse(w.window_start));
+      const x1 = f.x(Date.parse(w.window_end));
+      const colour = w.signal === "up" ? "#e53e3e" : w.signal === "down" ? "#38a169" : "#a0aec0";
+      const bar = el("rect", {
+        x: x0 + 1, y: f.y(w.fail_num), width: Math.max(x1 - x0 - 2, 1),
+        height: Math.max(f.y(0) - f.y(w.fail_num), 0), fill: colour, opacity: 0.8,
+      });
+      bar.append(el("title", {}, `${w.topology_id} ${clock(Date.parse(w.window_end))}: failNum=${w.fail_num} (failed ${w.failed}, timed out ${w.timed_out}), E(M)=${fmt(w.mean)}, S^2=${fmt(w.s2)}, signal ${w.signal}`));
+      f.svg.append(bar);
+    }
+    for (const [, group] of byTopology(metrics.windows)) {
+      polyline(f, group.rows.map((w) => [Date.parse(w.window_end), w.mean, "E(M)"]), "#2d3748", { "stroke-dasharray": "4 3" });
+    }
+    legend(f, [["failNum (red: rule says up, green: down)", "#a0aec0"], ["E(M)", "#2d3748", true]]);
+
+    const c = metrics.threshold_c;
+    const g = frame(disp, domain, Math.max(c, ...metrics.windows.map((w) => w.s2)), "S^2");
+    g.svg.append(el("line", { class: "threshold", x1: g.m.left, x2: g.width - g.m.right, y1: g.y(c), y2: g.y(c) }));
+    g.svg.append(el("text", { x: g.width - g.m.right, y: g.y(c) - 4, "text-anchor": "end" }, `C = ${fmt(c)}`));
+    for (const [, group] of byTopology(metrics.windows)) {
+      polyline(g, group.rows.map((w) => [Date.parse(w.window_end), w.s2, "S^2"]), "#805ad5");
+    }
+    legend(g, [[`S^2 over A = ${metrics.history} windows`, "#805ad5"], ["C", "#e53e3e", true]]);
+  }
+
+  function drawBacklog(metrics, domain) {
+    const box = $("chart-backlog");
+    if (!metrics.windows.length) return empty(box, "no metrics windows yet");
+    const maxBacklog = Math.max(...metrics.windows.map((w) => w.backlog));
+    const f = frame(box, domain, maxBacklog, "records");
+    const points = metrics.windows.map((w) => [Date.parse(w.window_end), w.backlog, w.topology_id]);
+    polyline(f, points, "#319795");
+    const maxLevel = Math.max(1, ...metrics.windows.map((w) => w.backpressure_level));
+    const scaled = metrics.windows.map((w) => [
+      Date.parse(w.window_end), (w.backpressure_level / maxLevel) * (maxBacklog || 1), `backpressure ${fmt(w.backpressure_level)}`,
+    ]);
+    polyline(f, scaled, "#dd6b20", { "stroke-dasharray": "2 2" });
+    legend(f, [["backlog", "#319795"], [`backpressure level (max ${fmt(maxLevel)})`, "#dd6b20", true]]);
+  }
+
+  function drawTimeline(topologies, replacements, domain) {
+    const box = $("chart-timeline");
+    const bands = topologies.topologies;
+    if (!bands.length) return empty(box, "no topologies registered");
+    const now = Date.parse(topologies.now);
+    const lo = Math.min(domain[0], ...bands.map((b) => Date.parse(b.started_at)));
+    const hi = Math.max(domain[1], now);
+    const rowH = 26;
+    box.style.height = Math.max(120, bands.length * rowH + 60) + "px";
+    const f = frame(box, [lo, hi], 0, "");
+    // Bands have no y scale: drop the value grid and its labels the frame drew.
+    f.svg.querySelectorAll(".grid, text[text-anchor=end]").forEach((n) => n.remove());
+    bands.forEach((b, i) => {
+      const start = Date.parse(b.started_at);
+      const end = b.ended_at ? Date.parse(b.ended_at) : now;
+      const y = f.m.top + 14 + i * rowH;
+      const x0 = f.x(Math.max(start, lo));
+      const x1 = Math.max(f.x(end), x0 + 3);
+      const rect = el("rect", { x: x0, y, width: x1 - x0, height: rowH - 6, rx: 3, fill: colourOf(b.colour), opacity: b.ended_at ? 0.55 : 0.95 });
+      rect.append(el("title", {}, `${b.topology_id}: ${b.colour}, parallelism ${b.parallelism}, ${b.state}, ${clock(start)} – ${b.ended_at ? clock(end) : "now"}`));
+      f.svg.append(rect);
+      f.svg.append(el("text", { class: "band-label", x: x0 + 6, y: y + rowH / 2 + 1 }, `${b.colour} ×${b.parallelism} · ${b.state}`));
+      f.svg.append(el("text", { x: f.m.left - 6, y: y + rowH / 2 + 1, "text-anchor": "end" }, `gen ${b.generation}`));
+    });
+    for (const r of replacements.replacements) {
+      const start = Date.parse(r.started_at);
+      const end = r.finished_at ? Date.parse(r.finished_at) : now;
+      const pauseStart = r.deactivated_at ? Date.parse(r.deactivated_at) : null;
+      const top = f.m.top + 8;
+      const bottom = f.m.top + 14 + bands.length * rowH;
+      const colour = r.outcome === "ok" ? "#2d3748" : r.outcome === "running" ? "#dd6b20" : "#e53e3e";
+      f.svg.append(el("line", { x1: f.x(start), x2: f.x(start), y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5, "stroke-dasharray": "3 3" }));
+      f.svg.append(el("line", { x1: f.x(end), x2: f.x(end), y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5 }));
+      if (pauseStart !== null && r.pause_ms !== null) {
+        const px0 = f.x(pauseStart);
+        const px1 = Math.max(f.x(pauseStart + r.pause_ms), px0 + 2);
+        const pause = el("rect", { x: px0, y: top, width: px1 - px0, height: bottom - top, fill: "#e53e3e", opacity: 0.35 });
+        pause.append(el("title", {}, `pause ${fmt(r.pause_ms)} ms`));
+        f.svg.append(pause);
+      }
+      const label = el("text", { x: f.x(end) + 4, y: top + 2 }, `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`);
+      label.append(el("title", {}, r.reason));
+      f.svg.append(label);
+    }
+  }
+
+  // ---- tables and cards ------------------------------------------------------------------
+
+  function drawCards(metrics, topologies) {
+    const live = topologies.topologies.filter((t) => !t.ended_at);
+    const current = live[live.length - 1] || topologies.topologies[topologies.topologies.length - 1];
+    const last = metrics.windows[metrics.windows.length - 1];
+    const cards = [
+      ["pipeline", metrics.pipeline, ""],
+      ["topology", current ? current.topology_id : "–", ""],
+      ["parallelism", current ? current.parallelism : "–", ""],
+      ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
+      ["records/s", last ? fmt(last.records_per_s) : "–", ""],
+      ["latency p99 ms", last ? fmt(last.latency_p99_ms) : "–", ""],
+      ["DLQ size", fmt(metrics.dlq_total), metrics.dlq_total > 0 ? "warn" : ""],
+      ["backpressure level", last ? fmt(last.backpressure_level) : "–", last && last.backpressure_level > 0 ? "warn" : ""],
+      ["backlog", last ? fmt(last.backlog) : "–", ""],
+      ["failNum / E(M)", last ? `${last.fail_num} / ${fmt(last.mean)}` : "–", last && last.signal !== "none" ? "bad" : ""],
+    ];
+    $("cards").replaceChildren(
+      ...cards.map(([label, value, cls]) =>
+        html("div", { class: "card", "data-card": label }, [
+          html("div", { class: "label" }, label),
+          html("div", { class: "value " + cls }, String(value)),
+        ]),
+      ),
+    );
+  }
+
+  function table(headers, rows) {
+    const head = html("tr", {}, headers.map(([h, num]) => html("th", num ? { class: "num" } : {}, h)));
+    const body = rows.map((cells) =>
+      html("tr", {}, cells.map(([v, num]) => html("td", num ? { class: "num" } : {}, v))),
+    );
+    return html("table", {}, [html("thead", {}, head), html("tbody", {}, body)]);
+  }
+
+  function drawLanes(metrics) {
+    const box = $("lanes");
+    if (!metrics.latest.length) return box.replaceChildren(html("p", { class: "muted" }, "no live topology with a metrics window"));
+    const parts = [];
+    for (const t of metrics.latest) {
+      const lanes = Array.isArray(t.lanes) ? t.lanes : [];
+      parts.push(html("h3", {}, `${t.topology_id} · ${t.colour} ×${t.parallelism} · window ending ${clock(Date.parse(t.window_end))}`));
+      if (!lanes.length) {
+        parts.push(html("p", { class: "muted" }, "no per-lane figures in this window"));
+        continue;
+      }
+      const maxWindow = Math.max(1, ...lanes.map((l) => l.window || 0));
+      parts.push(
+        table(
+          [["lane"], ["state"], ["send window", true], [""], ["in flight", true]],
+          lanes.map((l) => [
+            [l.lane],
+            [html("span", { class: "state " + l.state }, l.state)],
+            [fmt(l.window), true],
+            [html("span", { class: "bar", style: `width:${(100 * (l.window || 0)) / maxWindow}px` })],
+            [fmt(l.in_flight), true],
+          ]),
+        ),
+      );
+    }
+    box.replaceChildren(...parts);
+  }
+
+  function drawReplacements(replacements) {
+    const box = $("replacements");
+    const rows = replacements.replacements.slice().reverse();
+    if (!rows.length) return box.replaceChildren(html("p", { class: "muted" }, "no replacements yet"));
+    box.replaceChildren(
+      table(
+        [["started"], ["old → new"], ["parallelism"], ["outcome"], ["pause ms", true], ["duplicates", true], ["took s", true], ["reason / error"]],
+        rows.map((r) => [
+          [new Date(Date.parse(r.started_at)).toLocaleString()],
+          [`${r.old_topology_id} → ${r.new_topology_id || "–"}`],
+          [`${r.old_parallelism} → ${r.new_parallelism}`],
+          [html("span", { class: "state " + r.outcome }, r.outcome)],
+          [fmt(r.pause_ms), true],
+          [fmt(r.duplicates), true],
+          [fmt(r.duration_s), true],
+          [r.error ? `${r.reason} — ${r.error}` : r.reason],
+        ]),
+      ),
+    );
+  }
+
+  function clearAll() {
+    for (const id of ["chart-throughput", "chart-latency", "chart-failures", "chart-dispersion", "chart-timeline", "chart-backlog", "lanes", "replacements", "cards"]) {
+      $(id).replaceChildren();
+    }
+  }
+
+  function render(metrics, topologies, replacements) {
+    const domain = timeDomain(metrics.windows, topologies);
+    drawCards(metrics, topologies);
+    drawThroughput(metrics, domain);
+    drawLatency(metrics, domain);
+    drawFailures(metrics, domain);
+    drawTimeline(topologies, replacements, domain);
+    drawBacklog(metrics, domain);
+    drawLanes(metrics);
+    drawReplacements(replacements);
+    document.body.dataset.rendered = metrics.pipeline;
+  }
+
+  // ---- wiring ----------------------------------------------------------------------------
+
+  function start() {
+    $("pipeline").addEventListener("change", (event) => {
+      state.pipeline = event.target.value;
+      location.hash = "pipeline=" + encodeURIComponent(state.pipeline);
+      refresh();
+    });
+    for (const id of ["history", "threshold", "limit"]) $(id).addEventListener("change", refresh);
+    refresh();
+    state.timer = setInterval(refresh, REFRESH_MS);
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
+})();
