@@ -21,8 +21,10 @@ from sqlalchemy.engine import Dialect
 #: code never reads it), so ``replacement_events`` did not bump it.
 SCHEMA_VERSION = 1
 
-TOPOLOGY_STATES = ("STARTING", "READY", "ACTIVE", "DRAINING", "STOPPED", "FAILED")
-SIGNAL_KINDS = ("deactivate", "drain", "stop")
+#: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
+#: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
+TOPOLOGY_STATES = ("STARTING", "READY", "ACTIVE", "DRAINING", "DRAINED", "STOPPED", "FAILED")
+SIGNAL_KINDS = ("activate", "deactivate", "drain", "stop")
 #: ``running`` while a blue-green replacement is under way, then one of the final three.
 REPLACEMENT_OUTCOMES = ("running", "ok", "rolled_back", "failed")
 
