@@ -194,6 +194,40 @@ word_counts = sa.Table(
     sa.Column("count", sa.BigInteger, nullable=False),
 )
 
+#: Status classes of ``log_events.status_class`` (HTTP status 100-599).
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+
+# One row per parsed web-server log line (pipeline ``logetl``). The key is the line's
+# Kafka coordinates: a tuple applied twice (a replay, a restart, a caller's slip) hits the
+# primary key and is ignored, so rows are never duplicated.
+log_events = sa.Table(
+    "log_events",
+    metadata,
+    sa.Column("pipeline", sa.String(100), primary_key=True),
+    sa.Column("topic", sa.String(250), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("offset", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ts", UTCDateTime, nullable=False),
+    sa.Column("ip", sa.String(45), nullable=False),
+    sa.Column("ip_prefix", sa.String(50), nullable=False),
+    sa.Column("remote_user", sa.Text, nullable=True),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("protocol", sa.String(32), nullable=False),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("status_class", sa.String(3), nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.Column("referer", sa.Text, nullable=True),
+    sa.Column("user_agent", sa.Text, nullable=True),
+    sa.Column("is_bot", sa.Boolean, nullable=False),
+    sa.CheckConstraint("status BETWEEN 100 AND 599", name="ck_log_events_status"),
+    sa.CheckConstraint(
+        "status_class IN (" + ", ".join(f"'{c}'" for c in STATUS_CLASSES) + ")",
+        name="ck_log_events_status_class",
+    ),
+    sa.CheckConstraint("bytes >= 0", name="ck_log_events_bytes"),
+)
+
 
 def dialect_insert(conn: sa.Connection | sa.Engine) -> Callable[[sa.Table], Any]:
     """The dialect's ``insert`` (with ``on_conflict_do_*``): SQLite or PostgreSQL only."""
