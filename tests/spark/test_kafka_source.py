@@ -18,6 +18,7 @@ from flowctl.spark.kafka_source import (
     FlowctlKafkaDataSource,
     LanePartition,
     SourceOptionError,
+    arrow_schema,
     decode_offsets,
 )
 
@@ -51,10 +52,14 @@ def url(sqlite_url: str) -> str:
 
 
 def _read_all(reader, parts: list[LanePartition]) -> list[tuple]:
+    """Read every lane through pickled copies, as an executor would; rows as tuples."""
     snapshot = pickle.loads(pickle.dumps(reader))
+    schema = arrow_schema()
     rows = []
     for part in pickle.loads(pickle.dumps(parts)):
-        rows.extend(snapshot.read(part))
+        for batch in snapshot.read(part):
+            assert batch.schema.equals(schema)  # what Spark checks before using a batch
+            rows.extend(tuple(row.values()) for row in batch.to_pylist())
     return rows
 
 

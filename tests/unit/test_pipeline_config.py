@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flowctl.pipelines import wordcount
 from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config, resolve_path
@@ -109,3 +111,11 @@ def test_count_words_accepts_text_and_raw_values() -> None:
 def test_invalid_utf8_is_a_separator_not_an_error() -> None:
     assert wordcount.decode(b"ab\xffcd") == "ab\ufffdcd"
     assert wordcount.words(wordcount.decode(b"ab\xffcd")) == ["ab", "cd"]
+
+
+@given(st.lists(st.binary(max_size=30) | st.text(max_size=30).map(str.encode) | st.none()))
+def test_counting_values_at_once_equals_the_line_by_line_reference(
+    values: list[bytes | None],
+) -> None:
+    expected = wordcount.count_words(v for v in values if v is not None)
+    assert wordcount.count_values(values) == expected

@@ -44,3 +44,15 @@ def count_words(lines: Iterable[bytes | str]) -> Counter[str]:
     for line in lines:
         counts.update(key(w) for w in words(decode(line)))
     return counts
+
+
+def count_values(values: Iterable[bytes | None]) -> Counter[str]:
+    """:func:`count_words` of raw record values, computed on all of them at once.
+
+    Joining the values with ``\\n`` (never part of a word, and never part of a
+    multi-byte UTF-8 sequence, so decoding errors cannot cross a record) and
+    scanning the text once is several times faster than line by line, and
+    gives the same counts. ``None`` values (tombstones) have no words.
+    """
+    text = b"\n".join(v for v in values if v is not None).decode("utf-8", errors="replace")
+    return Counter([key(w.lower()) for w in _WORD.findall(text)])

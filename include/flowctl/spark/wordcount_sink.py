@@ -45,11 +45,8 @@ def summarize_batches(batches: Iterator[Any]) -> Iterator[Any]:
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         values = batch.column("value").to_pylist()
-        for topic, partition, offset, value in zip(
-            topics, partitions, offsets, values, strict=True
-        ):
-            if value is not None:
-                counts.update(wordcount.key(w) for w in wordcount.words(wordcount.decode(value)))
+        counts.update(wordcount.count_values(values))
+        for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
             span = spans.get((topic, partition))
             if span is None:
                 spans[(topic, partition)] = [offset, offset, 1]
