@@ -1,0 +1,109 @@
+"""Known rows for the metrics page, written through the control plane like a real run.
+
+Pipeline ``wordcount``: a blue topology (2 lanes) that ran four windows and was
+replaced by a green one (4 lanes, still active) that ran two; one replacement
+event between them. Pipeline ``other``: one topology, no windows. The numbers
+are chosen so E(M) and S^2 can be checked by hand (see the API tests).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.adapters.schema import utcnow
+
+PIPELINE = "wordcount"
+BLUE = "wordcount-blue-1"
+GREEN = "wordcount-green-2"
+#: failed + timed_out per blue window, oldest first: E(M) = 2, weighted S^2 = 5 (A = 4).
+BLUE_FAILS = [(0, 0), (1, 1), (0, 0), (4, 2)]
+GREEN_LANES = [
+    {"lane": 0, "window": 7, "state": "NORMAL", "in_flight": 5},
+    {"lane": 1, "window": 3, "state": "SLOW", "in_flight": 3},
+    {"lane": 2, "window": 1, "state": "BUSY", "in_flight": 1},
+    {"lane": 3, "window": 6, "state": "NORMAL", "in_flight": 2},
+]
+RECORDS_PER_S = 4321.5
+PAUSE_MS = 321.0
+DUPLICATES = 7
+DLQ_TOTAL = 17
+
+
+@dataclass(frozen=True)
+class Seeded:
+    start: dt.datetime
+    replacement_id: int
+
+
+def seed(url: str, window_s: float = 10.0) -> Seeded:
+    """Write the rows into the control database at ``url`` (schema ensured)."""
+    plane = ControlPlane(url)
+    plane.ensure_schema()
+    events = ReplacementLog(plane.engine)
+    start = utcnow() - dt.timedelta(seconds=7 * window_s)
+
+    def window(i: int) -> tuple[dt.datetime, dt.datetime]:
+        return (
+            start + dt.timedelta(seconds=i * window_s),
+            start + dt.timedelta(seconds=(i + 1) * window_s),
+        )
+
+    plane.register_topology(BLUE, PIPELINE, "blue", 2)
+    plane.set_state(BLUE, "ACTIVE")
+    for i, (failed, timed_out) in enumerate(BLUE_FAILS):
+        plane.write_metrics_window(
+            BLUE,
+            *window(i),
+            admitted=100,
+            acked=100 - failed - timed_out,
+            failed=failed,
+            timed_out=timed_out,
+            records=10_000,
+            records_per_s=1000.0 + i,
+            latency_p50_ms=40.0 + i,
+            latency_p99_ms=90.0 + i,
+            dlq=5 if i == 3 else 0,
+            backlog=200 * i,
+            backpressure_level=1.0 if i == 3 else 0.0,
+            lanes=[{"lane": 0, "window": 4, "state": "NORMAL", "in_flight": 1}],
+        )
+    plane.register_topology(GREEN, PIPELINE, "green", 4)
+    plane.set_state(GREEN, "ACTIVE")
+    plane.set_state(BLUE, "STOPPED")
+    for i in (4, 5):
+        plane.write_metrics_window(
+            GREEN,
+            *window(i),
+            admitted=200,
+            acked=200,
+            records=40_000,
+            records_per_s=RECORDS_PER_S if i == 5 else 3000.0,
+            latency_p50_ms=30.0,
+            latency_p99_ms=None if i == 4 else 70.0,
+            dlq=12 if i == 5 else 0,
+            backlog=50,
+            backpressure_level=0.0,
+            lanes=GREEN_LANES,
+        )
+    replacement_id = events.record_replacement(
+        PIPELINE,
+        BLUE,
+        GREEN,
+        2,
+        4,
+        "scale up 2 -> 4: failNum=6, E(M)=2, S^2=5, C=4",
+        decision={"direction": "up", "threshold_c": 4.0},
+        started_at=window(3)[1],
+        ready_at=window(3)[1] + dt.timedelta(seconds=4),
+        deactivated_at=window(3)[1] + dt.timedelta(seconds=4.1),
+        drained_at=window(3)[1] + dt.timedelta(seconds=6),
+        finished_at=window(3)[1] + dt.timedelta(seconds=6.5),
+        pause_ms=PAUSE_MS,
+        duplicates=DUPLICATES,
+        outcome="ok",
+    )
+    plane.register_topology("other-blue-1", "other", "blue", 1)
+    return Seeded(start=start, replacement_id=replacement_id)
