@@ -1,4 +1,4 @@
-"""Running the stream job the way Airflow does: ``spark-submit`` in a subprocess."""
+"""Helpers to run the stream job the way Airflow does: ``spark-submit`` in a subprocess."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,9 @@ class StreamJobRunner:
         return SubmittedJob(process, log_path)
 
 
-def wait_for(condition, *, timeout_s: float, job: SubmittedJob, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_for(
+    condition: Callable[[], bool], *, timeout_s: float, job: SubmittedJob, what: str
+) -> None:
     """Poll ``condition()`` until true; fail with the job's log if it exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -99,9 +102,3 @@ def wait_for(condition, *, timeout_s: float, job: SubmittedJob, what: str) -> No
         time.sleep(0.5)
     job.kill()
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}; log:\n{job.log_tail()}")
-
-
-@pytest.fixture
-def stream_job_runner(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    runner = StreamJobRunner(flowctl_settings, sqlite_url, tmp_path)
-    yield runner

@@ -1,0 +1,19 @@
+"""Fixtures of the Spark tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flowctl.config import Settings
+from tests.spark.stream_jobs import StreamJobRunner
+
+
+@pytest.fixture
+def stream_job_runner(
+    flowctl_settings: Settings, sqlite_url: str, tmp_path: Path
+) -> Iterator[StreamJobRunner]:
+    """Submits stream jobs against the session's broker and a fresh SQLite database."""
+    yield StreamJobRunner(flowctl_settings, sqlite_url, tmp_path)
