@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.schema import SIGNAL_KINDS, TOPOLOGY_STATES, utcnow
+
+T = TypeVar("T")
 
 #: States a topology never leaves.
 TERMINAL_STATES = frozenset({"STOPPED", "FAILED"})
@@ -117,7 +119,7 @@ class ControlPlane:
     def __init__(self, url: str | sa.Engine) -> None:
         self.engine = engine_for(url)
 
-    def _tx(self, what: str, work):  # type: ignore[no-untyped-def]
+    def _tx(self, what: str, work: Callable[[sa.Connection], T]) -> T:
         return in_transaction(self.engine, work, what=what)
 
     # -- schema -----------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def _partition_counts(bootstrap: str, topics: list[str], *, timeout_s: float) ->
                 raise KafkaTimeoutError(
                     f"topics {missing} not visible in metadata at {bootstrap} after {timeout_s} s"
                 )
-            consumer._client.cluster.request_update()
+            consumer.topics()  # refreshes the cluster metadata
             time.sleep(0.1)
     finally:
         consumer.close()

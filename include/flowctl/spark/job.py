@@ -170,6 +170,7 @@ class StreamJob:
         self._terminate = threading.Event()
         self._lag_consumer: Any = None
         self._lag_lock = threading.Lock()
+        self._ignored_signals: set[str] = set()
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -287,7 +288,6 @@ class StreamJob:
 
     def run(self) -> int:
         """Run until stopped; 0 on a requested stop, 1 if the query failed."""
-        self._ignored_signals: set[str] = set()
         self._prepare()
         spark = None
         query = None
