@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +29,36 @@ class PipelineConfigError(ValueError):
     """A pipeline config file is missing or has a bad field; the message names both."""
 
 
+#: Scaling policies (SPEC E): the paper's Algorithm 2, or the adaptive policy (**beyond**).
+SCALING_POLICIES = ("paper", "adaptive")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """The ``[scaling]`` section: how the autoscale DAG decides and how a replacement runs.
+
+    Defaults are what a pipeline without the section gets; every key is described in
+    ``include/pipelines/wordcount.toml``. The bounds (min/max parallelism) live in
+    ``[stream]`` because the stream job enforces them too.
+    """
+
+    policy: str = "paper"
+    history_windows: int = 6
+    threshold_c: float = 4.0
+    cooldown_s: float = 120.0
+    schedule: str = "* * * * *"
+    poke_interval_s: float = 10.0
+    sensor_timeout_s: float = 50.0
+    ready_timeout_s: float = 180.0
+    drain_timeout_s: float = 120.0
+    stop_timeout_s: float = 60.0
+    target_utilisation: float = 0.7
+    high_saturation: float = 0.9
+    low_saturation: float = 0.3
+    low_batch_fraction: float = 0.5
+    poison_share: float = 0.5
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """A validated pipeline config; see ``include/pipelines/wordcount.toml`` for the fields."""
@@ -44,6 +74,7 @@ class PipelineConfig:
     trigger_interval_s: float
     tuple_size: int
     source: Path
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -61,7 +92,7 @@ class PipelineConfig:
 
 
 _KNOWN = {
-    "": {"name", "definition", "topics", "stream"},
+    "": {"name", "definition", "topics", "stream", "scaling"},
     "topics": {"eden", "partitions"},
     "stream": {
         "parallelism",
@@ -71,6 +102,7 @@ _KNOWN = {
         "trigger_interval_s",
         "tuple_size",
     },
+    "scaling": set(ScalingConfig.__dataclass_fields__),
 }
 
 
@@ -147,6 +179,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     trigger = stream.get("trigger_interval_s", 1.0)
     if isinstance(trigger, bool) or not isinstance(trigger, int | float) or trigger < 0:
         raise fail("stream.trigger_interval_s", trigger, "must be a number of seconds >= 0")
+    scaling = _parse_scaling(raw.get("scaling", {}), fail)
     return PipelineConfig(
         name=name,
         definition=definition,
@@ -159,4 +192,56 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         trigger_interval_s=float(trigger),
         tuple_size=tuple_size,
         source=path,
+        scaling=scaling,
+    )
+
+
+def _parse_scaling(table: dict[str, Any], fail: Any) -> ScalingConfig:
+    """Validate ``[scaling]``: every key typed and bounded, the error naming ``scaling.<key>``."""
+    defaults = ScalingConfig()
+
+    def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
+        value = table.get(key, getattr(defaults, key))
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if not bad:
+            bad = value <= lo if lo_open else value < lo
+            bad = bad or (hi is not None and value > hi)
+        if bad:
+            low = f"> {lo:g}" if lo_open else f">= {lo:g}"
+            high = f" and <= {hi:g}" if hi is not None else ""
+            raise fail(f"scaling.{key}", value, f"must be a number {low}{high}")
+        return float(value)
+
+    policy = table.get("policy", defaults.policy)
+    if policy not in SCALING_POLICIES:
+        raise fail("scaling.policy", policy, f"must be one of {', '.join(SCALING_POLICIES)}")
+    windows = table.get("history_windows", defaults.history_windows)
+    if isinstance(windows, bool) or not isinstance(windows, int) or windows < 2:
+        raise fail("scaling.history_windows", windows, "must be an integer >= 2")
+    schedule = table.get("schedule", defaults.schedule)
+    if not isinstance(schedule, str) or not schedule.strip():
+        raise fail("scaling.schedule", schedule, "must be a cron expression or preset ('@hourly')")
+    low_sat = number("low_saturation", lo=0, hi=1)
+    high_sat = number("high_saturation", lo=0, hi=1, lo_open=True)
+    if low_sat >= high_sat:
+        raise fail("scaling.low_saturation", low_sat, f"must be < high_saturation={high_sat:g}")
+    low_batch = number("low_batch_fraction", lo=0, hi=1)
+    if low_batch >= 1:
+        raise fail("scaling.low_batch_fraction", low_batch, "must be < 1")
+    return ScalingConfig(
+        policy=policy,
+        history_windows=windows,
+        threshold_c=number("threshold_c", lo=0),
+        cooldown_s=number("cooldown_s", lo=0),
+        schedule=schedule.strip(),
+        poke_interval_s=number("poke_interval_s", lo=0, lo_open=True),
+        sensor_timeout_s=number("sensor_timeout_s", lo=0, lo_open=True),
+        ready_timeout_s=number("ready_timeout_s", lo=0, lo_open=True),
+        drain_timeout_s=number("drain_timeout_s", lo=0, lo_open=True),
+        stop_timeout_s=number("stop_timeout_s", lo=0, lo_open=True),
+        target_utilisation=number("target_utilisation", lo=0, hi=1, lo_open=True),
+        high_saturation=high_sat,
+        low_saturation=low_sat,
+        low_batch_fraction=low_batch,
+        poison_share=number("poison_share", lo=0, hi=1, lo_open=True),
     )
