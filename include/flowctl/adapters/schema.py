@@ -127,6 +127,45 @@ offsets = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
+#: What happened to a tuple's records, as recorded in ``applied_ranges``.
+APPLIED_OUTCOMES = ("applied", "replayed", "dlq")
+
+# One row per tuple whose outcome is durable (SPEC F, docs/flow-control.md): ``applied``
+# (its results are in the database), ``replayed`` (its records went to the replay topic and
+# come back one by one under their original coordinates) or ``dlq``. The flusher inserts a
+# row in the same transaction as the results, so a tuple flushed twice is applied once; the
+# durable checkpoint (``offsets.next_offset``) moves over contiguous rows.
+applied_ranges = sa.Table(
+    "applied_ranges",
+    metadata,
+    sa.Column("pipeline", sa.String(100), primary_key=True),
+    sa.Column("topic", sa.String(250), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("start", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("end", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("outcome", sa.String(20), nullable=False),
+    sa.Column("applied_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint('"start" >= 0 AND "end" > "start"', name="ck_applied_ranges_span"),
+    sa.CheckConstraint(
+        "outcome IN (" + ", ".join(f"'{o}'" for o in APPLIED_OUTCOMES) + ")",
+        name="ck_applied_ranges_outcome",
+    ),
+)
+
+# The MRWQ flusher's position per queue namespace (core.persistence.FlusherSnapshot), kept
+# next to the checkpoint and written in the flush's own transaction, so a flusher restarted
+# after memcached lost the queue (a new epoch) knows items were lost.
+mrwq_state = sa.Table(
+    "mrwq_state",
+    metadata,
+    sa.Column("namespace", sa.String(200), primary_key=True),
+    sa.Column("pipeline", sa.String(100), nullable=False),
+    sa.Column("epoch", sa.String(64), nullable=True),
+    sa.Column("head", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint("head >= 1", name="ck_mrwq_state_head"),
+)
+
 metrics_windows = sa.Table(
     "metrics_windows",
     metadata,
