@@ -3,6 +3,12 @@
 Shared by the ``ingest_<pipeline>`` DAG and ``flowctl ingest``: one request
 type validated in one place, so the DAG's Params form and the command line
 reject the same bad input with the same message.
+
+The synthetic source is the pipeline's own: a definition module may define
+``synthetic_lines(count, seed)`` (``logetl`` generates access-log lines,
+``wordcount`` Zipf text); a pipeline without one gets Zipf text. The choice
+follows the definition, not the pipeline's name, so a renamed copy of a
+config ingests the same kind of data.
 """
 
 from __future__ import annotations
@@ -63,7 +69,22 @@ class IngestRequest:
         if self.source == "file":
             assert self.path is not None
             return file_lines(self.path)
-        return zipf_lines(self.lines, seed=self.seed)
+        return synthetic_generator(self.pipeline)(self.lines, self.seed)
+
+
+def synthetic_generator(pipeline: str) -> Callable[[int, int], Iterator[str]]:
+    """``(count, seed) -> lines`` of the pipeline's demo data (see the module docstring)."""
+    from flowctl.pipelines.config import load_pipeline_config
+
+    definition = load_pipeline_config(pipeline).load_definition()
+    generate = getattr(definition, "synthetic_lines", None)
+    if generate is None:
+        return lambda count, seed: zipf_lines(count, seed=seed)
+    if not callable(generate):
+        raise TypeError(
+            f"{definition.__name__}.synthetic_lines={generate!r} must be a function (count, seed)"
+        )
+    return generate
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,25 @@ reader (the stream, the reconcile job, the tests) counts it the same way.
 
 :func:`count_words` is the plain-Python reference: the streaming results must
 equal it exactly.
+
+:data:`DEFINITION` runs the pipeline in a flow-controlled topology (see
+:mod:`flowctl.pipelines.base`): a tuple's result is its ``{word: count}``
+dict, and applying results adds them to the ``word_counts`` table with the
+same upsert the direct sink uses (:mod:`flowctl.adapters.results`), so both
+paths store identical numbers.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from flowctl.pipelines.base import Record
 
 NAME = "wordcount"
 
@@ -56,3 +68,73 @@ def count_values(values: Iterable[bytes | None]) -> Counter[str]:
     """
     text = b"\n".join(v for v in values if v is not None).decode("utf-8", errors="replace")
     return Counter([key(w.lower()) for w in _WORD.findall(text)])
+
+
+def _checked_counts(result: Any) -> Mapping[str, int]:
+    """A tuple result as ``{word: count}``; anything else is refused, naming the entry.
+
+    Results come back from memcached as JSON: a corrupted or foreign item
+    must fail the flush with a clear message, not add nonsense to the counts.
+    """
+    if not isinstance(result, Mapping):
+        raise ValueError(f"wordcount result={result!r} is not a mapping of word -> count")
+    for word, n in result.items():
+        if not isinstance(word, str) or not word:
+            raise ValueError(f"wordcount result: word={word!r} is not a non-empty string")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"wordcount result: count of word={word!r} is {n!r}, not an int >= 1")
+    return result
+
+
+class WordCountDefinition:
+    """``DEFINITION`` of the word-count pipeline (see :mod:`flowctl.pipelines.base`)."""
+
+    name = NAME
+
+    def process(self, records: Sequence[Record]) -> dict[str, int]:
+        """The tuple's word counts: :func:`count_values` of its values.
+
+        Word counting accepts every input (bad UTF-8 is a separator), so this
+        never raises :class:`~flowctl.pipelines.base.PoisonRecord`.
+        """
+        return dict(count_values(r.value for r in records))
+
+    def apply(self, conn: sa.Connection, pipeline: str, results: Sequence[Any]) -> int:
+        """Add the results' counts to ``word_counts``; return the number of words touched.
+
+        The results are summed first, so each word is one upsert (PostgreSQL
+        refuses to update a row twice in one statement).
+        """
+        from flowctl.adapters import results as sink
+
+        total: Counter[str] = Counter()
+        for result in results:
+            total.update(_checked_counts(result))
+        # The very upsert the direct sink runs (one statement for both dialects).
+        sink._add_counts(conn, pipeline, total)
+        return len(total)
+
+    def reference(self, values: Iterable[bytes | None]) -> dict[str, int]:
+        """Word counts of the whole input (what ``word_counts`` must hold)."""
+        return dict(count_values(values))
+
+    def stored(self, conn: sa.Connection, pipeline: str) -> dict[str, int]:
+        """``word_counts`` of ``pipeline``, shaped like :meth:`reference`."""
+        import sqlalchemy as sa
+
+        from flowctl.adapters.schema import word_counts
+
+        query = sa.select(word_counts.c.word, word_counts.c.count).where(
+            word_counts.c.pipeline == pipeline
+        )
+        return {word: int(n) for word, n in conn.execute(query).all()}
+
+
+DEFINITION = WordCountDefinition()
+
+
+def synthetic_lines(count: int, seed: int) -> Iterator[str]:
+    """Demo input for ``flowctl ingest``: seeded Zipf text (see :mod:`flowctl.textgen`)."""
+    from flowctl.textgen import zipf_lines
+
+    return zipf_lines(count, seed=seed)
