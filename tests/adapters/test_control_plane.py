@@ -124,7 +124,9 @@ def test_signals_round_trip(plane: ControlPlane) -> None:
 
 def test_bad_signals_are_refused(plane: ControlPlane) -> None:
     plane.register_topology("t", "p", "blue", 1)
-    with pytest.raises(ValueError, match=r"kind='kill' is not one of activate, deactivate, drain, stop"):
+    with pytest.raises(
+        ValueError, match=r"kind='kill' is not one of activate, deactivate, drain, stop"
+    ):
         plane.send_signal("t", "kill")
     with pytest.raises(UnknownTopology, match=r"topology_id='ghost'"):
         plane.send_signal("ghost", "stop")
