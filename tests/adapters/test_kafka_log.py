@@ -59,6 +59,14 @@ def test_produce_counts_reports_progress_and_stamps_time(kafka_bootstrap: str) -
     assert values == {f"line {i}".encode() for i in range(2500)}
 
 
+def test_produce_refuses_values_that_are_not_text_or_bytes(kafka_bootstrap: str) -> None:
+    topic = _topic(1, kafka_bootstrap)
+    with pytest.raises(TypeError, match=r"values\[1\]=5 must be bytes or str, not int"):
+        kafka_log.produce(kafka_bootstrap, topic, ["ok", 5], progress_every=1)
+    # What came before the bad value was produced and acknowledged, nothing after it.
+    assert kafka_log.latest_offsets(kafka_bootstrap, topic) == {0: 1}
+
+
 def test_latest_offsets_is_exact_under_concurrent_producing(kafka_bootstrap: str) -> None:
     """Every answer lies between what was acknowledged before and after, and is readable."""
     topic = _topic(3, kafka_bootstrap)

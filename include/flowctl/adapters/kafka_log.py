@@ -310,8 +310,8 @@ def produce(
     sent = 0
     try:
         chunk: list[bytes] = []
-        for value in values:
-            chunk.append(value.encode("utf-8") if isinstance(value, str) else bytes(value))
+        for index, value in enumerate(values):
+            chunk.append(_as_bytes(index, value))
             if len(chunk) >= progress_every:
                 sent += _send_chunk(producer, topic, chunk, attempts)
                 chunk = []
@@ -324,6 +324,15 @@ def produce(
     finally:
         producer.close()
     return sent
+
+
+def _as_bytes(index: int, value: object) -> bytes:
+    """A record value as bytes; anything but text or bytes is refused (never ``bytes(5)``)."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"values[{index}]={value!r} must be bytes or str, not {type(value).__name__}")
 
 
 def _send_chunk(producer: KafkaProducer, topic: str, chunk: list[bytes], attempts: int) -> int:
