@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
-from flowctl.spark.job import default_topology_id, parse_args
+from flowctl.spark.job import default_topology_id, main, parse_args
 
 
 def test_defaults() -> None:
@@ -56,3 +57,19 @@ def test_default_topology_id_is_pipeline_colour_utc_time() -> None:
     assert (
         default_topology_id("wordcount", "green", when) == "wordcount-green-20260304T050607000089"
     )
+
+
+def test_a_bad_pipeline_config_exits_2_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWCTL_HOME", str(tmp_path))
+    assert main(["--pipeline-config", str(tmp_path / "missing.toml")]) == 2
+    assert "missing.toml" in caplog.text and "does not exist" in caplog.text
+
+
+def test_parallelism_outside_the_configured_bounds_exits_2(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWCTL_HOME", str(tmp_path))
+    assert main(["--parallelism", "1000"]) == 2
+    assert "--parallelism=1000 is outside [1, 16]" in caplog.text

@@ -287,8 +287,12 @@ class StreamJob:
     # -- the run ----------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; 0 on a requested stop, 1 if the query failed."""
-        self._prepare()
+        """Run until stopped; 0 on a requested stop, 1 if it could not start or the query failed."""
+        try:
+            self._prepare()
+        except Exception as exc:  # nothing registered yet: only the log can tell
+            log.error("topology %s cannot start: %s", self.topology_id, exc, exc_info=True)
+            return 1
         spark = None
         query = None
         try:
