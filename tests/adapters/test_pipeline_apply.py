@@ -1,0 +1,189 @@
+"""Pipeline definitions' ``apply`` and ``stored`` on real SQLite and PostgreSQL databases.
+
+``apply`` runs in the caller's transaction (the flusher's); ``stored`` must
+read back exactly what ``reference`` computes over the same input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from flowctl import loggen
+from flowctl.adapters import results, schema
+from flowctl.adapters.db import engine_for
+from flowctl.pipelines import logetl, wordcount
+from flowctl.pipelines.base import PoisonRecord, Record
+from flowctl.textgen import zipf_lines
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def engine(database_url: str) -> sa.Engine:
+    engine = engine_for(database_url)
+    schema.ensure_schema(engine)
+    return engine
+
+
+def _tuples(topic: str, values: list[bytes], size: int) -> list[list[Record]]:
+    """``values`` as consecutive tuples of one partition, the way the source cuts them."""
+    return [
+        [Record(topic, 0, i + j, None, v) for j, v in enumerate(values[i : i + size])]
+        for i in range(0, len(values), size)
+    ]
+
+
+# -- wordcount ----------------------------------------------------------------------------------
+
+
+def test_wordcount_apply_adds_tuple_results_and_stored_equals_reference(
+    engine: sa.Engine,
+) -> None:
+    definition = wordcount.DEFINITION
+    values = [line.encode() for line in zipf_lines(1500, seed=4)]
+    tuple_results = [definition.process(t) for t in _tuples("wc.eden", values, 100)]
+    with engine.begin() as conn:
+        touched = definition.apply(conn, "wc", tuple_results[:7])
+        assert touched == len({w for r in tuple_results[:7] for w in r})
+    with engine.begin() as conn:
+        definition.apply(conn, "wc", tuple_results[7:])
+    with engine.connect() as conn:
+        stored = definition.stored(conn, "wc")
+        assert stored == definition.reference(values)
+        assert definition.stored(conn, "other") == {}
+    # The same table and numbers the direct sink reads.
+    assert results.word_counts(engine, "wc") == stored
+
+
+def test_wordcount_apply_is_additive_and_merges_a_word_seen_in_several_results(
+    engine: sa.Engine,
+) -> None:
+    definition = wordcount.DEFINITION
+    with engine.begin() as conn:
+        assert definition.apply(conn, "wc", [{"a": 1, "b": 2}, {"a": 3}]) == 2
+    with engine.begin() as conn:
+        assert definition.apply(conn, "wc", [{"a": 1}]) == 1
+        assert definition.apply(conn, "wc", []) == 0
+    with engine.connect() as conn:
+        assert definition.stored(conn, "wc") == {"a": 5, "b": 2}
+
+
+def test_wordcount_apply_rolls_back_with_the_callers_transaction(engine: sa.Engine) -> None:
+    with pytest.raises(RuntimeError, match="flush failed later"), engine.begin() as conn:
+        wordcount.DEFINITION.apply(conn, "wc", [{"a": 1}])
+        raise RuntimeError("flush failed later")
+    with engine.connect() as conn:
+        assert wordcount.DEFINITION.stored(conn, "wc") == {}
+
+
+# -- logetl -------------------------------------------------------------------------------------
+
+
+def _logetl_results(values: list[bytes], size: int) -> list[list[dict]]:
+    """Tuple results as the topology gets them: a poisoned tuple is retried without its poison."""
+    out = []
+    for records in _tuples("logs.eden", values, size):
+        while records:
+            try:
+                out.append(logetl.DEFINITION.process(records))
+                break
+            except PoisonRecord as exc:  # the offending line goes to the DLQ, the rest is retried
+                records = [r for r in records if r.offset != exc.offset]
+    return out
+
+
+def test_logetl_stored_equals_reference_and_reapplying_creates_no_duplicates(
+    engine: sa.Engine,
+) -> None:
+    definition = logetl.DEFINITION
+    values = [
+        line.encode() for line in loggen.access_log_lines(1200, seed=8, malformed_fraction=0.05)
+    ]
+    tuple_results = _logetl_results(values, 50)
+    rows = sum(len(r) for r in tuple_results)
+    reference = definition.reference(values)
+    assert rows == reference["rows"] < len(values)  # the malformed lines are not rows
+
+    with engine.begin() as conn:
+        assert definition.apply(conn, "logs", tuple_results) == rows
+    with engine.begin() as conn:  # the whole batch again: a caller's slip
+        assert definition.apply(conn, "logs", tuple_results) == 0
+    with engine.begin() as conn:  # overlapping, and one tuple twice in one call
+        assert definition.apply(conn, "logs", tuple_results[3:5] + tuple_results[3:4]) == 0
+    with engine.connect() as conn:
+        assert definition.stored(conn, "logs") == reference
+        count = conn.execute(sa.select(sa.func.count()).select_from(schema.log_events)).scalar()
+        assert count == rows
+        assert definition.stored(conn, "other") == {"rows": 0, "status_classes": {}}
+
+
+def test_logetl_rows_round_trip_with_utc_times_and_enrichment(engine: sa.Engine) -> None:
+    line = (
+        '198.51.100.23 - - [05/Jan/2026:08:00:01 +0800] "POST /api/v1/cart?x=1 HTTP/2.0" '
+        '503 - "-" "curl/8.5.0"'
+    )
+    result = logetl.DEFINITION.process([Record("logs.eden", 2, 99, 0, line.encode())])
+    with engine.begin() as conn:
+        assert logetl.DEFINITION.apply(conn, "logs", [result]) == 1
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(schema.log_events)).mappings().one()
+    assert dict(row) == {
+        "pipeline": "logs",
+        "topic": "logs.eden",
+        "partition": 2,
+        "offset": 99,
+        "ts": dt.datetime(2026, 1, 5, 0, 0, 1, tzinfo=dt.UTC),
+        "ip": "198.51.100.23",
+        "ip_prefix": "198.51.100.0/24",
+        "remote_user": None,
+        "method": "POST",
+        "path": "/api/v1/cart",
+        "protocol": "HTTP/2.0",
+        "status": 503,
+        "status_class": "5xx",
+        "bytes": 0,
+        "referer": None,
+        "user_agent": "curl/8.5.0",
+        "is_bot": True,
+    }
+
+
+def test_logetl_same_offsets_in_another_pipeline_are_other_rows(engine: sa.Engine) -> None:
+    values = [line.encode() for line in loggen.access_log_lines(20, seed=2, malformed_fraction=0)]
+    result = logetl.DEFINITION.process(_tuples("shared.eden", values, 20)[0])
+    with engine.begin() as conn:
+        assert logetl.DEFINITION.apply(conn, "logs-a", [result]) == 20
+        assert logetl.DEFINITION.apply(conn, "logs-b", [result]) == 20
+    with engine.connect() as conn:
+        assert logetl.DEFINITION.stored(conn, "logs-a")["rows"] == 20
+        assert logetl.DEFINITION.stored(conn, "logs-b")["rows"] == 20
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"status": "200"}, r"status='200' has the wrong type"),
+        ({"is_bot": 1}, r"is_bot=1 has the wrong type"),
+        ({"offset": True}, r"offset=True has the wrong type"),
+        ({"ts": "yesterday"}, r"ts='yesterday' is not ISO 8601"),
+        ({"ts": "2026-01-01T00:00:00"}, r"ts='2026-01-01T00:00:00' has no time zone"),
+        ({"extra": 1}, r"fields \[.*'extra'.*\] are not"),
+    ],
+)
+def test_logetl_apply_refuses_bad_rows_and_writes_nothing(
+    engine: sa.Engine, change: dict, message: str
+) -> None:
+    good = logetl.DEFINITION.process(
+        [
+            Record("logs.eden", 0, i, None, v.encode())
+            for i, v in enumerate(loggen.access_log_lines(2, seed=1, malformed_fraction=0))
+        ]
+    )
+    bad = [good[0], {**good[1], **change}]
+    with pytest.raises(ValueError, match=message), engine.begin() as conn:
+        logetl.DEFINITION.apply(conn, "logs", [bad])
+    with engine.connect() as conn:
+        assert logetl.DEFINITION.stored(conn, "logs")["rows"] == 0
