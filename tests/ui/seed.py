@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.adapters.schema import utcnow
@@ -106,4 +107,15 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
         outcome="ok",
     )
     plane.register_topology("other-blue-1", "other", "blue", 1)
+    # Registration stamps "now"; move the two topologies' times to when the windows
+    # say they ran, so the parallelism timeline lines up with the metrics charts.
+    handover = window(3)[1] + dt.timedelta(seconds=6.5)
+    t = schema.topologies
+    with plane.engine.begin() as conn:
+        conn.execute(
+            t.update()
+            .where(t.c.topology_id == BLUE)
+            .values(created_at=start - dt.timedelta(seconds=2), updated_at=handover)
+        )
+        conn.execute(t.update().where(t.c.topology_id == GREEN).values(created_at=window(3)[1]))
     return Seeded(start=start, replacement_id=replacement_id)

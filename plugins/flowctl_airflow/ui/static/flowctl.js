@@ -76,7 +76,9 @@
     const names = pipelines.map((p) => p.pipeline);
     const wanted = new URLSearchParams(location.hash.slice(1)).get("pipeline");
     if (!state.pipeline || !names.includes(state.pipeline)) {
-      state.pipeline = names.includes(wanted) ? wanted : names[0] || null;
+      // The one named in the URL (#pipeline=...), else the first one running, else the first.
+      const running = pipelines.find((p) => p.live_topologies.length > 0);
+      state.pipeline = names.includes(wanted) ? wanted : (running || pipelines[0] || {}).pipeline || null;
     }
     const current = Array.from(select.options).map((o) => o.value);
     if (current.join("\n") !== names.join("\n")) {
@@ -144,7 +146,7 @@
   function frame(container, domain, yMax, yLabel) {
     const width = Math.max(container.clientWidth || 800, 320);
     const height = Math.max(container.clientHeight || 200, 120);
-    const m = { left: 56, right: 16, top: 10, bottom: 22 };
+    const m = { left: 56, right: 16, top: 24, bottom: 22 };
     const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none" });
     const top = yMax > 0 ? yMax * 1.1 : 1;
     const x = (t) => m.left + ((t - domain[0]) / Math.max(domain[1] - domain[0], 1)) * (width - m.left - m.right);
@@ -159,7 +161,7 @@
       svg.append(el("text", { x: x(t), y: height - 6, "text-anchor": "middle" }, clock(t)));
     }
     svg.append(el("line", { class: "axis", x1: m.left, x2: width - m.right, y1: y(0), y2: y(0) }));
-    if (yLabel) svg.append(el("text", { x: 4, y: m.top + 8 }, yLabel));
+    if (yLabel) svg.append(el("text", { x: 4, y: 12 }, yLabel));
     container.replaceChildren(svg);
     return { svg, x, y, width, height, m };
   }
@@ -191,8 +193,8 @@
     const g = el("g", { class: "legend" });
     let x = f.m.left + 8;
     for (const [label, colour, dashed] of items) {
-      g.append(el("line", { x1: x, x2: x + 16, y1: f.m.top + 6, y2: f.m.top + 6, stroke: colour, "stroke-width": 2, ...(dashed ? { "stroke-dasharray": "6 4" } : {}) }));
-      g.append(el("text", { x: x + 20, y: f.m.top + 10 }, label));
+      g.append(el("line", { x1: x, x2: x + 16, y1: 8, y2: 8, stroke: colour, "stroke-width": 2, ...(dashed ? { "stroke-dasharray": "6 4" } : {}) }));
+      g.append(el("text", { x: x + 20, y: 12 }, label));
       x += 28 + label.length * 6.5;
     }
     f.svg.append(g);
@@ -217,6 +219,8 @@
       lo = bandStarts.length ? Math.min(...bandStarts) : Date.parse(topologies.now) - 60000;
       hi = Date.parse(topologies.now);
     }
+    // Up to now, not to the last window: a topology that stopped reporting shows a gap.
+    hi = Math.max(hi, Date.parse(topologies.now));
     return [lo, Math.max(hi, lo + 1000)];
   }
 
@@ -298,8 +302,8 @@
     const bands = topologies.topologies;
     if (!bands.length) return empty(box, "no topologies registered");
     const now = Date.parse(topologies.now);
-    const lo = Math.min(domain[0], ...bands.map((b) => Date.parse(b.started_at)));
-    const hi = Math.max(domain[1], now);
+    // The same time axis as the charts above; bands that started earlier are clipped.
+    const [lo, hi] = domain;
     const rowH = 26;
     box.style.height = Math.max(120, bands.length * rowH + 60) + "px";
     const f = frame(box, [lo, hi], 0, "");
@@ -309,19 +313,24 @@
       const start = Date.parse(b.started_at);
       const end = b.ended_at ? Date.parse(b.ended_at) : now;
       const y = f.m.top + 14 + i * rowH;
+      f.svg.append(el("text", { x: f.m.left - 6, y: y + rowH / 2 + 1, "text-anchor": "end" }, `gen ${b.generation}`));
+      if (end < lo) return; // over before the charts' time axis starts
       const x0 = f.x(Math.max(start, lo));
       const x1 = Math.max(f.x(end), x0 + 3);
       const rect = el("rect", { x: x0, y, width: x1 - x0, height: rowH - 6, rx: 3, fill: colourOf(b.colour), opacity: b.ended_at ? 0.55 : 0.95 });
       rect.append(el("title", {}, `${b.topology_id}: ${b.colour}, parallelism ${b.parallelism}, ${b.state}, ${clock(start)} – ${b.ended_at ? clock(end) : "now"}`));
       f.svg.append(rect);
-      f.svg.append(el("text", { class: "band-label", x: x0 + 6, y: y + rowH / 2 + 1 }, `${b.colour} ×${b.parallelism} · ${b.state}`));
-      f.svg.append(el("text", { x: f.m.left - 6, y: y + rowH / 2 + 1, "text-anchor": "end" }, `gen ${b.generation}`));
+      const text = `${b.colour} ×${b.parallelism} · ${b.state}`;
+      // Inside the band when it fits, else just after it.
+      const fits = x1 - x0 > text.length * 7 + 12;
+      f.svg.append(el("text", { class: fits ? "band-label" : "", x: fits ? x0 + 6 : x1 + 6, y: y + rowH / 2 + 1 }, text));
     });
     for (const r of replacements.replacements) {
-      const start = Date.parse(r.started_at);
+      const start = Math.max(Date.parse(r.started_at), lo);
       const end = r.finished_at ? Date.parse(r.finished_at) : now;
+      if (end < lo) continue; // before the time axis
       const pauseStart = r.deactivated_at ? Date.parse(r.deactivated_at) : null;
-      const top = f.m.top + 8;
+      const top = f.m.top + 4;
       const bottom = f.m.top + 14 + bands.length * rowH;
       const colour = r.outcome === "ok" ? "#2d3748" : r.outcome === "running" ? "#dd6b20" : "#e53e3e";
       f.svg.append(el("line", { x1: f.x(start), x2: f.x(start), y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5, "stroke-dasharray": "3 3" }));
@@ -333,7 +342,7 @@
         pause.append(el("title", {}, `pause ${fmt(r.pause_ms)} ms`));
         f.svg.append(pause);
       }
-      const label = el("text", { x: f.x(end) + 4, y: top + 2 }, `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`);
+      const label = el("text", { x: f.x(end) + 4, y: top - 6 }, `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`);
       label.append(el("title", {}, r.reason));
       f.svg.append(label);
     }

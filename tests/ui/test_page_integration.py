@@ -1,0 +1,159 @@
+"""The metrics page in a real ``airflow standalone``, rendered by headless Chromium.
+
+Airflow runs on free ports with a temporary home (AirflowService, the same
+path as ``flowctl airflow up``); its ``flowctl_db`` connection points at the
+home's SQLite database, into which known rows are written first. The API must
+refuse a call without a token and answer one with a token from Airflow's
+``/auth/token``; the browser, given the UI's session cookie, must render the
+pipeline's figures. The screenshot is left in ``tests/artifacts/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowctl.config import Settings
+from flowctl.services.airflow import ADMIN_USER, AirflowService, admin_password
+from flowctl.services.process import free_port
+from tests.ui import seed as data
+from tests.ui.browser import chromium
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    home = tmp_path_factory.mktemp("ui_home")
+    settings = dataclasses.replace(
+        Settings(home=home),
+        airflow_port=free_port(),
+        kafka_port=free_port(),
+        memcached_port=free_port(),
+    )
+    data.seed(settings.resolved_database_url)
+    service = AirflowService()
+    try:
+        service.up(settings)
+        yield settings
+    finally:
+        service.down(settings)
+
+
+def base_url(settings: Settings) -> str:
+    return f"http://{settings.host}:{settings.airflow_port}"
+
+
+def request(
+    url: str, *, token: str | None = None, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    payload = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=payload, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def token(airflow: Settings) -> str:
+    password = admin_password(airflow)
+    assert password, "Airflow wrote no generated admin password"
+    status, body = request(
+        f"{base_url(airflow)}/auth/token", body={"username": ADMIN_USER, "password": password}
+    )
+    assert status == 201, body
+    return str(body["access_token"])
+
+
+def test_the_api_refuses_without_a_token_and_answers_with_one(
+    airflow: Settings, token: str
+) -> None:
+    url = f"{base_url(airflow)}/flowctl/api/pipelines"
+    status, body = request(url)
+    assert (status, body) == (401, {"detail": "Not authenticated"})
+
+    status, body = request(url, token=token)
+    assert status == 200
+    wordcount = next(p for p in body["pipelines"] if p["pipeline"] == data.PIPELINE)
+    assert (wordcount["current_topology"], wordcount["parallelism"]) == (data.GREEN, 4)
+
+    status, body = request(f"{url}/{data.PIPELINE}/replacements", token=token)
+    assert status == 200
+    assert [e["pause_ms"] for e in body["replacements"]] == [data.PAUSE_MS]
+
+    status, body = request(f"{url}/{data.PIPELINE}/metrics?limit=0", token=token)
+    assert status == 422
+    assert body["detail"] == "limit='0': Input should be greater than or equal to 1"
+
+
+def test_the_page_is_in_the_airflow_navigation(airflow: Settings, token: str) -> None:
+    status, body = request(f"{base_url(airflow)}/api/v2/plugins", token=token)
+    assert status == 200
+    [plugin] = [p for p in body["plugins"] if p["name"] == "flowctl"]
+    assert plugin["fastapi_apps"][0]["url_prefix"] == "/flowctl"
+    [view] = plugin["external_views"]
+    assert (view["href"], view["destination"], view["url_route"]) == (
+        "flowctl/",
+        "nav",
+        "flowctl-metrics",
+    )
+
+
+def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str) -> None:
+    base = base_url(airflow)
+    with chromium(width=1400, height=2400) as page:
+        page.call("Network.setCookie", name="_token", value=token, url=base, httpOnly=True)
+        page.call("Page.navigate", url=f"{base}/flowctl/#pipeline={data.PIPELINE}")
+        rendered = page.wait_for("document.body && document.body.dataset.rendered", timeout=30)
+        dom = page.evaluate("document.documentElement.outerHTML")
+        page.screenshot(ARTIFACTS / "metrics_page.png")
+    assert rendered == data.PIPELINE
+    assert page_text_has(dom, f'<option value="{data.PIPELINE}">{data.PIPELINE}</option>')
+    cards = {card: value for card, value in cards_of(dom)}
+    assert cards["records/s"] == "4322"  # 4321.5 shown without decimals (>= 100)
+    assert cards["DLQ size"] == str(data.DLQ_TOTAL)
+    assert cards["parallelism"] == "4"
+    assert cards["topology"] == data.GREEN
+    assert f"{data.BLUE} → {data.GREEN}" in dom  # the replacement row
+    assert ">321<" in dom  # its pause in ms
+    assert dom.count('class="state BUSY"') == 1  # one busy lane in the latest window
+    assert "<svg" in dom and "polyline" in dom
+    assert (ARTIFACTS / "metrics_page.png").stat().st_size > 10_000
+
+
+def test_the_page_sends_a_browser_without_session_to_the_login(airflow: Settings) -> None:
+    with chromium() as page:
+        page.call("Page.navigate", url=f"{base_url(airflow)}/flowctl/")
+        location = page.wait_for(
+            "location.pathname.startsWith('/auth/login') && location.href", timeout=30
+        )
+    assert "next=" in location and "flowctl" in location
+
+
+def page_text_has(dom: str, fragment: str) -> bool:
+    return fragment in dom
+
+
+def cards_of(dom: str) -> list[tuple[str, str]]:
+    """``(label, value)`` of the summary cards, read from the rendered DOM."""
+    import re
+
+    pattern = re.compile(
+        r'<div class="card" data-card="([^"]+)"><div class="label">[^<]*</div>'
+        r'<div class="value[^"]*">([^<]*)</div></div>'
+    )
+    return pattern.findall(dom)
