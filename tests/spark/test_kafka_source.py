@@ -91,6 +91,7 @@ def test_batches_are_planned_in_lanes_and_read_exactly(
     assert sorted(row[4] for row in seen) == sorted(f"line {i}".encode() for i in range(3001))
     assert all(row[0] == topic and row[3].tzinfo is not None for row in seen)
     assert reader.latestOffset(start, ReadAllAvailable()) == start  # nothing new
+    assert reader.reportLatestOffset() == start
     reader.stop()
 
 

@@ -159,6 +159,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         self.planner = planner or LanePlanner(options.lanes)
         self._consumer: Any = None  # the planner's KafkaConsumer, created lazily
         self._planning_error: BaseException | None = None
+        self._latest: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks get a pickled snapshot; a live KafkaConsumer cannot travel.
@@ -208,12 +209,17 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             begin = decode_offsets(start, self.options.topic)
             latest = kafka_log.latest_offsets(self._planner_consumer(), self.options.topic)
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            self._latest = encode_offsets(self.options.topic, latest)
             end = self.planner.admit(begin, latest, max_rows)
             return encode_offsets(self.options.topic, end)
         except Exception:
             log.exception("%s: latestOffset failed (start=%s)", SOURCE_NAME, start)
             self._drop_consumer()
             raise
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The log's end as last seen (shown in Spark's progress; ahead of the batch's end)."""
+        return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LanePartition]:
         """One :class:`LanePartition` per non-empty lane."""
