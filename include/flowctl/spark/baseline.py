@@ -1,0 +1,194 @@
+"""The baseline: the word count as plain Structured Streaming, the way a user would write it.
+
+The benchmarks (SPEC "Experiments to reproduce") compare the flow-controlled
+topology against this job on the same data, in the same run. It is what one
+writes without the platform:
+
+- a fixed budget per micro-batch (``ReadMaxRows``, ``--max-records-per-batch``)
+  spread evenly over a fixed number of Spark tasks (``--parallelism``): no
+  windows, no feedback, no replay topics, no MRWQ;
+- database writes directly in ``foreachBatch``: the batch's counts are
+  computed on the executors with the pipeline's own counting function and
+  added in one transaction together with the per-partition offsets, so a
+  replayed batch is skipped (the usual "idempotent sink" recipe; the very
+  sink :mod:`flowctl.spark.wordcount_sink` the first stream job used);
+- a failure fails the query (no per-record isolation): that is the baseline's
+  honest behaviour and what the platform improves on.
+
+Everything else is the stream job's (:class:`flowctl.spark.job.StreamJob`):
+registration in the control plane, heartbeats, the ``stop`` signal and
+SIGTERM, the exit codes, the log format. So the two jobs differ only in what
+is being compared. One metrics row per micro-batch goes to ``metrics_windows``
+(records, records/s over the whole batch cycle, backlog), the same table the
+flow-controlled topology writes, so a benchmark reads both the same way.
+
+The source is ``flowctl_kafka`` in its plain mode (the even
+:class:`~flowctl.spark.lane_planner.LanePlanner`); Spark's own Kafka source
+needs a jar that is not available offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from flowctl.config import Settings
+from flowctl.spark.job import (
+    JobArgs,
+    StreamJob,
+    _positive_int,
+    build_parser,
+    configure_logging,
+    default_topology_id,
+)
+
+log = logging.getLogger("flowctl.baseline")
+
+PROG = "wordcount_baseline.py"
+
+#: The definition module the baseline can run: its sink is the word count's.
+SUPPORTED_DEFINITION = "flowctl.pipelines.wordcount"
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineArgs(JobArgs):
+    """The stream job's arguments plus the fixed micro-batch budget."""
+
+    max_records_per_batch: int | None = None
+
+
+def _add_max_records(parser: argparse.ArgumentParser) -> None:
+    # If the stream job's parser has the flag already, it has the same meaning: keep it.
+    with contextlib.suppress(argparse.ArgumentError):
+        parser.add_argument(
+            "--max-records-per-batch",
+            type=_positive_int,
+            help="records per micro-batch (default: the config's max_records_per_batch)",
+        )
+
+
+def build_baseline_parser() -> argparse.ArgumentParser:
+    """The stream job's command line (same flags, same meaning) plus ``--max-records-per-batch``."""
+    parser = build_parser(prog=PROG)
+    parser.description = (
+        "Run the baseline word count (plain Structured Streaming, direct database "
+        "writes) until a stop signal arrives."
+    )
+    _add_max_records(parser)
+    return parser
+
+
+def parse_baseline_args(argv: Sequence[str] | None = None) -> BaselineArgs:
+    """Parse a baseline command line."""
+    ns = vars(build_baseline_parser().parse_args(argv))
+    names = {f.name for f in dataclasses.fields(BaselineArgs)}
+    return BaselineArgs(**{k: v for k, v in ns.items() if k in names})
+
+
+class BaselineJob(StreamJob):
+    """A stream job whose query is the plain one: fixed batches, direct idempotent writes."""
+
+    def __init__(self, args: BaselineArgs, settings: Settings) -> None:
+        super().__init__(args, settings)
+        if self.config.definition != SUPPORTED_DEFINITION:
+            raise ValueError(
+                f"{self.config.source}: definition={self.config.definition!r} is not supported "
+                f"by the baseline (it runs {SUPPORTED_DEFINITION!r} only)"
+            )
+        self.max_rows = args.max_records_per_batch or self.config.max_records_per_batch
+        if args.topology_id is None:  # tell baseline runs apart in the control plane
+            self.topology_id = default_topology_id(f"{self.config.name}-baseline", args.colour)
+            if args.checkpoint_dir is None:
+                self.checkpoint_dir = str(settings.home / "checkpoints" / self.topology_id)
+        self._cycle_started = dt.datetime.now(dt.UTC)
+
+    def _start_query(self, spark: Any) -> Any:
+        """``flowctl_kafka`` (plain, ``max_rows`` fixed) -> ``foreachBatch`` direct writes."""
+        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
+
+        spark.dataSource.register(FlowctlKafkaDataSource)
+        stream = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap", self.settings.kafka_bootstrap)
+            .option("topic", self.config.eden_topic)
+            .option("pipeline", self.config.name)
+            .option("database_url", self.database_url)
+            .option("lanes", str(self.parallelism))
+            .option("max_rows", str(self.max_rows))
+            .load()
+        )
+        log.info(
+            "baseline %s: %d tasks per batch, at most %d records per batch",
+            self.topology_id,
+            self.parallelism,
+            self.max_rows,
+        )
+        self._cycle_started = dt.datetime.now(dt.UTC)
+        return (
+            stream.writeStream.queryName(self.topology_id)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
+            .start()
+        )
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        """Apply the batch to the database now, in this thread: the direct write under test."""
+        from flowctl.adapters import results
+        from flowctl.spark.wordcount_sink import write_batch
+
+        report = write_batch(df, batch_id, self.database_url, self.config.name)
+        ended = dt.datetime.now(dt.UTC)
+        started, self._cycle_started = self._cycle_started, ended
+        cycle_s = (ended - started).total_seconds()
+        lag = self._lag()
+        with self.progress.lock:
+            self.progress.batches += 1
+            self.progress.records += report.records
+            self.progress.last_batch_at = time.monotonic()
+        try:
+            self.control.write_metrics_window(
+                self.topology_id,
+                started,
+                ended,
+                admitted=report.records,
+                acked=report.records,
+                records=report.records,
+                records_per_s=report.records / cycle_s if cycle_s > 0 else 0.0,
+                backlog=lag or 0,
+            )
+        except Exception:  # metrics are informative; the batch itself is applied
+            log.warning("batch %d: could not write its metrics row", batch_id, exc_info=True)
+        log.info(
+            "batch %d: %d records (applied %d, skipped %d%s) in %.2f s = %.0f records/s; "
+            "total counted %d words; lag %s records",
+            report.batch_id,
+            report.records,
+            report.applied,
+            report.skipped,
+            ", record by record" if report.fallback else "",
+            report.seconds,
+            report.records_per_s,
+            results.total(self.database_url, self.config.name),
+            lag,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark_jobs/wordcount_baseline.py``: returns the exit code."""
+    args = parse_baseline_args(argv)
+    configure_logging()
+    try:
+        job = BaselineJob(args, Settings.from_env())
+    except ValueError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    signal.signal(signal.SIGTERM, job.request_stop)
+    return job.run()

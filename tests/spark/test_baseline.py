@@ -1,0 +1,121 @@
+"""The baseline job end to end: spark-submit, Tansu, SQLite, fixed batches, stop signal.
+
+One Spark run. The pipeline config is a copy of the shipped word count under
+a unique name, so its topic and results do not mix with other tests sharing
+the session's broker.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.config import PROJECT_ROOT
+from flowctl.pipelines.config import load_pipeline_config, resolve_path
+from flowctl.pipelines.wordcount import count_words
+from flowctl.textgen import zipf_lines
+from tests.spark.stream_jobs import VENV_BIN, StreamJobRunner, SubmittedJob, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+LINES = 9_000
+MAX_ROWS = 2_500
+_BATCH = re.compile(r"batch (\d+): (\d+) records \(applied (\d+), skipped (\d+)")
+
+
+def _pipeline_config(tmp_path: Path) -> Path:
+    """The shipped wordcount config under a unique name (own topic, offsets and results)."""
+    name = f"wcbase{secrets.token_hex(3)}"
+    text = resolve_path("wordcount").read_text()
+    text = text.replace('name = "wordcount"', f'name = "{name}"')
+    text = text.replace('eden = "wordcount.eden"', f'eden = "{name}.eden"')
+    text = text.replace("partitions = 4", "partitions = 3")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def _submit(runner: StreamJobRunner, *args: str, name: str) -> SubmittedJob:
+    log_path = runner.work_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(VENV_BIN / "spark-submit"),
+                "--master",
+                "local[2]",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--driver-memory",
+                "768m",
+                str(PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"),
+                *args,
+            ],
+            cwd=PROJECT_ROOT,
+            env=runner.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    return SubmittedJob(process, log_path)
+
+
+def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
+    stream_job_runner: StreamJobRunner, tmp_path: Path
+) -> None:
+    config_path = _pipeline_config(tmp_path)
+    config = load_pipeline_config(config_path)
+    url = stream_job_runner.database_url
+    bootstrap = stream_job_runner.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {config.eden_topic: config.partitions})
+    lines = [*zipf_lines(LINES - 3, seed=21), "Épée ÉPÉE déjà", "x\ufffdy", "123 _ 456"]
+    assert kafka_log.produce(bootstrap, config.eden_topic, lines) == LINES
+    expected = count_words(lines)
+    plane = ControlPlane(url)
+    plane.ensure_schema()  # so the test can poll the counts before the job has started
+
+    topology_id = f"{config.name}-baseline-1"
+    job = _submit(
+        stream_job_runner,
+        "--pipeline-config",
+        str(config_path),
+        "--topology-id",
+        topology_id,
+        "--parallelism",
+        "2",
+        "--max-records-per-batch",
+        str(MAX_ROWS),
+        "--poll-seconds",
+        "0.5",
+        name=topology_id,
+    )
+    wait_for(
+        lambda: results.total(url, config.name) >= sum(expected.values()),
+        timeout_s=150,
+        job=job,
+        what=f"{sum(expected.values())} words counted",
+    )
+    assert plane.get_topology(topology_id).state == "ACTIVE"
+    plane.send_signal(topology_id, "stop")
+    code = job.wait(timeout_s=90)
+    assert code == 0, job.log_tail()
+
+    assert results.word_counts(url, config.name) == dict(expected)
+    assert plane.committed_offsets(config.name, config.eden_topic) == kafka_log.latest_offsets(
+        bootstrap, config.eden_topic
+    )
+    topology = plane.get_topology(topology_id)
+    assert (topology.state, topology.parallelism) == ("STOPPED", 2)
+
+    batches = [tuple(map(int, m)) for m in _BATCH.findall(job.log_path.read_text())]
+    with_data = [b for b in batches if b[1] > 0]
+    assert sum(b[1] for b in with_data) == LINES, job.log_tail()
+    assert all(b[1] <= MAX_ROWS for b in with_data), batches  # the fixed budget held
+    assert len(with_data) >= -(-LINES // MAX_ROWS)
+    assert all(b[3] == 0 for b in batches)  # nothing was applied twice
+    windows = plane.metrics_windows(topology_id)
+    assert sum(w.records for w in windows) == LINES
