@@ -6,8 +6,16 @@ pipeline:
 
 - ``ingest_<name>``: load demo text (seeded Zipf) or a file into ``<name>.eden``;
 - ``stream_<name>``: the long-running topology (no schedule; Params
-  ``parallelism`` and ``colour``). Two runs may be active at once: blue and
-  green during a replacement.
+  ``parallelism`` and ``colour``; ``standby``, ``replaces`` and ``topology_id``
+  are set by a replacement for its green). Two runs may be active at once:
+  blue and green during a replacement;
+- ``autoscale_<name>``: on ``[scaling] schedule``, the failure-window sensor
+  decides (SPEC E) and the blue-green replace operator applies the decision;
+  one run at a time;
+- ``rescale_<name>``: the same replacement by hand (Params ``direction`` or
+  ``target_parallelism``, and ``reason``);
+- ``reconcile_<name>``: a PySpark batch job recomputing the results from the
+  durable Kafka log and comparing them with the database; fails on a mismatch.
 
 DAG construction is cheap: no connection, broker or database is touched at
 parse time.
@@ -21,14 +29,20 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import DAG, Param
 
+from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
 from flowctl_airflow.operators.ingest import SOURCES, IngestOperator
+from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
+from flowctl_airflow.operators.rescale import DIRECTIONS, RescaleOperator
 from flowctl_airflow.operators.stream import COLOURS, FlowctlStreamOperator
+from flowctl_airflow.sensors.failure_window import FailureRateWindowSensor
 
 if TYPE_CHECKING:
     from flowctl.pipelines.config import PipelineConfig
 
 START = datetime(2026, 1, 1)
 OWNER = "flowctl"
+#: When ``reconcile_<name>`` runs: hourly; a check, not part of the data path.
+RECONCILE_SCHEDULE = "@hourly"
 
 
 def _default_args() -> dict[str, object]:
@@ -99,6 +113,20 @@ def stream_dag(config: PipelineConfig) -> DAG:
                 config.parallelism, type="integer", enum=allowed, description="number of lanes"
             ),
             "colour": Param("blue", enum=list(COLOURS), description="blue-green slot"),
+            "standby": Param(
+                False,
+                type="boolean",
+                description="start READY and admit nothing until activated (a replacement's "
+                "green; set by the replace operator)",
+            ),
+            "replaces": Param(
+                "", type="string", description="the topology a standby green will replace"
+            ),
+            "topology_id": Param(
+                "",
+                type="string",
+                description="id in the control plane (empty: derived from colour and run)",
+            ),
         },
     ) as dag:
         FlowctlStreamOperator(
@@ -106,13 +134,138 @@ def stream_dag(config: PipelineConfig) -> DAG:
             pipeline=config.name,
             colour="{{ params.colour }}",
             parallelism="{{ params.parallelism }}",
+            standby="{{ params.standby }}",
+            replaces="{{ params.replaces }}",
+            topology_id="{{ params.topology_id }}",
+        )
+    return dag
+
+
+def autoscale_dag(config: PipelineConfig) -> DAG:
+    s = config.scaling
+    with DAG(
+        dag_id=f"autoscale_{config.name}",
+        description=f"Rescale {config.name} from its failure-rate windows ({s.policy} policy)",
+        doc_md=(
+            f"Every run, `decide` reads the last {s.history_windows} metrics windows of the "
+            f"ACTIVE `{config.name}` topology, computes E(M) and the weighted S^2 of their "
+            f"failure counts and applies the `{s.policy}` policy (C={s.threshold_c:g}, "
+            f"parallelism {config.min_parallelism}..{config.max_parallelism}, cooldown "
+            f"{s.cooldown_s:g} s after a replacement). With no decision within "
+            f"{s.sensor_timeout_s:g} s the run is skipped; with one, `replace` runs the "
+            "blue-green replacement (docs/flow-control.md). Settings: `[scaling]` of "
+            f"`{config.source.name}`."
+        ),
+        schedule=s.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["flowctl", config.name, "autoscale"],
+        default_args=_default_args(),
+    ) as dag:
+        decide = FailureRateWindowSensor(
+            task_id="decide",
+            pipeline=config.name,
+            poke_interval=s.poke_interval_s,
+            timeout=s.sensor_timeout_s,
+            soft_fail=True,
+            mode="reschedule",
+        )
+        replace = BlueGreenReplaceOperator(
+            task_id="replace",
+            pipeline=config.name,
+            decision=decide.output,
+            blue_topology_id="{{ ti.xcom_pull(task_ids='decide', key='topology_id') }}",
+        )
+        decide >> replace
+    return dag
+
+
+def rescale_dag(config: PipelineConfig) -> DAG:
+    allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
+    with DAG(
+        dag_id=f"rescale_{config.name}",
+        description=f"Replace the {config.name} topology blue-green with another parallelism",
+        doc_md=(
+            "Give either `direction` (`up` doubles, `down` halves the ACTIVE topology's "
+            f"lanes) or `target_parallelism` (one of {allowed}), and a `reason` (stored with "
+            "the replacement event). The replacement is blue-green (docs/flow-control.md); "
+            "it is refused while another replacement of the pipeline runs."
+        ),
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["flowctl", config.name, "rescale"],
+        default_args=_default_args(),
+        params={
+            "direction": Param(
+                None,
+                type=["null", "string"],
+                enum=[None, *DIRECTIONS],
+                description="up (double) or down (halve); leave empty to give a target",
+            ),
+            "target_parallelism": Param(
+                None,
+                type=["null", "integer"],
+                enum=[None, *allowed],
+                description=f"the new number of lanes, one of {allowed}; empty to use direction",
+            ),
+            "reason": Param(
+                type="string", minLength=1, description="why (required; kept with the event)"
+            ),
+        },
+    ) as dag:
+        RescaleOperator(
+            task_id="replace",
+            pipeline=config.name,
+            direction="{{ params.direction or '' }}",
+            target_parallelism="{{ params.target_parallelism or '' }}",
+            reason="{{ params.reason }}",
+        )
+    return dag
+
+
+def reconcile_dag(config: PipelineConfig) -> DAG:
+    with DAG(
+        dag_id=f"reconcile_{config.name}",
+        description=f"Check {config.name}'s stored results against its durable Kafka log",
+        doc_md=(
+            "A PySpark batch job reads the pipeline's Kafka log up to the durable checkpoint, "
+            "computes the definition's reference and compares it with what the database "
+            "stores; the task fails with the first differing keys on any mismatch. Only "
+            "durable input counts (a running stream causes no false alarm); dead-lettered "
+            "records and records waiting in a replay topic are excluded and reported."
+        ),
+        schedule=RECONCILE_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["flowctl", config.name, "reconcile"],
+        default_args=_default_args(),
+        params={
+            "max_differences": Param(
+                20, type="integer", minimum=1, description="differing keys to report"
+            ),
+        },
+    ) as dag:
+        FlowctlReconcileOperator(
+            task_id="reconcile",
+            pipeline=config.name,
+            max_differences="{{ params.max_differences }}",
         )
     return dag
 
 
 def pipeline_dags(config: PipelineConfig) -> list[DAG]:
     """All DAGs of one pipeline."""
-    return [ingest_dag(config), stream_dag(config)]
+    return [
+        ingest_dag(config),
+        stream_dag(config),
+        autoscale_dag(config),
+        rescale_dag(config),
+        reconcile_dag(config),
+    ]
 
 
 def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:

@@ -9,6 +9,10 @@ its log is the Spark driver's log. Stopping:
   rescale operator) ends the job cleanly and the task succeeds;
 - killing the task (marking it failed / cleared in the UI) sends the same
   signal first and waits ``stop_timeout`` seconds before killing spark-submit.
+
+A blue-green replacement starts its green as a run of the same DAG with
+``standby`` true: the job warms up, reports READY and admits nothing until
+the replace operator sends ``activate``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ class FlowctlStreamOperator(SparkSubmitOperator):
     :param parallelism: number of lanes (the topology's parallelism). (templated)
     :param topology_id: id in the control plane; default
         ``<pipeline>-<colour>-<run id>-<try>``. (templated)
+    :param standby: start in standby (``--standby``): READY, admitting nothing until an
+        ``activate`` signal; a green of a replacement. Text ``"true"``/``"false"`` is
+        accepted (a rendered template). (templated)
+    :param replaces: the topology a standby green is about to replace (logged). (templated)
     :param flowctl_conn_id: connection of the flowctl database.
     :param kafka_conn_id: connection of the Kafka cluster.
     :param memcached_conn_id: connection of memcached.
@@ -63,6 +71,8 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         "colour",
         "parallelism",
         "topology_id",
+        "standby",
+        "replaces",
     )
     ui_color = "#d9ecff"
 
@@ -73,6 +83,8 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         colour: str = "blue",
         parallelism: int | str = 2,
         topology_id: str | None = None,
+        standby: bool | str = False,
+        replaces: str | None = None,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         kafka_conn_id: str = FlowctlKafkaHook.default_conn_name,
         memcached_conn_id: str = FlowctlMemcachedHook.default_conn_name,
@@ -89,6 +101,8 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self.colour = colour
         self.parallelism = parallelism
         self.topology_id = topology_id
+        self.standby = standby
+        self.replaces = replaces
         self.flowctl_conn_id = flowctl_conn_id
         self.kafka_conn_id = kafka_conn_id
         self.memcached_conn_id = memcached_conn_id
@@ -106,6 +120,17 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         if value < 1 or value & (value - 1):
             raise ValueError(f"parallelism={value} must be a power of two >= 1 (1, 2, 4, 8, ...)")
         return value
+
+    def _validated_standby(self) -> bool:
+        value = self.standby
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no", "", "none"):
+            return False
+        raise ValueError(f"standby={value!r} must be true or false")
 
     def _job_env(self) -> dict[str, str]:
         db = FlowctlDbHook(self.flowctl_conn_id)
@@ -135,6 +160,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         if self.colour not in COLOURS:
             raise ValueError(f"colour={self.colour!r} must be one of {', '.join(COLOURS)}")
         parallelism = self._validated_parallelism()
+        standby = self._validated_standby()
         ti = context["ti"]
         run_id = context["run_id"]
         topology_id = self.topology_id or (
@@ -153,9 +179,16 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             str(parallelism),
             "--airflow-run-id",
             run_id,
+            *(["--standby"] if standby else []),
             *(self.application_args or []),
         ]
         ti.xcom_push(key="topology_id", value=topology_id)
+        if standby:
+            self.log.info(
+                "standby: %s will report READY and admit nothing until activated%s",
+                topology_id,
+                f" (it replaces {self.replaces})" if self.replaces else "",
+            )
         self.log.info(
             "submitting topology %s: pipeline=%s colour=%s parallelism=%d (stop it with "
             "`flowctl stream stop %s`)",

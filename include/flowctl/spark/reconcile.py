@@ -1,0 +1,369 @@
+"""Reconcile a pipeline: recompute its results from the Kafka log and compare (PySpark batch).
+
+What is compared is only what is *durable*, so a running stream never causes a
+false alarm. In ONE database snapshot (a repeatable-read transaction), the job
+reads the Eden checkpoint (``offsets``), the durable tuple outcomes
+(``applied_ranges``) and what the pipeline stored (``DEFINITION.stored``): the
+flusher writes all three in one transaction, so the snapshot is a consistent
+cut. The Kafka log is immutable, so the records behind that cut can be read
+later, in parallel: one Spark task per chunk of offsets reads its exact range
+with :func:`flowctl.adapters.kafka_log.read_range` inside ``mapPartitions``.
+
+Each Eden record is classified by the innermost durable row covering its
+offset (docs/flow-control.md, :mod:`flowctl.adapters.applied`):
+
+- ``applied`` row, or no row below the checkpoint (the direct sink advances the
+  checkpoint without rows): its result is in the database -> **counted**;
+- ``dlq`` row: it went to the dead-letter topic, nothing was stored ->
+  **excluded and reported** (``dlq``);
+- ``replayed`` row with no nested row for this record: it waits in a replay
+  topic; a replay is applied under the record's *original* coordinates (a
+  nested one-record row), so until then it is not durable -> **excluded and
+  reported** (``pending_replay``). Replayed records are therefore counted once,
+  under their Eden offset, never from the replay topics;
+- beyond the checkpoint with no row: not durable yet -> not read.
+
+The reference is the definition's ``reference(values)`` of the counted records.
+Each task computes it for its chunk and the driver merges the partial results
+key by key (numbers add, nested mappings merge): exact for counts. A definition
+whose reference has other values (not additive) is computed once on the driver
+from the counted values instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("flowctl.reconcile")
+
+#: Outcome classes of a record (see the module docstring).
+COUNTED, DLQ, PENDING, NOT_DURABLE = "counted", "dlq", "pending_replay", "not_durable"
+
+
+class ReconcileMismatch(AssertionError):
+    """The stored results differ from the reference; the message lists the first keys."""
+
+    def __init__(self, message: str, report: ReconcileReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One Spark task's work: Eden offsets ``[start, end)`` of one partition, and its rows."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    checkpoint: int
+    rows: tuple[tuple[int, int, str], ...]  # (start, end, outcome) overlapping the chunk
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The durable cut read in one transaction."""
+
+    checkpoints: dict[int, int]
+    rows: dict[int, list[tuple[int, int, str]]]
+    stored: Mapping[str, Any]
+
+
+@dataclass
+class ReconcileReport:
+    """What was compared and what differed."""
+
+    pipeline: str
+    records: dict[str, int] = field(default_factory=dict)  # per outcome class
+    dlq_offsets: list[str] = field(default_factory=list)  # first few, topic/partition/offset
+    differences: list[tuple[str, Any, Any]] = field(default_factory=list)  # key, ref, stored
+    differing_keys: int = 0
+    reference_keys: int = 0
+    stored_keys: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.differing_keys == 0
+
+
+class Classifier:
+    """The outcome class of an Eden offset from the durable rows of its partition.
+
+    Rows other than ``replayed`` never overlap each other (``applied.claim`` refuses
+    that); one-record rows of replays nest inside their ``replayed`` row. So an offset
+    is classified by the covering non-replayed row, else by a covering replayed row,
+    else by the checkpoint.
+    """
+
+    def __init__(self, rows: Sequence[tuple[int, int, str]], checkpoint: int) -> None:
+        self.checkpoint = checkpoint
+        self._solid = sorted((s, e, o) for s, e, o in rows if o != "replayed")
+        self._replayed = sorted((s, e) for s, e, o in rows if o == "replayed")
+        self._solid_starts = [s for s, _, _ in self._solid]
+        self._replayed_starts = [s for s, _ in self._replayed]
+
+    def outcome(self, offset: int) -> str:
+        i = bisect.bisect_right(self._solid_starts, offset) - 1
+        if i >= 0 and offset < self._solid[i][1]:
+            return COUNTED if self._solid[i][2] == "applied" else DLQ
+        j = bisect.bisect_right(self._replayed_starts, offset) - 1
+        if j >= 0 and offset < self._replayed[j][1]:
+            return PENDING
+        return COUNTED if offset < self.checkpoint else NOT_DURABLE
+
+
+def plan_chunks(topic: str, snapshot: Snapshot, chunk_records: int) -> list[Chunk]:
+    """Split every partition's durable span (up to the highest durable offset) into chunks."""
+    if chunk_records < 1:
+        raise ValueError(f"chunk_records={chunk_records!r} must be >= 1")
+    chunks: list[Chunk] = []
+    for partition in sorted(set(snapshot.checkpoints) | set(snapshot.rows)):
+        checkpoint = snapshot.checkpoints.get(partition, 0)
+        rows = sorted(snapshot.rows.get(partition, []))
+        end = max([checkpoint, *(e for _, e, _ in rows)])
+        for start in range(0, end, chunk_records):
+            stop = min(start + chunk_records, end)
+            overlapping = tuple(r for r in rows if r[0] < stop and r[1] > start)
+            chunks.append(Chunk(topic, partition, start, stop, checkpoint, overlapping))
+    return chunks
+
+
+def merge_references(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Key-wise sum of partial references; None if a value is neither a number nor a mapping."""
+
+    def add(into: dict[str, Any], part: Mapping[str, Any]) -> bool:
+        for key, value in part.items():
+            if isinstance(value, Mapping):
+                inner = into.setdefault(key, {})
+                if not isinstance(inner, dict) or not add(inner, value):
+                    return False
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                current = into.get(key, 0)
+                if isinstance(current, dict):
+                    return False
+                into[key] = current + value
+            else:
+                return False
+        return True
+
+    merged: dict[str, Any] = {}
+    for part in parts:
+        if not add(merged, part):
+            return None
+    return merged
+
+
+def compare(
+    reference: Mapping[str, Any], stored: Mapping[str, Any], first_n: int
+) -> tuple[int, list[tuple[str, Any, Any]]]:
+    """``(number of differing keys, the first first_n of them sorted)``; absent counts as None."""
+    keys = sorted(k for k in set(reference) | set(stored) if reference.get(k) != stored.get(k))
+    return len(keys), [(k, reference.get(k), stored.get(k)) for k in keys[:first_n]]
+
+
+def read_snapshot(database_url: str, pipeline: str, topic: str, definition: Any) -> Snapshot:
+    """Checkpoints, durable rows and stored results in ONE repeatable-read transaction."""
+    import sqlalchemy as sa
+
+    from flowctl.adapters import schema
+    from flowctl.adapters.db import engine_for
+
+    engine = engine_for(database_url)
+    schema.ensure_schema(engine)
+    o, a = schema.offsets, schema.applied_ranges
+    with engine.connect() as raw:
+        if engine.dialect.name == "sqlite":
+            # pysqlite opens no transaction before a SELECT; BEGIN pins one WAL snapshot.
+            raw.exec_driver_sql("BEGIN")
+            conn = raw
+        else:
+            conn = raw.execution_options(isolation_level="REPEATABLE READ")
+        try:
+            checkpoints = {
+                int(p): int(n)
+                for p, n in conn.execute(
+                    sa.select(o.c.partition, o.c.next_offset).where(
+                        o.c.pipeline == pipeline, o.c.topic == topic
+                    )
+                ).all()
+            }
+            rows: dict[int, list[tuple[int, int, str]]] = {}
+            for p, s, e, outcome in conn.execute(
+                sa.select(a.c.partition, a.c.start, a.c.end, a.c.outcome).where(
+                    a.c.pipeline == pipeline, a.c.topic == topic
+                )
+            ).all():
+                rows.setdefault(int(p), []).append((int(s), int(e), str(outcome)))
+            stored = dict(definition.stored(conn, pipeline))
+        finally:
+            conn.rollback()
+    return Snapshot(checkpoints, rows, stored)
+
+
+def _reference_of_chunks(
+    bootstrap: str, definition_module: str, collect_values: bool, chunks: Iterator[Chunk]
+) -> Iterator[tuple[str, Any]]:
+    """Executor side: read each chunk's exact range, classify, reference the counted values."""
+    import importlib
+
+    from flowctl.adapters import kafka_log
+
+    definition = importlib.import_module(definition_module).DEFINITION
+    consumer = kafka_log.new_consumer(bootstrap)
+    try:
+        for chunk in chunks:
+            classify = Classifier(chunk.rows, chunk.checkpoint)
+            values: list[bytes | None] = []
+            tally: dict[str, int] = {}
+            dlq: list[str] = []
+            for record in kafka_log.read_range(
+                consumer, chunk.topic, chunk.partition, chunk.start, chunk.end
+            ):
+                outcome = classify.outcome(record.offset)
+                tally[outcome] = tally.get(outcome, 0) + 1
+                if outcome == COUNTED:
+                    values.append(record.value)
+                elif outcome == DLQ and len(dlq) < 20:
+                    dlq.append(f"{chunk.topic}/{chunk.partition}/{record.offset}")
+            yield "tally", tally
+            yield "dlq", dlq
+            if collect_values:
+                yield "values", values
+            else:
+                yield "reference", dict(definition.reference(values))
+    finally:
+        consumer.close()
+
+
+def reconcile(
+    spark: Any,
+    *,
+    pipeline_config: str,
+    database_url: str,
+    bootstrap: str,
+    chunk_records: int = 100_000,
+    max_differences: int = 20,
+) -> ReconcileReport:
+    """Compare the durable reference with the stored results; a report, never a raise."""
+    from flowctl.pipelines.config import load_pipeline_config
+
+    config = load_pipeline_config(pipeline_config)
+    module = config.load_definition()
+    definition = module.DEFINITION
+    snapshot = read_snapshot(database_url, config.name, config.eden_topic, definition)
+    chunks = plan_chunks(config.eden_topic, snapshot, chunk_records)
+    log.info(
+        "reconciling %s: %d chunks over %d partitions of %s; checkpoints %s",
+        config.name,
+        len(chunks),
+        len({c.partition for c in chunks}),
+        config.eden_topic,
+        snapshot.checkpoints,
+    )
+
+    def run(collect_values: bool) -> list[tuple[str, Any]]:
+        if not chunks:
+            return []
+        work = functools.partial(_reference_of_chunks, bootstrap, config.definition, collect_values)
+        rdd = spark.sparkContext.parallelize(chunks, len(chunks))
+        return rdd.mapPartitions(work).collect()
+
+    report = ReconcileReport(config.name)
+    out = run(collect_values=False)
+    parts = [v for k, v in out if k == "reference"]
+    reference = merge_references(parts)
+    if reference is None:
+        log.info("%s's reference is not additive: computing it once on the driver", config.name)
+        out = run(collect_values=True)
+        values = [v for k, vs in out if k == "values" for v in vs]
+        reference = dict(definition.reference(values))
+    for kind, value in out:
+        if kind == "tally":
+            for outcome, n in value.items():
+                report.records[outcome] = report.records.get(outcome, 0) + n
+        elif kind == "dlq":
+            report.dlq_offsets.extend(value[: max(0, 20 - len(report.dlq_offsets))])
+    if not chunks:
+        reference = dict(definition.reference([]))
+    report.reference_keys, report.stored_keys = len(reference), len(snapshot.stored)
+    report.differing_keys, report.differences = compare(reference, snapshot.stored, max_differences)
+    return report
+
+
+def describe(report: ReconcileReport) -> str:
+    """The report as log lines: figures, excluded records, the first differences."""
+    lines = [
+        f"pipeline {report.pipeline}: records by outcome {dict(sorted(report.records.items()))}; "
+        f"reference keys {report.reference_keys}, stored keys {report.stored_keys}",
+    ]
+    if report.records.get(DLQ):
+        lines.append(
+            f"excluded {report.records[DLQ]} dead-lettered record(s) (nothing stored for "
+            f"them), e.g. {', '.join(report.dlq_offsets[:5])}"
+        )
+    if report.records.get(PENDING):
+        lines.append(
+            f"excluded {report.records[PENDING]} record(s) waiting in a replay topic (not "
+            f"durable yet)"
+        )
+    if report.ok:
+        lines.append("OK: the stored results equal the reference of the durable input")
+    else:
+        lines.append(
+            f"MISMATCH: {report.differing_keys} key(s) differ; first {len(report.differences)} "
+            f"(key: reference != stored):"
+        )
+        lines.extend(f"  {k!r}: {ref!r} != {got!r}" for k, ref, got in report.differences)
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark_jobs/reconcile.py``: 0 when equal, 3 on a mismatch, 2 bad args."""
+    import argparse
+    import sys
+
+    from flowctl.config import Settings
+    from flowctl.spark.job import build_session, configure_logging
+
+    parser = argparse.ArgumentParser(
+        prog="reconcile.py",
+        description="Recompute a pipeline's results from its durable Kafka log and compare.",
+    )
+    parser.add_argument("--pipeline-config", default="wordcount", help="pipeline name or path")
+    parser.add_argument(
+        "--max-differences", type=int, default=20, help="differing keys to print (default 20)"
+    )
+    parser.add_argument(
+        "--chunk-records", type=int, default=100_000, help="offsets per Spark task (default 100000)"
+    )
+    args = parser.parse_args(argv)
+    configure_logging()
+    if args.max_differences < 1 or args.chunk_records < 1:
+        log.error("--max-differences and --chunk-records must be >= 1")
+        return 2
+    settings = Settings.from_env()
+    spark = build_session(f"flowctl-reconcile-{args.pipeline_config}")
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        report = reconcile(
+            spark,
+            pipeline_config=args.pipeline_config,
+            database_url=settings.resolved_database_url,
+            bootstrap=settings.kafka_bootstrap,
+            chunk_records=args.chunk_records,
+            max_differences=args.max_differences,
+        )
+    finally:
+        spark.stop()
+    text = describe(report)
+    if report.ok:
+        log.info("%s", text)
+        return 0
+    log.error("%s", text)
+    print(text, file=sys.stderr)
+    return 3

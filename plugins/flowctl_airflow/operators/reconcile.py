@@ -1,0 +1,103 @@
+"""Submit the reconcile batch job of a pipeline (``spark_jobs/reconcile.py``).
+
+A ``SparkSubmitOperator`` with the platform's addresses resolved from the
+Airflow connections into the job's environment (as the stream operator does).
+The job exits 3 and prints the first differing keys when the stored results
+differ from the reference of the durable Kafka log, which fails this task
+loudly; the differences are in the task log (the Spark driver's log).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+
+from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
+from flowctl_airflow.operators.stream import SPARK_JOBS_DIR
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class FlowctlReconcileOperator(SparkSubmitOperator):
+    """Run ``spark_jobs/reconcile.py`` for ``pipeline``; fails when the results differ.
+
+    :param pipeline: pipeline name. (templated)
+    :param max_differences: how many differing keys the job prints. (templated)
+    :param chunk_records: Kafka offsets per Spark task. (templated)
+    :param flowctl_conn_id: connection of the flowctl database.
+    :param kafka_conn_id: connection of the Kafka cluster.
+    Other keyword arguments go to ``SparkSubmitOperator`` (``conn_id`` is the Spark
+    connection, ``spark_default`` by default).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "pipeline",
+        "max_differences",
+        "chunk_records",
+    )
+    ui_color = "#f3e5f5"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        max_differences: int | str = 20,
+        chunk_records: int | str = 100_000,
+        flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
+        kafka_conn_id: str = FlowctlKafkaHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("name", f"flowctl-reconcile-{pipeline}")
+        super().__init__(application=str(SPARK_JOBS_DIR / "reconcile.py"), **kwargs)
+        self.pipeline = pipeline
+        self.max_differences = max_differences
+        self.chunk_records = chunk_records
+        self.flowctl_conn_id = flowctl_conn_id
+        self.kafka_conn_id = kafka_conn_id
+
+    def _job_env(self) -> dict[str, str]:
+        env = {
+            "FLOWCTL_DATABASE_URL": FlowctlDbHook(self.flowctl_conn_id).sqlalchemy_url,
+            "FLOWCTL_KAFKA_BOOTSTRAP": FlowctlKafkaHook(self.kafka_conn_id).bootstrap_servers,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        if os.environ.get("FLOWCTL_HOME"):
+            env["FLOWCTL_HOME"] = os.environ["FLOWCTL_HOME"]
+        if str(BaseHook.get_connection(self._conn_id).host or "").startswith("local"):
+            env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+            env["PYSPARK_PYTHON"] = sys.executable
+            env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        return env
+
+    def execute(self, context: Context) -> None:
+        for name in ("max_differences", "chunk_records"):
+            value = getattr(self, name)
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                number = 0
+            if number < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+            setattr(self, name, number)
+        self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        self.application_args = [
+            "--pipeline-config",
+            self.pipeline,
+            "--max-differences",
+            str(self.max_differences),
+            "--chunk-records",
+            str(self.chunk_records),
+            *(self.application_args or []),
+        ]
+        self.log.info("reconciling %s (the job's log follows)", self.pipeline)
+        super().execute(context)
+        self.log.info("%s reconciled: stored results equal the durable reference", self.pipeline)

@@ -1,0 +1,171 @@
+"""Rescale a pipeline by hand: the ``rescale_<pipeline>`` DAG's operator.
+
+The request is either a ``direction`` (``up`` doubles, ``down`` halves the
+ACTIVE topology's parallelism) or a ``target_parallelism`` (a power of two
+within the pipeline's bounds), plus a ``reason`` that is stored with the
+replacement event. The DAG's Params form rejects bad input first; the
+operator validates again (a run triggered through the API or CLI with
+another DAG version, or a templated value, must get the same clear message
+naming the field and the allowed values), then runs the blue-green
+replacement of :class:`BlueGreenReplaceOperator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator, validate_parallelism
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+DIRECTIONS = ("up", "down")
+
+
+class RescaleRequestError(ValueError):
+    """A rescale request with a missing or bad field; the message names it and what is allowed."""
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in ("", "None"))
+
+
+def validate_request(
+    *,
+    direction: Any,
+    target_parallelism: Any,
+    reason: Any,
+    min_parallelism: int,
+    max_parallelism: int,
+) -> tuple[str | None, int | None, str]:
+    """Check a request's fields alone: ``(direction, target, reason)``, one of the first two None.
+
+    Exactly one of ``direction`` and ``target_parallelism`` must be given; ``reason`` is
+    required. Raises :class:`RescaleRequestError` naming the field and the allowed values.
+    """
+    lo, hi = min_parallelism, max_parallelism
+    if _blank(reason) or not isinstance(reason, str):
+        raise RescaleRequestError(
+            f"reason={reason!r}: a non-empty text saying why is required (it is stored with "
+            f"the replacement event)"
+        )
+    has_direction, has_target = not _blank(direction), not _blank(target_parallelism)
+    if has_direction == has_target:
+        raise RescaleRequestError(
+            f"give exactly one of direction (one of {', '.join(DIRECTIONS)}) and "
+            f"target_parallelism (a power of two within [{lo}, {hi}]); got "
+            f"direction={direction!r}, target_parallelism={target_parallelism!r}"
+        )
+    if has_direction:
+        if direction not in DIRECTIONS:
+            raise RescaleRequestError(
+                f"direction={direction!r} is not allowed; allowed values: {', '.join(DIRECTIONS)}"
+            )
+        return direction, None, reason.strip()
+    try:
+        target = validate_parallelism("target_parallelism", target_parallelism, lo, hi)
+    except ValueError as exc:
+        raise RescaleRequestError(str(exc)) from None
+    return None, target, reason.strip()
+
+
+def resolve_rescale(
+    *,
+    direction: Any,
+    target_parallelism: Any,
+    reason: Any,
+    current: int,
+    min_parallelism: int,
+    max_parallelism: int,
+) -> tuple[int, str]:
+    """The new parallelism and the reason of a request, or a :class:`RescaleRequestError`.
+
+    ``current`` is the ACTIVE topology's parallelism; the result must differ from it and,
+    for a direction, stay within the bounds.
+    """
+    lo, hi = min_parallelism, max_parallelism
+    wanted, target, why = validate_request(
+        direction=direction,
+        target_parallelism=target_parallelism,
+        reason=reason,
+        min_parallelism=lo,
+        max_parallelism=hi,
+    )
+    if wanted is not None:
+        target = current << 1 if wanted == "up" else current >> 1
+        if not lo <= target <= hi:
+            limit = f"max_parallelism={hi}" if wanted == "up" else f"min_parallelism={lo}"
+            raise RescaleRequestError(
+                f"direction={wanted!r}: the topology runs {current} lanes, {target} would "
+                f"cross {limit}"
+            )
+    assert target is not None
+    if target == current:
+        raise RescaleRequestError(
+            f"target_parallelism={target} is the topology's current parallelism: nothing to do"
+        )
+    return target, why
+
+
+class RescaleOperator(BlueGreenReplaceOperator):
+    """Replace the pipeline's ACTIVE topology with the parallelism a person asked for.
+
+    :param direction: ``up``, ``down`` or empty. (templated)
+    :param target_parallelism: a power of two within the bounds, or empty. (templated)
+    :param reason: why; required. (templated)
+    Other keyword arguments go to :class:`BlueGreenReplaceOperator`.
+    """
+
+    template_fields: Sequence[str] = (
+        *BlueGreenReplaceOperator.template_fields,
+        "direction",
+        "target_parallelism",
+    )
+
+    def __init__(
+        self,
+        *,
+        direction: str | None = None,
+        target_parallelism: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.direction = direction
+        self.target_parallelism = target_parallelism
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        config = self._config()
+        # The request's own fields first: a bad form is reported before anything is read.
+        validate_request(
+            direction=self.direction,
+            target_parallelism=self.target_parallelism,
+            reason=self.reason,
+            min_parallelism=config.min_parallelism,
+            max_parallelism=config.max_parallelism,
+        )
+        plane = FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
+        self._refuse_if_running(plane)
+        blue = self._blue_topology(plane)
+        target, reason = resolve_rescale(
+            direction=self.direction,
+            target_parallelism=self.target_parallelism,
+            reason=self.reason,
+            current=blue.parallelism,
+            min_parallelism=config.min_parallelism,
+            max_parallelism=config.max_parallelism,
+        )
+        self.log.info(
+            "rescale %s: %s runs %d lanes -> %d (%s)",
+            self.pipeline,
+            blue.topology_id,
+            blue.parallelism,
+            target,
+            reason,
+        )
+        self.new_parallelism = target
+        self.reason = reason
+        self.blue_topology_id = blue.topology_id
+        self.decision = None
+        return super().execute(context)

@@ -1,0 +1,372 @@
+"""Failure-rate windows (SPEC E) evaluated against the control plane, and their trigger.
+
+:func:`evaluate` is the one place where a scaling decision is taken from the
+database: it finds the topology, refuses to decide while a replacement runs or
+during the cooldown after one (read from the replacement events, so the state
+survives any process: a sensor pokes from a new process every time), reads the
+topology's last ``A`` metrics windows and runs the pipeline's policy from
+:mod:`flowctl.core.scaling`. The poke-mode sensor calls it directly; the
+deferred sensor's :class:`FailureWindowTrigger` calls it in a worker thread of
+the triggerer (SQLAlchemy is synchronous; a blocking call on the triggerer's
+event loop would stall every other trigger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import MetricsWindow
+    from flowctl.core.scaling import Decision, WindowStats
+    from flowctl.pipelines.config import PipelineConfig
+
+#: Keys of a metrics row's ``lanes`` JSON object read by the adaptive policy when present.
+_LANE_FIGURES = (
+    "repeat_failures",
+    "sink_errors",
+    "batch_duration_s",
+    "trigger_s",
+    "arrival_rate",
+    "lane_rate",
+    "saturation",
+)
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """Everything a decision depends on besides the database: plain values, JSON-safe.
+
+    Built from a pipeline's ``[scaling]`` and ``[stream]`` sections by :meth:`from_config`
+    and carried through the trigger's ``serialize()`` as a dict.
+    """
+
+    policy: str
+    history_windows: int
+    threshold_c: float
+    cooldown_s: float
+    min_parallelism: int
+    max_parallelism: int
+    target_utilisation: float = 0.7
+    high_saturation: float = 0.9
+    low_saturation: float = 0.3
+    low_batch_fraction: float = 0.5
+    poison_share: float = 0.5
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig, **overrides: Any) -> WindowPolicy:
+        """The pipeline's policy; ``overrides`` (not None) replace single values."""
+        s = config.scaling
+        values = {
+            "policy": s.policy,
+            "history_windows": s.history_windows,
+            "threshold_c": s.threshold_c,
+            "cooldown_s": s.cooldown_s,
+            "min_parallelism": config.min_parallelism,
+            "max_parallelism": config.max_parallelism,
+            "target_utilisation": s.target_utilisation,
+            "high_saturation": s.high_saturation,
+            "low_saturation": s.low_saturation,
+            "low_batch_fraction": s.low_batch_fraction,
+            "poison_share": s.poison_share,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(values)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WindowPolicy:
+        """Rebuild from :meth:`to_dict`; names an unknown key and a bad policy."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"window policy has unknown key(s) {unknown} (known: {sorted(names)})")
+        policy = cls(**data)
+        from flowctl.core.scaling import POLICIES
+
+        if policy.policy not in POLICIES:
+            raise ValueError(f"policy={policy.policy!r} must be one of {', '.join(POLICIES)}")
+        if (
+            isinstance(policy.history_windows, bool)
+            or not isinstance(policy.history_windows, int)
+            or policy.history_windows < 2
+        ):
+            raise ValueError(f"history_windows={policy.history_windows!r} must be an integer >= 2")
+        policy.adaptive_config()  # validates the thresholds (both policies use C and bounds)
+        return policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def adaptive_config(self) -> Any:
+        """The :class:`~flowctl.core.scaling.AdaptiveConfig` of these values (validated)."""
+        from flowctl.core.scaling import AdaptiveConfig
+
+        return AdaptiveConfig(
+            threshold_c=self.threshold_c,
+            min_parallelism=self.min_parallelism,
+            max_parallelism=self.max_parallelism,
+            cooldown_s=self.cooldown_s,
+            target_utilisation=self.target_utilisation,
+            high_saturation=self.high_saturation,
+            low_saturation=self.low_saturation,
+            low_batch_fraction=self.low_batch_fraction,
+            poison_share=self.poison_share,
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One look at the windows: a decision that changes the parallelism, or why there is none."""
+
+    pipeline: str
+    topology_id: str | None
+    decision: Decision | None
+    reason: str
+
+    @property
+    def decided(self) -> bool:
+        return self.decision is not None and self.decision.changes
+
+    def to_event(self) -> dict[str, Any]:
+        """The payload of a trigger event / the sensor's XCom (JSON types only)."""
+        return {
+            "status": "decision" if self.decided else "waiting",
+            "pipeline": self.pipeline,
+            "topology_id": self.topology_id,
+            "reason": self.reason,
+            "decision": None if self.decision is None else self.decision.to_dict(),
+        }
+
+
+def _fail_num(window: MetricsWindow) -> int:
+    """SPEC E's ``failNum``: tuples failed or timed out in the window."""
+    return int(window.failed) + int(window.timed_out)
+
+
+def _lane_figures(lanes: Any) -> dict[str, Any]:
+    """Optional figures of a metrics row's ``lanes`` JSON.
+
+    Two shapes are understood: a list of per-lane objects (``in_flight`` and
+    ``window`` give the lane's saturation), or an object with a ``lanes`` list and
+    any of :data:`_LANE_FIGURES`. Anything else yields no figures: a missing figure
+    never triggers an action in the adaptive policy.
+    """
+    out: dict[str, Any] = {}
+    per_lane: Any = lanes
+    if isinstance(lanes, Mapping):
+        out = {k: lanes[k] for k in _LANE_FIGURES if lanes.get(k) is not None}
+        per_lane = lanes.get("lanes")
+    if "saturation" not in out and isinstance(per_lane, Sequence) and per_lane:
+        shares = []
+        for lane in per_lane:
+            if not isinstance(lane, Mapping):
+                return out
+            window, in_flight = lane.get("window"), lane.get("in_flight")
+            if not isinstance(window, int | float) or not isinstance(in_flight, int | float):
+                return out
+            if window > 0:
+                shares.append(min(1.0, max(0.0, in_flight / window)))
+        if shares:
+            out["saturation"] = sum(shares) / len(shares)
+    return out
+
+
+def window_stats(windows: Sequence[MetricsWindow]) -> WindowStats:
+    """The current (last) window's :class:`WindowStats`, its backlog change from the one before."""
+    from flowctl.core.scaling import WindowStats
+
+    current = windows[-1]
+    extra = _lane_figures(current.lanes)
+    fail_num = _fail_num(current)
+    repeat = extra.get("repeat_failures")
+    return WindowStats(
+        fail_num=fail_num,
+        repeat_failures=min(int(repeat), fail_num) if isinstance(repeat, int) else 0,
+        dlq_added=int(current.dlq),
+        sink_errors=int(extra.get("sink_errors") or 0),
+        saturation=extra.get("saturation"),
+        backlog=int(current.backlog),
+        backlog_delta=int(current.backlog) - int(windows[-2].backlog) if len(windows) > 1 else None,
+        batch_duration_s=extra.get("batch_duration_s"),
+        trigger_s=extra.get("trigger_s") or None,
+        arrival_rate=extra.get("arrival_rate"),
+        lane_rate=extra.get("lane_rate") or None,
+    )
+
+
+def evaluate(
+    database_url: str,
+    pipeline: str,
+    policy: WindowPolicy,
+    *,
+    topology_id: str | None = None,
+    now: dt.datetime | None = None,
+) -> Evaluation:
+    """Decide from the database, now; never writes anything.
+
+    No decision (``decision`` None or direction ``none``) when: no single ACTIVE
+    topology (none runs, or two during a replacement); a replacement of the pipeline
+    is running; the last replacement finished less than ``cooldown_s`` ago; fewer
+    than ``history_windows`` windows exist for the topology; or the policy says so.
+    """
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.replacements import ReplacementLog
+    from flowctl.core.scaling import adaptive_decision, paper_decision
+
+    now = now or dt.datetime.now(dt.UTC)
+    plane = ControlPlane(database_url)
+    plane.ensure_schema()
+
+    def none(reason: str, topo: str | None = topology_id) -> Evaluation:
+        return Evaluation(pipeline, topo, None, reason)
+
+    if topology_id is not None:
+        topo = plane.get_topology(topology_id)
+        if topo.state != "ACTIVE":
+            return none(f"topology {topology_id} is {topo.state}, not ACTIVE")
+    else:
+        active = plane.topologies(pipeline, states=["ACTIVE"])
+        if not active:
+            return none(f"pipeline {pipeline!r} has no ACTIVE topology")
+        if len(active) > 1:
+            ids = ", ".join(t.topology_id for t in active)
+            return none(f"pipeline {pipeline!r} has {len(active)} ACTIVE topologies ({ids})")
+        topo = active[0]
+    tid = topo.topology_id
+
+    events = ReplacementLog(plane.engine).replacements(pipeline, limit=20)
+    running = [e for e in events if e.outcome == "running"]
+    if running:
+        e = running[-1]
+        return none(
+            f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running", tid
+        )
+    last_change_at: float | None = None
+    finished = [e for e in events if e.finished_at is not None]
+    if finished:
+        last = max(finished, key=lambda e: e.finished_at)  # type: ignore[arg-type,return-value]
+        since = (now - last.finished_at).total_seconds()  # type: ignore[operator]
+        if since < policy.cooldown_s:
+            return none(
+                f"cooldown: replacement {last.id} finished {since:.0f} s ago "
+                f"< cooldown_s={policy.cooldown_s:g}",
+                tid,
+            )
+        if last.outcome == "ok":
+            last_change_at = last.finished_at.timestamp()  # type: ignore[union-attr]
+
+    windows = plane.metrics_windows(tid, limit=policy.history_windows)
+    if len(windows) < policy.history_windows:
+        return none(
+            f"topology {tid} has {len(windows)} of history_windows={policy.history_windows} "
+            f"metrics windows",
+            tid,
+        )
+    counts = [_fail_num(w) for w in windows]
+    if policy.policy == "paper":
+        decision = paper_decision(
+            counts,
+            topo.parallelism,
+            policy.threshold_c,
+            min_parallelism=policy.min_parallelism,
+            max_parallelism=policy.max_parallelism,
+        )
+    else:
+        decision = adaptive_decision(
+            counts,
+            window_stats(windows),
+            topo.parallelism,
+            policy.adaptive_config(),
+            now=now.timestamp(),
+            last_change_at=last_change_at,
+        )
+    return Evaluation(pipeline, tid, decision, decision.reason)
+
+
+class FailureWindowTrigger(BaseTrigger):
+    """Poll the metrics windows until the policy decides a change (or ``timeout_s`` passes).
+
+    Yields exactly one :class:`TriggerEvent`: ``status`` ``decision`` (with the
+    decision and the topology), ``timeout`` (with the last reason) or ``error`` (with
+    the message). The database calls run in a worker thread.
+
+    :param database_url: SQLAlchemy URL of the flowctl database.
+    :param pipeline: the pipeline whose (active) topology is watched.
+    :param policy: :meth:`WindowPolicy.to_dict` of the decision rule.
+    :param topology_id: watch this topology instead of the pipeline's active one.
+    :param poke_interval: seconds between two evaluations.
+    :param end_at: epoch seconds after which the trigger gives up (``timeout``).
+    """
+
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        pipeline: str,
+        policy: Mapping[str, Any],
+        topology_id: str | None = None,
+        poke_interval: float = 10.0,
+        end_at: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.database_url = database_url
+        self.pipeline = pipeline
+        self.policy = dict(policy)
+        self.topology_id = topology_id
+        self.poke_interval = float(poke_interval)
+        self.end_at = end_at
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "database_url": self.database_url,
+                "pipeline": self.pipeline,
+                "policy": dict(self.policy),
+                "topology_id": self.topology_id,
+                "poke_interval": self.poke_interval,
+                "end_at": self.end_at,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            policy = WindowPolicy.from_dict(self.policy)
+        except (TypeError, ValueError) as exc:
+            yield TriggerEvent({"status": "error", "message": f"bad policy: {exc}"})
+            return
+        reason = "not evaluated yet"
+        while True:
+            try:
+                result = await asyncio.to_thread(
+                    evaluate,
+                    self.database_url,
+                    self.pipeline,
+                    policy,
+                    topology_id=self.topology_id,
+                )
+            except Exception as exc:  # reported to the task, which fails with it
+                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                return
+            reason = result.reason
+            if result.decided:
+                yield TriggerEvent(result.to_event())
+                return
+            self.log.info("no decision for %s: %s", self.pipeline, reason)
+            if self.end_at is not None and time.time() + self.poke_interval > self.end_at:
+                yield TriggerEvent(
+                    {
+                        "status": "timeout",
+                        "pipeline": self.pipeline,
+                        "topology_id": result.topology_id,
+                        "reason": reason,
+                    }
+                )
+                return
+            await asyncio.sleep(self.poke_interval)
