@@ -1,4 +1,4 @@
-"""Pipeline definitions' ``apply`` and ``stored`` on real SQLite and PostgreSQL databases.
+"""Pipeline definitions on real services: ``apply``/``stored`` (SQLite, PostgreSQL), ingest (Tansu).
 
 ``apply`` runs in the caller's transaction (the flusher's); ``stored`` must
 read back exactly what ``reference`` computes over the same input.
@@ -7,15 +7,19 @@ read back exactly what ``reference`` computes over the same input.
 from __future__ import annotations
 
 import datetime as dt
+import secrets
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from flowctl import loggen
-from flowctl.adapters import results, schema
+from flowctl.adapters import kafka_log, results, schema
 from flowctl.adapters.db import engine_for
+from flowctl.ingest import IngestRequest, ingest
 from flowctl.pipelines import logetl, wordcount
 from flowctl.pipelines.base import PoisonRecord, Record
+from flowctl.pipelines.config import resolve_path
 from flowctl.textgen import zipf_lines
 
 pytestmark = pytest.mark.integration
@@ -187,3 +191,41 @@ def test_logetl_apply_refuses_bad_rows_and_writes_nothing(
         logetl.DEFINITION.apply(conn, "logs", [bad])
     with engine.connect() as conn:
         assert logetl.DEFINITION.stored(conn, "logs")["rows"] == 0
+
+
+# -- ingest: the pipeline's own synthetic data ------------------------------------------------
+
+
+def test_ingest_of_a_logetl_pipeline_produces_its_access_log_lines(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A renamed copy of the logetl config still ingests log lines: the definition decides."""
+    name = f"logs{secrets.token_hex(3)}"
+    text = resolve_path("logetl").read_text()
+    text = text.replace('name = "logetl"', f'name = "{name}"')
+    config_path = tmp_path / f"{name}.toml"
+    config_path.write_text(text.replace('eden = "logetl.eden"', f'eden = "{name}.eden"'))
+
+    request = IngestRequest.parse(pipeline=str(config_path), lines="600", seed="3")
+    outcome = ingest(request, kafka_bootstrap)
+    assert (outcome.topic, outcome.records) == (f"{name}.eden", 600)
+
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        values = [
+            record.value
+            for partition, end in kafka_log.latest_offsets(consumer, outcome.topic).items()
+            for record in kafka_log.read_range(consumer, outcome.topic, partition, 0, end)
+        ]
+    finally:
+        consumer.close()
+    expected = [line.encode() for line in loggen.access_log_lines(600, seed=3)]
+    assert sorted(values) == sorted(expected)
+    assert logetl.DEFINITION.reference(values)["rows"] == sum(
+        1 for g in loggen.labelled_lines(600, seed=3) if g.malformed is None
+    )
+
+
+def test_ingest_of_wordcount_still_produces_zipf_text() -> None:
+    request = IngestRequest.parse(pipeline="wordcount", lines=50, seed=9)
+    assert list(request.text()) == list(zipf_lines(50, seed=9))
