@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flowctl.adapters import schema
 from flowctl.adapters.applied import (
@@ -20,6 +24,7 @@ from flowctl.adapters.applied import (
 )
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.results import apply_records
+from flowctl.core.checkpoint import ContiguousAck
 from flowctl.core.tuples import TopicPartition, TupleRange
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -161,3 +166,44 @@ def test_bad_values_are_refused_by_name(engine: sa.Engine) -> None:
         unapplied_gaps(engine, "", "wc.eden", 0, 0, 1)
     with pytest.raises(ValueError, match=r"end must be an int >= 0, got -1"):
         unapplied_gaps(engine, P, "wc.eden", 0, 0, -1)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    order=st.permutations(range(8)),
+    repeats=st.lists(st.integers(0, 7), max_size=4),
+    split=st.integers(1, 8),
+)
+def test_checkpoint_and_gaps_match_the_cumulative_ack_model(
+    sqlite_url: str, order: list[int], repeats: list[int], split: int
+) -> None:
+    """Any arrival order, with duplicates, in any batching: the checkpoint is the core's
+    ContiguousAck position and the unapplied gaps are exactly the tuples not yet claimed."""
+    engine = engine_for(sqlite_url)
+    schema.ensure_schema(engine)
+    pipeline = f"prop{secrets.token_hex(4)}"
+    tuples = [r(5 * k, 5 * k + 5) for k in range(8)]
+    arrivals = [tuples[k] for k in order[:split]] + [tuples[k] for k in repeats]
+    model = ContiguousAck(0)
+    seen: set[TupleRange] = set()
+    for batch_start in range(0, len(arrivals), 3):
+        batch = arrivals[batch_start : batch_start + 3]
+        with engine.begin() as conn:
+            fresh = claim(conn, pipeline, batch)
+            position = advance_checkpoint(conn, pipeline, [TP])[TP]
+        expected_fresh = []
+        for t in batch:
+            expected_fresh.append(t not in seen)
+            seen.add(t)
+            model.ack(t.start, t.end)
+        assert fresh == expected_fresh
+        assert position == model.position
+    expected: list[tuple[int, int]] = []
+    for t in sorted(t for t in tuples if t not in seen and t.start >= model.position):
+        if expected and expected[-1][1] == t.start:
+            expected[-1] = (expected[-1][0], t.end)
+        else:
+            expected.append((t.start, t.end))
+    assert unapplied_gaps(engine, pipeline, "wc.eden", 0, 0, 40) == expected

@@ -150,6 +150,9 @@ applied_ranges = sa.Table(
         "outcome IN (" + ", ".join(f"'{o}'" for o in APPLIED_OUTCOMES) + ")",
         name="ck_applied_ranges_outcome",
     ),
+    # The checkpoint advances over rows ending after it, and claims look up rows ending
+    # after a new range's start: both read the table from ``end``, never its whole past.
+    sa.Index("ix_applied_ranges_end", "pipeline", "topic", "partition", "end"),
 )
 
 # The MRWQ flusher's position per queue namespace (core.persistence.FlusherSnapshot), kept
