@@ -498,3 +498,58 @@ def test_an_item_off_protocol_is_refused_clearly_and_kept(
         MemcachedStore(
             f"127.0.0.1:{free_port()}", retry_policy=FlumeBackoff(0.01, 0.01, max_attempts=1)
         ).incr("x", 0)
+
+
+@pytest.mark.postgres
+def test_run_keeps_items_while_the_database_is_down_and_stops_during_backoff(
+    store: MemcachedStore, postgres_url: str, namespace: str
+) -> None:
+    url = sa.make_url(postgres_url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
+    proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    writer = MrwqWriter(store, namespace)
+
+    def service() -> FlusherService:
+        return FlusherService(
+            store,
+            proxied,
+            PIPELINE,
+            DEFINITION,
+            namespace=namespace,
+            policy=FlushPolicy(max_length=10, update_time_s=0.05),
+            retry_policy=FlumeBackoff(0.05, 0.2),
+            poll_interval_s=0.01,
+        )
+
+    try:
+        test_metadata.create_all(engine_for(proxied))
+        down = service()
+        down.start()
+        proxy.stop()
+        append(writer, (t(0, 3), {"a": 1}), (t(3, 6), {"b": 1}))
+        stop = threading.Event()
+        thread = threading.Thread(target=down.run, args=(stop,), daemon=True)
+        thread.start()
+        wait_for(lambda: down.totals["failures"] >= 3, "three failed flush attempts")
+        assert down.queue_length() == 2  # nothing lost, nothing half-written
+        stop.set()
+        thread.join(timeout=10)
+        assert not thread.is_alive()  # the stop event interrupts the backoff
+
+        proxy.start()
+        up = service()
+        stop = threading.Event()
+        thread = threading.Thread(target=up.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: counts(postgres_url) == {"a": 1, "b": 1}, "the queued results")
+            wait_for(lambda: up.queue_length() == 0, "an empty queue")
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+        assert read_checkpoints(postgres_url, PIPELINE) == {TP: 6}
+        assert up.totals["duplicates"] == 0
+    finally:
+        proxy.stop()
+        engine_for(proxied).dispose()

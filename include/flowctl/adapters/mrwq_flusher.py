@@ -663,7 +663,13 @@ class FlusherService:
                     break
                 continue
             failures = iter(self.retry_policy)
-            busy = report is not None and report.result.pending >= self.policy.max_length
+            # Straight on while a full queue is being worked off; a flush that wrote nothing
+            # (an item not there yet) waits like an idle one instead of spinning on memcached.
+            busy = (
+                report is not None
+                and report.result.first_seq is not None
+                and report.result.pending >= self.policy.max_length
+            )
             if not busy and stop_event.wait(self.poll_interval_s):
                 break
         log.info("MRWQ %s: flusher stopped; queue %s", self.namespace, self.queue_length())
