@@ -13,6 +13,10 @@
    fails: FAILED, the cause in the log, return 1.
 
 The log lines go to stderr, which becomes the Airflow task log.
+
+Stop a topology with a ``stop`` signal (or SIGTERM to the Python driver).
+Killing spark-submit's JVM takes the Spark context down at once: the driver
+then records FAILED (its durable offsets stay consistent, a rerun resumes).
 """
 
 from __future__ import annotations
