@@ -10,6 +10,7 @@ test's database, and the rows are written through the control plane.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -155,8 +156,10 @@ def test_pipelines_list_the_current_topology(
         "parallelism": 4,
         "state": "ACTIVE",
         "replacements": 1,
+        "last_window_end": (seeded.start + dt.timedelta(seconds=60)).isoformat(),
     }
     assert pipelines["other"]["current_topology"] == "other-blue-1"
+    assert pipelines["other"]["last_window_end"] is None
     assert pipelines["other"]["state"] == "STARTING"
 
 

@@ -135,6 +135,24 @@ def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str
     assert (ARTIFACTS / "metrics_page.png").stat().st_size > 10_000
 
 
+def test_the_page_shows_inside_the_airflow_ui(airflow: Settings, token: str) -> None:
+    """The nav entry's route shows the page in Airflow's iframe, same origin, same session."""
+    base = base_url(airflow)
+    frame = "document.querySelector('iframe')"
+    with chromium(width=1400, height=1000) as page:
+        page.call("Network.setCookie", name="_token", value=token, url=base, httpOnly=True)
+        page.call("Page.navigate", url=f"{base}/plugin/flowctl-metrics")
+        src = page.wait_for(f"{frame} && {frame}.getAttribute('src')", timeout=30)
+        rendered = page.wait_for(
+            f"{frame}.contentDocument && {frame}.contentDocument.body "
+            f"&& {frame}.contentDocument.body.dataset.rendered",
+            timeout=30,
+        )
+        page.screenshot(ARTIFACTS / "metrics_page_in_airflow.png")
+    assert src.rstrip("/").endswith("flowctl")
+    assert rendered == data.PIPELINE  # the running pipeline with the newest window
+
+
 def test_the_page_sends_a_browser_without_session_to_the_login(airflow: Settings) -> None:
     with chromium() as page:
         page.call("Page.navigate", url=f"{base_url(airflow)}/flowctl/")

@@ -31,6 +31,15 @@ from flowctl.adapters.replacements import ReplacementLog
 from flowctl.core.scaling import dispersion
 
 
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    """An aggregate (``max``) bypasses the column type: SQLite hands back naive UTC text."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
 class UnknownPipeline(LookupError):
     """The control database knows nothing about that pipeline."""
 
@@ -82,6 +91,16 @@ class MetricsReader:
                 sa.select(r.c.pipeline, sa.func.count().label("n")).group_by(r.c.pipeline),
             )
         }
+        m = schema.metrics_windows
+        last_window = {
+            row.pipeline: row.last
+            for row in self._read(
+                "finding the latest metrics windows",
+                sa.select(t.c.pipeline, sa.func.max(m.c.window_end).label("last"))
+                .join(m, m.c.topology_id == t.c.topology_id)
+                .group_by(t.c.pipeline),
+            )
+        }
         by_pipeline: dict[str, list[sa.Row[Any]]] = defaultdict(list)
         for row in topo_rows:
             by_pipeline[row.pipeline].append(row)
@@ -99,6 +118,7 @@ class MetricsReader:
                     "parallelism": None if current is None else current.parallelism,
                     "state": None if current is None else current.state,
                     "replacements": replaced.get(name, 0),
+                    "last_window_end": _iso(_utc(last_window.get(name))),
                 }
             )
         return out

@@ -76,9 +76,12 @@
     const names = pipelines.map((p) => p.pipeline);
     const wanted = new URLSearchParams(location.hash.slice(1)).get("pipeline");
     if (!state.pipeline || !names.includes(state.pipeline)) {
-      // The one named in the URL (#pipeline=...), else the first one running, else the first.
-      const running = pipelines.find((p) => p.live_topologies.length > 0);
-      state.pipeline = names.includes(wanted) ? wanted : (running || pipelines[0] || {}).pipeline || null;
+      // The one named in the URL (#pipeline=...), else the running one with the newest
+      // metrics window, else the first.
+      const running = pipelines
+        .filter((p) => p.live_topologies.length > 0)
+        .sort((a, b) => String(b.last_window_end || "").localeCompare(String(a.last_window_end || "")));
+      state.pipeline = names.includes(wanted) ? wanted : (running[0] || pipelines[0] || {}).pipeline || null;
     }
     const current = Array.from(select.options).map((o) => o.value);
     if (current.join("\n") !== names.join("\n")) {
