@@ -207,3 +207,18 @@ def test_checkpoint_and_gaps_match_the_cumulative_ack_model(
         else:
             expected.append((t.start, t.end))
     assert unapplied_gaps(engine, pipeline, "wc.eden", 0, 0, 40) == expected
+
+
+def test_the_tables_join_an_existing_version_1_database(sqlite_url: str) -> None:
+    """A results database created before these tables existed gains them, same version."""
+    engine = engine_for(sqlite_url)
+    mine = {"applied_ranges", "mrwq_state"}
+    schema.metadata.create_all(
+        engine, tables=[t for t in schema.metadata.sorted_tables if t.name not in mine]
+    )
+    apply_records(engine, P, [("wc.eden", 0, 0, "a")])
+    assert not mine & set(sa.inspect(engine).get_table_names())
+    schema.ensure_schema(engine)
+    assert mine <= set(sa.inspect(engine).get_table_names())
+    assert claim_tx(engine, [r(0, 1), r(1, 2)]) == [False, True]
+    assert advance_tx(engine) == {TP: 2}
