@@ -119,3 +119,6 @@ def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
     assert all(b[3] == 0 for b in batches)  # nothing was applied twice
     windows = plane.metrics_windows(topology_id)
     assert sum(w.records for w in windows) == LINES
+    for w in windows:  # every record carries its producer timestamp
+        assert w.latency_p50_ms is not None and w.latency_p99_ms is not None, w
+        assert 0 <= w.latency_p50_ms <= w.latency_p99_ms, w

@@ -19,8 +19,9 @@ Everything else is the stream job's (:class:`flowctl.spark.job.StreamJob`):
 registration in the control plane, heartbeats, the ``stop`` signal and
 SIGTERM, the exit codes, the log format. So the two jobs differ only in what
 is being compared. One metrics row per micro-batch goes to ``metrics_windows``
-(records, records/s over the whole batch cycle, backlog), the same table the
-flow-controlled topology writes, so a benchmark reads both the same way.
+(records, records/s over the whole batch cycle, end-to-end latency p50/p99
+from the records' producer timestamps to the commit, backlog), the same table
+the flow-controlled topology writes, so a benchmark reads both the same way.
 
 The source is ``flowctl_kafka`` in its plain mode (the even
 :class:`~flowctl.spark.lane_planner.LanePlanner`); Spark's own Kafka source
@@ -36,7 +37,7 @@ import datetime as dt
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowctl.config import Settings
@@ -92,6 +93,41 @@ def parse_baseline_args(argv: Sequence[str] | None = None) -> BaselineArgs:
     return BaselineArgs(**{k: v for k, v in ns.items() if k in names})
 
 
+def _observe_timestamps(df: Any, batch_id: int) -> tuple[Any, Any]:
+    """``df`` observed for its records' timestamp percentiles, computed by the batch's action.
+
+    ``DataFrame.observe`` rides on the action the sink runs anyway: a second
+    action would read the batch from Kafka a second time and distort the very
+    throughput the baseline is there to measure.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"baseline_batch_{batch_id}")
+    millis = F.col("timestamp").cast("double") * 1000
+    quantiles = F.array(F.lit(0.01), F.lit(0.5))
+    observed = df.observe(
+        observation, F.percentile_approx(millis, quantiles, 1000).alias("timestamp_ms")
+    )
+    return observation, observed
+
+
+def _latency_ms(
+    observed: Mapping[str, Any], committed: dt.datetime
+) -> tuple[float | None, float | None]:
+    """``(p50, p99)`` of commit time minus record timestamp (the producer's clock), in ms.
+
+    A record's latency falls as its timestamp rises, so latency p99 is
+    ``committed`` minus the timestamps' 1st percentile. ``None`` when the
+    records carry no timestamps. Approximate (``percentile_approx``, 1/1000).
+    """
+    stamps = observed.get("timestamp_ms")
+    if not stamps or stamps[0] is None or stamps[1] is None:
+        return None, None
+    now_ms = committed.timestamp() * 1000
+    return max(0.0, now_ms - stamps[1]), max(0.0, now_ms - stamps[0])
+
+
 class BaselineJob(StreamJob):
     """A stream job whose query is the plain one: fixed batches, direct idempotent writes."""
 
@@ -144,8 +180,11 @@ class BaselineJob(StreamJob):
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
 
-        report = write_batch(df, batch_id, self.database_url, self.config.name)
+        observation, observed = _observe_timestamps(df, batch_id)
+        report = write_batch(observed, batch_id, self.database_url, self.config.name)
         ended = dt.datetime.now(dt.UTC)
+        # Only a batch with records ran the action that fills the observation (get() blocks).
+        p50, p99 = _latency_ms(observation.get, ended) if report.records else (None, None)
         started, self._cycle_started = self._cycle_started, ended
         cycle_s = (ended - started).total_seconds()
         lag = self._lag()
@@ -162,13 +201,15 @@ class BaselineJob(StreamJob):
                 acked=report.records,
                 records=report.records,
                 records_per_s=report.records / cycle_s if cycle_s > 0 else 0.0,
+                latency_p50_ms=p50,
+                latency_p99_ms=p99,
                 backlog=lag or 0,
             )
         except Exception:  # metrics are informative; the batch itself is applied
             log.warning("batch %d: could not write its metrics row", batch_id, exc_info=True)
         log.info(
             "batch %d: %d records (applied %d, skipped %d%s) in %.2f s = %.0f records/s; "
-            "total counted %d words; lag %s records",
+            "latency p50 %s ms, p99 %s ms; total counted %d words; lag %s records",
             report.batch_id,
             report.records,
             report.applied,
@@ -176,6 +217,8 @@ class BaselineJob(StreamJob):
             ", record by record" if report.fallback else "",
             report.seconds,
             report.records_per_s,
+            "-" if p50 is None else f"{p50:.0f}",
+            "-" if p99 is None else f"{p99:.0f}",
             results.total(self.database_url, self.config.name),
             lag,
         )
