@@ -1,4 +1,4 @@
-"""The baseline job end to end: spark-submit, Tansu, SQLite, fixed batches, stop signal.
+"""The baseline job: its command line and, end to end, spark-submit, Tansu, SQLite, stop signal.
 
 One Spark run. The pipeline config is a copy of the shipped word count under
 a unique name, so its topic and results do not mix with other tests sharing
@@ -7,6 +7,7 @@ the session's broker.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 import subprocess
@@ -16,13 +17,12 @@ import pytest
 
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
-from flowctl.config import PROJECT_ROOT
+from flowctl.config import PROJECT_ROOT, Settings
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
 from flowctl.pipelines.wordcount import count_words
+from flowctl.spark.baseline import BaselineJob, _latency_ms, parse_baseline_args
 from flowctl.textgen import zipf_lines
 from tests.spark.stream_jobs import VENV_BIN, StreamJobRunner, SubmittedJob, wait_for
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
 
 LINES = 9_000
 MAX_ROWS = 2_500
@@ -64,6 +64,51 @@ def _submit(runner: StreamJobRunner, *args: str, name: str) -> SubmittedJob:
     return SubmittedJob(process, log_path)
 
 
+def test_the_command_line_is_the_stream_jobs_plus_a_batch_budget() -> None:
+    args = parse_baseline_args(
+        ["--pipeline-config", "wordcount", "--parallelism", "4", "--max-records-per-batch", "7"]
+    )
+    assert (args.pipeline_config, args.parallelism, args.max_records_per_batch) == (
+        "wordcount",
+        4,
+        7,
+    )
+    assert parse_baseline_args([]).max_records_per_batch is None  # the config's budget
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many"])
+def test_a_bad_batch_budget_is_refused_naming_the_value(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_baseline_args(["--max-records-per-batch", bad])
+    assert info.value.code == 2
+    assert f"--max-records-per-batch: '{bad}'" in capsys.readouterr().err
+
+
+def test_the_budget_defaults_to_the_config_and_other_pipelines_are_refused(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'b.db'}")
+    job = BaselineJob(parse_baseline_args([]), settings)
+    assert job.max_rows == load_pipeline_config("wordcount").max_records_per_batch
+    assert job.topology_id.startswith("wordcount-baseline-blue-")
+    with pytest.raises(ValueError, match=r"definition='flowctl.pipelines.logetl' is not supported"):
+        BaselineJob(parse_baseline_args(["--pipeline-config", "logetl"]), settings)
+
+
+def test_latency_is_commit_time_minus_record_timestamps() -> None:
+    committed = dt.datetime(2026, 1, 1, 0, 0, 10, tzinfo=dt.UTC)
+    base = committed.timestamp() * 1000
+    # timestamps' 1st percentile 4 s before the commit, median 1 s before
+    assert _latency_ms({"timestamp_ms": [base - 4000, base - 1000]}, committed) == (1000, 4000)
+    assert _latency_ms({"timestamp_ms": None}, committed) == (None, None)
+    assert _latency_ms({"timestamp_ms": [None, None]}, committed) == (None, None)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.integration
 def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
     stream_job_runner: StreamJobRunner, tmp_path: Path
 ) -> None:
