@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.applied import PartitionReplay, applied_rows, read_checkpoints
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.memcached_store import MemcachedStore, MemcachedUnavailable
+from flowctl.adapters.memcached_store import MemcachedStore
 from flowctl.adapters.mrwq_flusher import (
     FlusherService,
     FlushTimeout,
@@ -484,20 +484,32 @@ def test_run_flushes_in_a_thread_until_stopped(
     assert service.totals["items"] == 120 and service.totals["duplicates"] == 0
 
 
-def test_an_item_off_protocol_is_refused_clearly_and_kept(
+def test_an_item_that_cannot_be_applied_is_a_loud_gap_not_a_stall(
     store: MemcachedStore, sqlite_url: str, namespace: str
 ) -> None:
-    service = make_service(store, sqlite_url, namespace, FakeClock())
+    reports: list[GapReport] = []
+    service = make_service(store, sqlite_url, namespace, FakeClock(), on_gap=reports.append)
     service.start()
     writer = MrwqWriter(store, namespace)
-    writer.append("not-a-tuple-id", [("applied", {"a": 1})])
-    with pytest.raises(MrwqItemError, match=r"seq 1 \(tuple 'not-a-tuple-id'.*malformed tuple id"):
-        service.flush()
-    assert service.queue_length() == 1
-    with pytest.raises(MemcachedUnavailable):
-        MemcachedStore(
-            f"127.0.0.1:{free_port()}", retry_policy=FlumeBackoff(0.01, 0.01, max_attempts=1)
-        ).incr("x", 0)
+    append(writer, (t(0, 5), {"a": 1}))
+    writer.append("not-a-tuple-id", [("applied", {"b": 1})])
+    result = service.flush().result
+    assert result.gap is not None and result.gap.seq == 1
+    assert "seq 2 (tuple 'not-a-tuple-id'" in result.gap.reason
+    assert "malformed tuple id" in result.gap.reason
+    assert isinstance(service.last_error, MrwqItemError)
+    assert counts(sqlite_url) == {}  # the whole batch rolled back
+    assert len(reports) == 1 and reports[0].partitions == ()
+    assert reports[0].ranges({TP: 5}) == [t(0, 5)]
+    assert service.queue_length() == 2  # kept until the replay is planned
+
+    service.resync()
+    append(writer, (t(0, 5), {"a": 1}), (t(2, 7), {"c": 1}))  # [2, 7) is cut wrongly
+    result = service.flush().result
+    assert result.gap is not None
+    expected = "range flushtest.eden:0:2-7 partially overlaps applied range flushtest.eden:0:0-5"
+    assert expected in result.gap.reason
+    assert counts(sqlite_url) == {}
 
 
 @pytest.mark.postgres

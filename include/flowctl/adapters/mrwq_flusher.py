@@ -25,7 +25,9 @@ after one must compare the queue's epoch with the one it last flushed to know th
 items were lost. A lost item, a restarted memcached or a lost counter is a :class:`Gap`:
 it is logged, and reported through ``on_gap`` with what to dispatch again (the durable
 checkpoint, the holes in ``applied_ranges``, and the end of what is durable); nothing
-is ever skipped silently.
+is ever skipped silently. An item that can never be applied (off the item protocol, or a
+range overlapping a durable one) is handled the same way, loudly, instead of stopping the
+flusher for good.
 
 The item protocol (what lanes write, built by :func:`mrwq_result`): the item's tuple id is
 the tuple's range id ``topic:partition:start-end`` (for a replayed record: its ORIGINAL
@@ -50,6 +52,7 @@ from flowctl.adapters import schema
 from flowctl.adapters.applied import (
     Claim,
     PartitionReplay,
+    RangeConflict,
     advance_checkpoint,
     claim,
     replay_plan,
@@ -512,7 +515,10 @@ class FlusherService:
 
             def attempt() -> FlushResult | None:
                 self._sink.last = None
-                return fn()
+                try:
+                    return fn()
+                except (MrwqItemError, RangeConflict) as exc:
+                    return self._unappliable(what, exc)
 
             result = self._retry(attempt, f"flush ({what})", sleep)
             if result is None:
@@ -522,6 +528,17 @@ class FlusherService:
             if result.gap is not None and result.gap != self._reported:
                 self._on_gap(result.gap, sleep)
             return report
+
+    def _unappliable(self, trigger: str, exc: Exception) -> FlushResult:
+        """An item that can never be applied (off protocol, or a range cut wrongly) must
+        neither stop the pipeline nor be dropped silently: the batch was rolled back, and
+        the queue is treated as having a gap from the flusher's position, so everything not
+        durable is dispatched again from the durable checkpoint."""
+        self.last_error = exc
+        log.error("MRWQ %s: cannot apply the batch: %s", self.namespace, exc)
+        gap = Gap(self._flusher.head, f"item cannot be applied: {exc}")
+        self._flusher.gap = gap
+        return FlushResult(trigger, None, None, 0, (), gap, self._flusher.length() or 0)
 
     def _account(self, report: FlushReport) -> None:
         s, r = report.stats, report.result
