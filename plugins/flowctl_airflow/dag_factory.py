@@ -166,6 +166,10 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
         decide = FailureRateWindowSensor(
             task_id="decide",
             pipeline=config.name,
+            policy=s.policy,
+            history_windows=s.history_windows,
+            threshold_c=s.threshold_c,
+            cooldown_s=s.cooldown_s,
             poke_interval=s.poke_interval_s,
             timeout=s.sensor_timeout_s,
             soft_fail=True,
@@ -176,6 +180,9 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             pipeline=config.name,
             decision=decide.output,
             blue_topology_id="{{ ti.xcom_pull(task_ids='decide', key='topology_id') }}",
+            ready_timeout_s=s.ready_timeout_s,
+            drain_timeout_s=s.drain_timeout_s,
+            stop_timeout_s=s.stop_timeout_s,
         )
         decide >> replace
     return dag
