@@ -197,7 +197,13 @@ class GapReport:
     partitions: tuple[PartitionReplay, ...]
 
     def ranges(self, admitted_end: dict[TopicPartition, int]) -> list[TupleRange]:
-        """The exact ranges to dispatch, given how far the planner admitted per partition."""
+        """The ranges to dispatch again, given how far the planner admitted per partition.
+
+        Holes are exact complements of durable ranges, so any cut of them on the tuple
+        grid (``k * tuple_size``) claims cleanly. A partition the database does not know
+        (nothing of it ever durable) is dispatched from 0; a planner that started it
+        elsewhere should use :func:`flowctl.adapters.applied.unapplied_gaps` with its start.
+        """
         out: list[TupleRange] = []
         for p in self.partitions:
             for start, end in p.holes:
