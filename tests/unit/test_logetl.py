@@ -156,6 +156,8 @@ def test_path_drops_query_and_fragment(target: str, path: str) -> None:
         ("python-requests/2.32.3", True),
         ("Wget/1.21.4", True),
         (None, True),
+        ("x" * 600 + " Googlebot/2.1", True),  # longer than what is cached
+        ("Mozilla/5.0 " + "a" * 600, False),
         ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/131.0.0.0 Safari/537.36", False),
         ("Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) Mobile/15E148", False),
     ],

@@ -147,14 +147,27 @@ def path_of(target: str) -> str:
     return target
 
 
-@functools.lru_cache(maxsize=8192)
 def is_bot(user_agent: str | None) -> bool:
     """Whether the user agent looks automated; no user agent at all counts as a bot.
 
     Cached: a log has few distinct user agents, and the pattern search is
-    otherwise the most expensive step of a line.
+    otherwise the most expensive step of a line. Only ordinary lengths are
+    cached, so a client sending huge random user agents cannot fill a lane's
+    memory.
     """
-    return user_agent is None or _BOT.search(user_agent) is not None
+    if user_agent is None:
+        return True
+    if len(user_agent) > _CACHED_AGENT_CHARS:
+        return _BOT.search(user_agent) is not None
+    return _is_bot_cached(user_agent)
+
+
+_CACHED_AGENT_CHARS = 512
+
+
+@functools.lru_cache(maxsize=8192)
+def _is_bot_cached(user_agent: str) -> bool:
+    return _BOT.search(user_agent) is not None
 
 
 def ip_prefix(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
