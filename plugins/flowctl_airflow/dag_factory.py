@@ -229,6 +229,9 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             direction="{{ params.direction or '' }}",
             target_parallelism="{{ params.target_parallelism or '' }}",
             reason="{{ params.reason }}",
+            ready_timeout_s=config.scaling.ready_timeout_s,
+            drain_timeout_s=config.scaling.drain_timeout_s,
+            stop_timeout_s=config.scaling.stop_timeout_s,
         )
     return dag
 

@@ -356,9 +356,7 @@ class BlueGreenReplaceOperator(BaseOperator):
             reason,
         )
         try:
-            result = self._replace(
-                context, blue, green_id, colour, target, ready_s, drain_s, stop_s
-            )
+            result = self._replace(blue, green_id, colour, target, ready_s, drain_s, stop_s)
         except BaseException as exc:
             self._rollback(f"{type(exc).__name__}: {exc}", stop_s)
             raise
