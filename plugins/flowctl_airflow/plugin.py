@@ -15,6 +15,8 @@ works on its own at ``<base_url>/flowctl/``.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from airflow.plugins_manager import AirflowPlugin
 
 from flowctl_airflow.ui.app import URL_PREFIX, create_app
@@ -24,10 +26,10 @@ class FlowctlPlugin(AirflowPlugin):
     """flowctl's entry in Airflow's plugin list (Admin > Plugins), its page and API."""
 
     name = "flowctl"
-    fastapi_apps = [  # noqa: RUF012 (AirflowPlugin declares these as class lists)
+    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
         {"app": create_app(), "url_prefix": URL_PREFIX, "name": "flowctl metrics"}
     ]
-    external_views = [  # noqa: RUF012
+    external_views: ClassVar[list[dict[str, Any]]] = [
         {
             "name": "Flowctl metrics",
             # Relative (no leading slash): resolved against the api-server's base URL.

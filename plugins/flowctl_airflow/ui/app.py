@@ -35,7 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 
 from flowctl.adapters.db import DatabaseUnavailable
-from flowctl.adapters.schema import SchemaVersionError
+from flowctl.adapters.schema import SchemaVersionError, ensure_schema
 from flowctl_airflow.ui.queries import MetricsQuery, MetricsReader, UnknownPipeline
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -61,8 +61,6 @@ def reader_for(url: str) -> MetricsReader:
             reader = MetricsReader(url)
             # A fresh database (nothing ran yet) gets its empty tables, so the page
             # shows "no pipelines" instead of an SQL error.
-            from flowctl.adapters.schema import ensure_schema
-
             ensure_schema(reader.engine)
             _readers[url] = reader
         return reader
