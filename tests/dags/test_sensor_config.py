@@ -1,0 +1,69 @@
+"""The ``[scaling]`` section of a pipeline config: parsed, defaulted, every bad key named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowctl.pipelines.config import PipelineConfigError, ScalingConfig, load_pipeline_config
+from flowctl_airflow.triggers.failure_window import WindowPolicy
+
+HEAD = 'name = "demo"\ndefinition = "flowctl.pipelines.wordcount"\n'
+
+
+def _load(tmp_path: Path, scaling: str):
+    path = tmp_path / "demo.toml"
+    path.write_text(HEAD + ("[scaling]\n" + scaling if scaling is not None else ""))
+    return load_pipeline_config(path)
+
+
+def test_every_shipped_pipeline_has_a_scaling_section() -> None:
+    for name in ("wordcount", "logetl"):
+        text = load_pipeline_config(name).source.read_text()
+        assert "\n[scaling]\n" in text, name
+    assert load_pipeline_config("wordcount").scaling.policy == "paper"
+    assert load_pipeline_config("logetl").scaling.policy == "adaptive"
+
+
+def test_a_missing_section_gets_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "demo.toml"
+    path.write_text(HEAD)
+    assert load_pipeline_config(path).scaling == ScalingConfig()
+
+
+def test_values_are_read(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        'policy = "adaptive"\nhistory_windows = 8\nthreshold_c = 2\ncooldown_s = 30\n'
+        'schedule = "*/5 * * * *"\n',
+    )
+    s = config.scaling
+    assert (s.policy, s.history_windows, s.threshold_c, s.cooldown_s, s.schedule) == (
+        "adaptive", 8, 2.0, 30.0, "*/5 * * * *",
+    )  # fmt: skip
+    policy = WindowPolicy.from_config(config)
+    assert policy.max_parallelism == config.max_parallelism and policy.policy == "adaptive"
+    assert WindowPolicy.from_config(config, threshold_c=9.0, policy=None).threshold_c == 9.0
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "why"),
+    [
+        ('policy = "magic"', "scaling.policy='magic'", "one of paper, adaptive"),
+        ("history_windows = 1", "scaling.history_windows=1", "integer >= 2"),
+        ("history_windows = 2.5", "scaling.history_windows=2.5", "integer >= 2"),
+        ("threshold_c = -1", "scaling.threshold_c=-1", "number >= 0"),
+        ('cooldown_s = "soon"', "scaling.cooldown_s='soon'", "number >= 0"),
+        ("poke_interval_s = 0", "scaling.poke_interval_s=0", "number > 0"),
+        ("ready_timeout_s = 0", "scaling.ready_timeout_s=0", "number > 0"),
+        ("target_utilisation = 1.5", "scaling.target_utilisation=1.5", "<= 1"),
+        ("low_saturation = 0.95", "scaling.low_saturation=0.95", "< high_saturation=0.9"),
+        ('schedule = ""', "scaling.schedule=''", "cron expression"),
+        ("colour = 1", "scaling.colour=1", "is not a known field"),
+    ],
+)
+def test_bad_values_are_named(tmp_path: Path, line: str, field: str, why: str) -> None:
+    with pytest.raises(PipelineConfigError) as info:
+        _load(tmp_path, line + "\n")
+    assert field in str(info.value) and why in str(info.value)
