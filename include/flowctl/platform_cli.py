@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.add_argument("topology_id", nargs="?", help="topology to stop")
     stop.add_argument("--pipeline", help="stop every running topology of this pipeline")
     stop.set_defaults(func=_stream_stop)
-    counts = actions.add_parser("counts", help="word counts stored by a pipeline")
+    counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
     counts.add_argument("--pipeline", default="wordcount")
     counts.add_argument("--top", type=int, default=10, help="show the N most frequent words")
     counts.set_defaults(func=_stream_counts)
@@ -124,7 +124,7 @@ def _airflow_env(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    """Load seeded synthetic Zipf text (--lines, --seed) or a text file (--file) into Kafka."""
+    """Load seeded synthetic input (--lines, --seed; the pipeline's own generator) or a file."""
     from flowctl.ingest import IngestRequest, ingest
 
     settings = _settings(args)
@@ -194,12 +194,21 @@ def _stream_stop(args: argparse.Namespace) -> int:
 
 
 def _stream_counts(args: argparse.Namespace) -> int:
-    from flowctl.adapters import results
+    import json
 
-    counts = results.word_counts(_settings(args).resolved_database_url, args.pipeline)
-    _say(f"{sum(counts.values()):,d} words counted, {len(counts):,d} distinct")
-    for word, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]:
-        _say(f"  {count:>10,d}  {word}")
+    from flowctl.adapters.db import engine_for
+    from flowctl.pipelines.config import load_pipeline_config
+
+    config = load_pipeline_config(args.pipeline)
+    engine = engine_for(_settings(args).resolved_database_url)
+    with engine.connect() as conn:
+        stored = dict(config.load_definition().DEFINITION.stored(conn, config.name))
+    if all(isinstance(v, int) for v in stored.values()):  # a count per key (word count)
+        _say(f"{sum(stored.values()):,d} counted, {len(stored):,d} distinct keys")
+        for key, count in sorted(stored.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]:
+            _say(f"  {count:>10,d}  {key}")
+    else:
+        _say(json.dumps(stored, indent=2, sort_keys=True, default=str))
     return 0
 
 

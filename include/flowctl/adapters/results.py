@@ -114,7 +114,8 @@ def _lock_offsets(
     return {k: stored[k] for k in keys}
 
 
-def _add_counts(conn: sa.Connection, pipeline: str, counts: Mapping[str, int]) -> None:
+def add_counts(conn: sa.Connection, pipeline: str, counts: Mapping[str, int]) -> None:
+    """Add ``counts`` to ``word_counts`` (portable upsert) in the caller's transaction."""
     if not counts:
         return
     w = schema.word_counts
@@ -178,7 +179,7 @@ def apply_records(
             counts.update(wordcount.key(w) for w in wordcount.words(wordcount.decode(value)))
             last[(topic, partition)] = max(last.get((topic, partition), -1), offset)
             applied += 1
-        _add_counts(conn, pipeline, counts)
+        add_counts(conn, pipeline, counts)
         next_offsets = _advance(conn, pipeline, stored, last)
         return BatchOutcome(applied, len(batch) - applied, sum(counts.values()), next_offsets)
 
@@ -227,7 +228,7 @@ def apply_counted_spans(
                 f"batch for {pipeline!r} is partly applied already ({'; '.join(partly)}): "
                 f"apply its records one by one"
             )
-        _add_counts(conn, pipeline, counts)
+        add_counts(conn, pipeline, counts)
         next_offsets = _advance(
             conn, pipeline, stored, {(s.topic, s.partition): s.last_offset for s in spans}
         )

@@ -111,7 +111,7 @@ class WordCountDefinition:
         for result in results:
             total.update(_checked_counts(result))
         # The very upsert the direct sink runs (one statement for both dialects).
-        sink._add_counts(conn, pipeline, total)
+        sink.add_counts(conn, pipeline, total)
         return len(total)
 
     def reference(self, values: Iterable[bytes | None]) -> dict[str, int]:

@@ -1,0 +1,86 @@
+"""``flowctl ingest`` and ``flowctl stream list|stop|counts`` against the session's services."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowctl.adapters import kafka_log
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.db import engine_for
+from flowctl.cli import main
+from flowctl.config import Settings
+from flowctl.pipelines.wordcount import DEFINITION, count_words
+from flowctl.textgen import zipf_lines
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cli_env(flowctl_settings: Settings, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for key, value in flowctl_settings.to_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FLOWCTL_DATABASE_URL", sqlite_url)
+    return sqlite_url
+
+
+def test_ingest_reports_progress_and_writes_every_line(
+    cli_env: str, kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (
+        kafka_log.latest_offsets(kafka_bootstrap, "wordcount.eden")
+        if _exists(kafka_bootstrap)
+        else {}
+    )
+    assert main(["ingest", "--lines", "1200", "--seed", "5"]) == 0
+    out = capsys.readouterr()
+    assert "produced 1,200/1,200 (100%)" in out.err
+    assert "ingested 1,200 records into wordcount.eden" in out.out
+    after = kafka_log.latest_offsets(kafka_bootstrap, "wordcount.eden")
+    assert sum(after.values()) - sum(before.values()) == 1200
+
+
+def _exists(bootstrap: str) -> bool:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        return "wordcount.eden" in consumer.topics()
+    finally:
+        consumer.close()
+
+
+def test_ingest_rejects_bad_input_naming_it(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", "--lines", "0"]) == 1
+    assert "lines=0 must be between 1 and" in capsys.readouterr().err
+    assert main(["ingest", "--file", "/nonexistent/book.txt"]) == 1
+    assert "path='/nonexistent/book.txt' is not a readable file" in capsys.readouterr().err
+
+
+def test_stream_list_stop_and_counts(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    plane = ControlPlane(cli_env)
+    plane.ensure_schema()
+    plane.register_topology("wordcount-blue-t1", "wordcount", "blue", 2)
+    plane.set_state("wordcount-blue-t1", "ACTIVE")
+    expected = count_words(zipf_lines(50, seed=3))
+    with engine_for(cli_env).begin() as conn:
+        DEFINITION.apply(conn, "wordcount", [dict(expected)])
+
+    assert main(["stream", "list"]) == 0
+    assert "wordcount-blue-t1  ACTIVE" in capsys.readouterr().out
+    assert main(["stream", "stop", "--pipeline", "wordcount"]) == 0
+    assert "sent stop to wordcount-blue-t1" in capsys.readouterr().out
+    assert [s.kind for s in plane.pending_signals("wordcount-blue-t1")] == ["stop"]
+    assert main(["stream", "counts", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    top_word, top_count = expected.most_common(1)[0]
+    assert f"{sum(expected.values()):,d} counted, {len(expected):,d} distinct keys" in out
+    assert f"{top_count:>10,d}  {top_word}" in out
+
+
+def test_stream_stop_needs_exactly_one_target(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stream", "stop"]) == 1
+    assert "give either a topology id or --pipeline NAME" in capsys.readouterr().err
