@@ -174,6 +174,7 @@ def test_metrics_carry_fail_num_e_m_s2_and_the_rule_signal(
     assert response.status_code == 200
     body = response.json()
     assert (body["history"], body["threshold_c"], body["limit"]) == (4, 4.0, 120)
+    assert body["rule_source"] == "query"
     windows = body["windows"]
     assert [w["topology_id"] for w in windows] == [data.BLUE] * 4 + [data.GREEN] * 2
     assert [w["fail_num"] for w in windows] == [0, 2, 0, 6, 0, 0]
@@ -195,6 +196,36 @@ def test_metrics_carry_fail_num_e_m_s2_and_the_rule_signal(
         "ACTIVE",
     )
     assert latest["lanes"] == data.GREEN_LANES
+
+
+def test_a_and_c_default_to_the_pipeline_config(
+    client: TestClient, seeded: data.Seeded, auth: dict[str, str]
+) -> None:
+    from flowctl.pipelines.config import load_pipeline_config
+
+    scaling = load_pipeline_config("wordcount").scaling
+    body = client.get("/flowctl/api/pipelines/wordcount/metrics", headers=auth).json()
+    assert (body["history"], body["threshold_c"], body["rule_source"], body["rule_problem"]) == (
+        scaling.history_windows,
+        scaling.threshold_c,
+        "config",
+        None,
+    )
+
+
+def test_a_pipeline_without_config_gets_the_autoscaler_defaults(
+    client: TestClient, seeded: data.Seeded, auth: dict[str, str]
+) -> None:
+    from flowctl.pipelines.config import ScalingConfig
+
+    body = client.get("/flowctl/api/pipelines/other/metrics", headers=auth).json()
+    assert (body["history"], body["threshold_c"], body["rule_source"]) == (
+        ScalingConfig().history_windows,
+        ScalingConfig().threshold_c,
+        "default",
+    )
+    assert "does not exist" in body["rule_problem"]
+    assert body["windows"] == [] and body["latest"] == []
 
 
 def test_a_higher_threshold_silences_the_signal(

@@ -163,11 +163,13 @@ def create_app(*, flowctl_conn_id: str = "flowctl_db") -> FastAPI:
         pipeline: Pipeline,
         limit: Annotated[int, Query(ge=1, le=MAX_WINDOWS, description="windows to return")] = 120,
         history: Annotated[
-            int, Query(ge=1, le=MAX_HISTORY, description="A: windows in the E(M)/S^2 ring")
-        ] = 8,
+            int | None,
+            Query(ge=1, le=MAX_HISTORY, description="A (default: the pipeline's [scaling])"),
+        ] = None,
         threshold_c: Annotated[
-            float, Query(ge=0, allow_inf_nan=False, description="C: the S^2 threshold")
-        ] = 10.0,
+            float | None,
+            Query(ge=0, allow_inf_nan=False, description="C (default: the pipeline's [scaling])"),
+        ] = None,
     ) -> dict[str, Any]:
         """The last ``limit`` metrics windows with E(M), S^2 and the paper's signal."""
         return db.metrics(pipeline, MetricsQuery(limit, history, threshold_c))

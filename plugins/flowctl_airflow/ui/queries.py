@@ -50,11 +50,42 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 @dataclass(frozen=True)
 class MetricsQuery:
-    """Parameters of the metrics series: how many windows and the scaling rule's A and C."""
+    """Parameters of the metrics series: how many windows and the scaling rule's A and C.
+
+    ``history`` / ``threshold_c`` left ``None`` are taken from the pipeline's
+    ``[scaling]`` section (see :func:`scaling_rule`), so the page shows E(M), S^2
+    and C as the autoscaler computes them.
+    """
 
     limit: int = 120
-    history: int = 8
-    threshold_c: float = 10.0
+    history: int | None = None
+    threshold_c: float | None = None
+
+
+def scaling_rule(pipeline: str) -> tuple[int, float, str, str | None]:
+    """``(A, C, source, problem)`` of the pipeline's ``[scaling]`` section.
+
+    ``source`` is ``config`` when read from ``include/pipelines/<pipeline>.toml``, else
+    ``default`` (the autoscaler's defaults) with ``problem`` saying why: no such file, or
+    the file is invalid. Only a bare pipeline name is looked up, never a path.
+    """
+    from flowctl.pipelines.config import (
+        PIPELINES_DIR,
+        PipelineConfigError,
+        ScalingConfig,
+        load_pipeline_config,
+        resolve_path,
+    )
+
+    defaults = ScalingConfig()
+    if resolve_path(pipeline).parent != PIPELINES_DIR:
+        problem = f"pipeline={pipeline!r} is not a config name"
+        return defaults.history_windows, defaults.threshold_c, "default", problem
+    try:
+        scaling = load_pipeline_config(pipeline).scaling
+    except PipelineConfigError as exc:
+        return defaults.history_windows, defaults.threshold_c, "default", str(exc)
+    return scaling.history_windows, scaling.threshold_c, "config", None
 
 
 def paper_signal(fail_num: int, mean: float, s2: float, threshold_c: float) -> str:
@@ -186,10 +217,19 @@ class MetricsReader:
         Each window carries ``fail_num`` (failed + timed out, SPEC E), ``mean`` (E(M)),
         ``s2`` (weighted S^2) over that topology's last ``history`` windows, and
         ``signal``: what the paper's rule with threshold C would decide there.
+        ``rule_source`` says where A and C came from: ``query``, ``config`` (the
+        pipeline's ``[scaling]``) or ``default`` (then ``rule_problem`` says why).
         ``latest`` holds, per live topology, its newest window with the per-lane
         send windows and states; ``dlq_total`` counts every DLQ record ever.
         """
         self._require(pipeline)
+        history, threshold_c, source, problem = scaling_rule(pipeline)
+        if query.history is not None or query.threshold_c is not None:
+            source, problem = "query", None
+        if query.history is not None:
+            history = query.history
+        if query.threshold_c is not None:
+            threshold_c = query.threshold_c
         t, m = schema.topologies, schema.metrics_windows
         topo_rows = self._read(
             f"listing topologies of {pipeline!r}",
@@ -199,7 +239,7 @@ class MetricsReader:
         )
         topo = {row.topology_id: row for row in topo_rows}
         # The first returned window needs history - 1 earlier windows for its E(M) and S^2.
-        fetch = query.limit + query.history - 1
+        fetch = query.limit + history - 1
         joined = (
             sa.select(m)
             .join(t, t.c.topology_id == m.c.topology_id)
@@ -217,7 +257,7 @@ class MetricsReader:
             ).scalar_one(),
             what=f"summing the DLQ of {pipeline!r}",
         )
-        windows = list(_with_dispersion(rows, topo, query))[-query.limit :]
+        windows = list(_with_dispersion(rows, topo, history, threshold_c))[-query.limit :]
         latest: dict[str, dict[str, Any]] = {}
         for window in windows:
             latest[window["topology_id"]] = window
@@ -231,8 +271,10 @@ class MetricsReader:
         return {
             "pipeline": pipeline,
             "limit": query.limit,
-            "history": query.history,
-            "threshold_c": query.threshold_c,
+            "history": history,
+            "threshold_c": threshold_c,
+            "rule_source": source,
+            "rule_problem": problem,
             "dlq_total": int(dlq_total),
             "windows": series,
             "latest": live,
@@ -240,14 +282,14 @@ class MetricsReader:
 
 
 def _with_dispersion(
-    rows: Iterable[sa.Row[Any]], topo: dict[str, Any], query: MetricsQuery
+    rows: Iterable[sa.Row[Any]], topo: dict[str, Any], history: int, threshold_c: float
 ) -> Iterable[dict[str, Any]]:
     counts: dict[str, list[int]] = defaultdict(list)
     for row in rows:
         fail_num = int(row.failed) + int(row.timed_out)
         ring = counts[row.topology_id]
         ring.append(fail_num)
-        del ring[: -query.history]
+        del ring[:-history]
         mean, s2 = dispersion(ring)
         yield {
             "topology_id": row.topology_id,
@@ -270,6 +312,6 @@ def _with_dispersion(
             "mean": mean,
             "s2": s2,
             "windows_in_history": len(ring),
-            "signal": paper_signal(fail_num, mean, s2, query.threshold_c),
+            "signal": paper_signal(fail_num, mean, s2, threshold_c),
             "lanes": None if row.lanes_json is None else json.loads(row.lanes_json),
         }

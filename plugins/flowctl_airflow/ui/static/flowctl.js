@@ -28,15 +28,24 @@
     return body;
   }
 
+  // A and C are sent only when typed in; otherwise the server uses the pipeline's
+  // [scaling] section, so the page shows what the autoscaler computes.
   function params() {
-    const history = parseInt($("history").value, 10) || 8;
+    const query = new URLSearchParams({ limit: String(parseInt($("limit").value, 10) || 120) });
+    const history = parseInt($("history").value, 10);
     const threshold = parseFloat($("threshold").value);
-    const limit = parseInt($("limit").value, 10) || 120;
-    return new URLSearchParams({
-      limit: String(limit),
-      history: String(history),
-      threshold_c: String(Number.isFinite(threshold) ? threshold : 10),
-    });
+    if (Number.isFinite(history)) query.set("history", String(history));
+    if (Number.isFinite(threshold)) query.set("threshold_c", String(threshold));
+    return query;
+  }
+
+  function showRule(metrics) {
+    $("history").placeholder = String(metrics.history);
+    $("threshold").placeholder = String(metrics.threshold_c);
+    const from = { query: "as typed", config: "from the pipeline's [scaling]", default: "defaults" };
+    const rule = $("rule");
+    rule.textContent = from[metrics.rule_source] || metrics.rule_source;
+    rule.title = metrics.rule_problem || "";
   }
 
   async function refresh() {
@@ -444,6 +453,7 @@
 
   function render(metrics, topologies, replacements) {
     const domain = timeDomain(metrics.windows, topologies);
+    showRule(metrics);
     drawCards(metrics, topologies);
     drawThroughput(metrics, domain);
     drawLatency(metrics, domain);
