@@ -59,6 +59,55 @@ class ScalingConfig:
     poison_share: float = 0.5
 
 
+#: Source modes: the flow-controlled spout (default) or the plain even split (the baseline).
+SOURCE_MODES = ("flow", "plain")
+#: How a lane's ack is judged SLOW: against a fixed latency target or an adaptive estimate.
+RTT_MODES = ("fixed", "adaptive")
+#: Dispatch policies of the spout (see :mod:`flowctl.core.dispatch`).
+DISPATCH_POLICIES = ("round_robin", "least_loaded")
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """The ``[flow]`` section: windows, dispatch, replay, delayed persistence, backpressure.
+
+    Defaults are what a pipeline without the section gets; every key is described in
+    ``include/pipelines/wordcount.toml``. ``rtt = "fixed"`` is the default because the
+    adaptive threshold chases the queueing delay the window itself creates (measured in
+    the simulator): with a fixed latency target each lane's window settles near
+    ``latency_target_s * lane rate``.
+    """
+
+    mode: str = "flow"
+    w_min: int = 1
+    w_max: int = 32
+    w_init: int = 2
+    rtt: str = "fixed"
+    latency_target_s: float = 2.0
+    rtt_min_threshold_s: float = 0.05
+    dispatch: str = "round_robin"
+    tuple_timeout_s: float = 20.0
+    ack_timeout_s: float = 120.0
+    linger_s: float = 1.0
+    max_attempts: int = 3
+    replay_backoff_initial_s: float = 0.25
+    replay_backoff_max_s: float = 4.0
+    flush_max_length: int = 200
+    flush_update_time_s: float = 1.0
+    gap_grace_s: float = 5.0
+    persist_queue_capacity: int = 2000
+    process_queue_capacity: int = 512
+    load_factor: float = 0.8
+    backpressure_factor: float = 2.0
+    admission_rate: float = 500.0
+    metrics_window_s: float = 10.0
+
+    @property
+    def rtt_threshold_s(self) -> float | None:
+        """The spout's fixed threshold, or ``None`` for the adaptive estimate."""
+        return self.latency_target_s if self.rtt == "fixed" else None
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """A validated pipeline config; see ``include/pipelines/wordcount.toml`` for the fields."""
@@ -75,6 +124,7 @@ class PipelineConfig:
     tuple_size: int
     source: Path
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -92,7 +142,7 @@ class PipelineConfig:
 
 
 _KNOWN = {
-    "": {"name", "definition", "topics", "stream", "scaling"},
+    "": {"name", "definition", "topics", "stream", "scaling", "flow"},
     "topics": {"eden", "partitions"},
     "stream": {
         "parallelism",
@@ -103,6 +153,7 @@ _KNOWN = {
         "tuple_size",
     },
     "scaling": set(ScalingConfig.__dataclass_fields__),
+    "flow": set(FlowConfig.__dataclass_fields__),
 }
 
 
@@ -180,6 +231,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     if isinstance(trigger, bool) or not isinstance(trigger, int | float) or trigger < 0:
         raise fail("stream.trigger_interval_s", trigger, "must be a number of seconds >= 0")
     scaling = _parse_scaling(raw.get("scaling", {}), fail)
+    flow = _parse_flow(raw.get("flow", {}), fail)
     return PipelineConfig(
         name=name,
         definition=definition,
@@ -193,6 +245,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         tuple_size=tuple_size,
         source=path,
         scaling=scaling,
+        flow=flow,
     )
 
 
@@ -244,4 +297,74 @@ def _parse_scaling(table: dict[str, Any], fail: Any) -> ScalingConfig:
         low_saturation=low_sat,
         low_batch_fraction=low_batch,
         poison_share=number("poison_share", lo=0, hi=1, lo_open=True),
+    )
+
+
+def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
+    """Validate ``[flow]``: every key typed and bounded, the error naming ``flow.<key>``."""
+    defaults = FlowConfig()
+
+    def choice(key: str, allowed: tuple[str, ...]) -> str:
+        value = table.get(key, getattr(defaults, key))
+        if value not in allowed:
+            raise fail(f"flow.{key}", value, f"must be one of {', '.join(allowed)}")
+        return str(value)
+
+    def integer(key: str, lo: int) -> int:
+        value = table.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise fail(f"flow.{key}", value, f"must be an integer >= {lo}")
+        return value
+
+    def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = True) -> float:
+        value = table.get(key, getattr(defaults, key))
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if not bad:
+            bad = value <= lo if lo_open else value < lo
+            bad = bad or (hi is not None and value >= hi)
+        if bad:
+            low = f"> {lo:g}" if lo_open else f">= {lo:g}"
+            high = f" and < {hi:g}" if hi is not None else ""
+            raise fail(f"flow.{key}", value, f"must be a number {low}{high}")
+        return float(value)
+
+    w_min = integer("w_min", 1)
+    w_max = integer("w_max", 1)
+    w_init = integer("w_init", 1)
+    if w_max < w_min:
+        raise fail("flow.w_max", w_max, f"must be >= w_min={w_min}")
+    if not w_min <= w_init <= w_max:
+        raise fail("flow.w_init", w_init, f"must lie in [w_min={w_min}, w_max={w_max}]")
+    initial = number("replay_backoff_initial_s", lo=0)
+    most = number("replay_backoff_max_s", lo=0)
+    if most < initial:
+        raise fail(
+            "flow.replay_backoff_max_s", most, f"must be >= replay_backoff_initial_s={initial:g}"
+        )
+    load_factor = number("load_factor", lo=0.5, hi=1.0)
+    factor = number("backpressure_factor", lo=1.0)
+    return FlowConfig(
+        mode=choice("mode", SOURCE_MODES),
+        w_min=w_min,
+        w_max=w_max,
+        w_init=w_init,
+        rtt=choice("rtt", RTT_MODES),
+        latency_target_s=number("latency_target_s", lo=0),
+        rtt_min_threshold_s=number("rtt_min_threshold_s", lo=0, lo_open=False),
+        dispatch=choice("dispatch", DISPATCH_POLICIES),
+        tuple_timeout_s=number("tuple_timeout_s", lo=0),
+        ack_timeout_s=number("ack_timeout_s", lo=0),
+        linger_s=number("linger_s", lo=0, lo_open=False),
+        max_attempts=integer("max_attempts", 1),
+        replay_backoff_initial_s=initial,
+        replay_backoff_max_s=most,
+        flush_max_length=integer("flush_max_length", 1),
+        flush_update_time_s=number("flush_update_time_s", lo=0),
+        gap_grace_s=number("gap_grace_s", lo=0, lo_open=False),
+        persist_queue_capacity=integer("persist_queue_capacity", 1),
+        process_queue_capacity=integer("process_queue_capacity", 1),
+        load_factor=load_factor,
+        backpressure_factor=factor,
+        admission_rate=number("admission_rate", lo=0),
+        metrics_window_s=number("metrics_window_s", lo=0),
     )
