@@ -1,0 +1,265 @@
+"""Blue-green replacement end to end: real Airflow, Spark topologies, Tansu and SQLite.
+
+1. blue runs at 2 lanes and is overloaded; ``autoscale_wordcount`` decides ``up`` from its
+   failure windows and replaces it: green ACTIVE at 4 lanes, blue STOPPED, the output
+   pause recorded, the counts exact after the hand-over;
+2. ``rescale_wordcount`` brings it back down to 2 by hand;
+3. the replace task of a third rescale is killed while blue is deactivated: afterwards
+   exactly one topology consumes (blue, re-activated), green is stopped, the event is
+   ``rolled_back``.
+
+``dag.test()`` runs the autoscale and rescale DAGs in this process. Topologies are runs of
+``stream_wordcount``: the replace operator creates green's run through the execution API
+like any task would; with no scheduler in a test, :class:`StandInScheduler` plays its
+part for that one DAG and runs each queued run's task with ``airflow tasks test <dag>
+topology <run id>`` (a separate process, since a topology runs until it is stopped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.config import Settings
+from flowctl.pipelines.config import load_pipeline_config
+from flowctl.pipelines.wordcount import count_words
+from flowctl.services.airflow import stop_tree
+from flowctl.textgen import zipf_lines
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
+
+PIPELINE = "wordcount"
+STREAM_DAG = f"stream_{PIPELINE}"
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+WAIT_S = 240.0  # every wait of this test is bounded by this; the test then fails
+
+
+def _job_supports_the_protocol() -> str | None:
+    """None if the stream job implements standby/activate/deactivate, else what is missing."""
+    from flowctl.spark.job import build_parser
+
+    options = {o for action in build_parser()._actions for o in action.option_strings}
+    if "--standby" not in options:
+        return "the stream job has no --standby option (docs/flow-control.md, Signals and states)"
+    return None
+
+
+def _wait(what: str, check, timeout: float = WAIT_S, every: float = 0.5):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class StandInScheduler:
+    """Runs the queued runs of one DAG the way the scheduler would, one process per run."""
+
+    def __init__(self, dag_id: str) -> None:
+        self.dag_id = dag_id
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> StandInScheduler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for process in self.processes.values():
+            if process.poll() is None:
+                stop_tree(process.pid, timeout=30)
+
+    def _queued(self) -> list[str]:
+        import sqlalchemy as sa
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from airflow.utils.state import DagRunState
+
+        with create_session() as session:
+            return list(
+                session.scalars(
+                    sa.select(DagRun.run_id).where(
+                        DagRun.dag_id == self.dag_id, DagRun.state == DagRunState.QUEUED
+                    )
+                )
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for run_id in self._queued():
+                if run_id not in self.processes:
+                    self.processes[run_id] = subprocess.Popen(
+                        [AIRFLOW, "tasks", "test", self.dag_id, "topology", run_id],
+                        env=os.environ.copy(),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+            self._stop.wait(0.5)
+
+
+def _dags() -> dict[str, object]:
+    from flowctl_airflow.dag_factory import all_pipeline_dags
+
+    return {dag.dag_id: dag for dag in all_pipeline_dags()}
+
+
+def _trigger_stream(run_id: str, conf: dict[str, object]) -> None:
+    """Queue a run of the stream DAG (as the UI's Trigger button does)."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    trigger_dag(STREAM_DAG, run_id=run_id, conf=conf, triggered_by=DagRunTriggeredByType.TEST)
+
+
+@pytest.fixture
+def stream_runs(platform: Settings) -> Iterator[StandInScheduler]:
+    missing = _job_supports_the_protocol()
+    if missing:
+        pytest.skip(f"blue-green needs the job side of the protocol: {missing}")
+    # dag.test() of any DAG of the folder writes them all to the metadata database, which
+    # trigger_dag() needs; the ingest DAG is the cheapest one to run for that.
+    kafka_log.ensure_topics(platform.kafka_bootstrap, {f"{PIPELINE}.eden": 4})
+    with StandInScheduler(STREAM_DAG) as scheduler:
+        yield scheduler
+        plane = ControlPlane(platform.resolved_database_url)
+        for topo in plane.topologies(PIPELINE):
+            if topo.state not in TERMINAL_STATES:
+                plane.send_signal(topo.topology_id, "stop")
+
+
+def _active(plane: ControlPlane) -> list[str]:
+    return [t.topology_id for t in plane.topologies(PIPELINE, states=["ACTIVE"])]
+
+
+def _admitting(plane: ControlPlane) -> list[str]:
+    """Topologies that may admit: ACTIVE, or about to be (a DRAINED blue being re-activated)."""
+    return [t.topology_id for t in plane.topologies(PIPELINE) if t.state == "ACTIVE"]
+
+
+def _counts_reach(url: str, expected: Counter[str]) -> bool:
+    return results.word_counts(url, PIPELINE) == dict(expected)
+
+
+def test_autoscale_up_rescale_down_and_a_killed_replacement(
+    platform: Settings, stream_runs: StandInScheduler
+) -> None:
+    url = platform.resolved_database_url
+    plane = ControlPlane(url)
+    plane.ensure_schema()
+    events = ReplacementLog(url)
+    dags = _dags()
+    lines: list[str] = []
+
+    def ingest(n: int, seed: int) -> None:
+        batch = list(zipf_lines(n, seed=seed))
+        lines.extend(batch)
+        run = dags[f"ingest_{PIPELINE}"].test(run_conf={"lines": n, "seed": seed})
+        assert str(run.state).endswith("success")
+
+    ingest(2000, seed=21)  # also writes every DAG of the folder to the metadata database
+    _trigger_stream("blue-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-blue-1"})
+    _wait("blue ACTIVE", lambda: _active(plane) == ["wc-blue-1"])
+    _wait("blue's first counts", lambda: _counts_reach(url, count_words(lines)))
+
+    # -- 1. overload blue until autoscale decides up, then the replacement -----------------
+    config = load_pipeline_config(PIPELINE)
+    fast = dataclasses.replace(
+        config.scaling,
+        history_windows=3,
+        threshold_c=0.0,
+        cooldown_s=0.0,
+        poke_interval_s=2.0,
+        sensor_timeout_s=WAIT_S,
+    )
+    from flowctl_airflow.dag_factory import autoscale_dag
+
+    autoscale = autoscale_dag(dataclasses.replace(config, scaling=fast))
+    feeder_stop = threading.Event()
+
+    def feed() -> None:  # a burst larger than two lanes clear within the tuple timeout
+        seed = 100
+        while not feeder_stop.is_set():
+            batch = list(zipf_lines(20_000, seed=seed))
+            kafka_log.produce(platform.kafka_bootstrap, f"{PIPELINE}.eden", batch)
+            lines.extend(batch)
+            seed += 1
+            feeder_stop.wait(1.0)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        run = autoscale.test()
+    finally:
+        feeder_stop.set()
+        feeder.join(timeout=60)
+    assert str(run.state).endswith("success"), run
+    (up,) = events.replacements(PIPELINE)
+    assert (up.outcome, up.old_parallelism, up.new_parallelism) == ("ok", 2, 4)
+    assert up.decision is not None and up.decision["direction"] == "up"
+    assert up.pause_ms is not None and up.pause_ms >= 0 and up.duplicates == 0
+    assert up.ready_at <= up.deactivated_at <= up.drained_at <= up.finished_at
+    green = plane.get_topology(up.new_topology_id)
+    assert (green.state, green.parallelism, green.colour) == ("ACTIVE", 4, "green")
+    assert plane.get_topology("wc-blue-1").state == "STOPPED"
+    _wait("exact counts after the hand-over", lambda: _counts_reach(url, count_words(lines)))
+
+    # -- 2. by hand, back down to 2 --------------------------------------------------------
+    run = dags[f"rescale_{PIPELINE}"].test(
+        run_conf={"direction": "down", "reason": "load test over"}
+    )
+    assert str(run.state).endswith("success")
+    down = events.replacements(PIPELINE)[-1]
+    assert (down.outcome, down.old_parallelism, down.new_parallelism) == ("ok", 4, 2)
+    assert down.reason == "load test over" and down.decision is None
+    assert _active(plane) == [down.new_topology_id]
+    assert plane.get_topology(green.topology_id).state == "STOPPED"
+    ingest(1000, seed=22)
+    _wait("exact counts after the second hand-over", lambda: _counts_reach(url, count_words(lines)))
+
+    # -- 3. kill the replace task while blue is deactivated --------------------------------
+    blue = down.new_topology_id
+    env = {**os.environ}
+    conf = json.dumps({"direction": "up", "reason": "killed on purpose"})
+    rescale = subprocess.Popen(
+        [AIRFLOW, "dags", "test", f"rescale_{PIPELINE}", "--conf", conf],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        killed = _wait(
+            "the third replacement to deactivate blue",
+            lambda: [e for e in events.replacements(PIPELINE)[2:] if e.deactivated_at],
+        )
+        os.killpg(rescale.pid, signal.SIGTERM)  # the task runner calls on_kill
+        rescale.wait(timeout=120)
+    finally:
+        if rescale.poll() is None:
+            stop_tree(rescale.pid, timeout=30)
+    event = events.get_replacement(killed[0].id)
+    assert event.outcome == "rolled_back" and "killed" in event.error
+    _wait("the killed replacement's green to stop", lambda: plane.get_topology(
+        event.new_topology_id).state in TERMINAL_STATES)  # fmt: skip
+    assert _wait("exactly one topology consuming", lambda: _admitting(plane) == [blue])
+    ingest(500, seed=23)
+    _wait("exact counts after the rollback", lambda: _counts_reach(url, count_words(lines)))
