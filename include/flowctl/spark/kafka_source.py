@@ -20,6 +20,18 @@ Options (keys are lower-cased by Spark): ``bootstrap``, ``topic``,
 ``pipeline``, ``database_url``, ``lanes``, ``max_rows`` (records per
 micro-batch; admission control) and ``read_timeout_s`` (a lane read that makes
 no progress this long fails the task).
+
+Two modes (option ``mode``):
+
+- ``plain`` (the default of the source, used by the baseline job): the even
+  :class:`~flowctl.spark.lane_planner.LanePlanner` over a record budget; ``read``
+  yields the records themselves (:data:`SCHEMA`) for the query to process.
+- ``flow`` (the stream jobs): the flow-controlled spout of
+  :mod:`flowctl.spark.flow`; ``read`` runs the pipeline definition in the lanes and
+  yields one status row per tuple (:data:`flowctl.spark.flow.STATUS_SCHEMA`).
+  Extra options: ``config`` (the pipeline config file), ``memcached``
+  (``host:port``), ``topology_id`` and ``standby`` (``true``: admit nothing until
+  activated).
 """
 
 from __future__ import annotations
@@ -60,6 +72,9 @@ SCHEMA = StructType(
 
 _KIND_NAMES = {int: "an integer", float: "a number"}
 
+#: Source modes: ``plain`` (even split, records out) and ``flow`` (the spout, statuses out).
+MODES = ("plain", "flow")
+
 
 #: Rows per Arrow batch yielded by ``read``.
 ARROW_BATCH_ROWS = 10_000
@@ -87,6 +102,11 @@ class SourceOptions:
     lanes: int
     max_rows: int | None
     read_timeout_s: float
+    mode: str = "plain"
+    config: str | None = None
+    memcached: str | None = None
+    topology_id: str | None = None
+    standby: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -113,6 +133,17 @@ class SourceOptions:
                 raise SourceOptionError(f"{SOURCE_NAME} option {key}={raw!r} must be > 0")
             return value
 
+        mode = opts.get("mode") or "plain"
+        if mode not in MODES:
+            raise SourceOptionError(
+                f"{SOURCE_NAME} option mode={mode!r} must be one of {', '.join(MODES)}"
+            )
+        standby = (opts.get("standby") or "false").lower()
+        if standby not in ("true", "false"):
+            raise SourceOptionError(
+                f"{SOURCE_NAME} option standby={opts.get('standby')!r} must be true or false"
+            )
+        flow = mode == "flow"
         return cls(
             bootstrap=required("bootstrap"),
             topic=required("topic"),
@@ -121,6 +152,30 @@ class SourceOptions:
             lanes=number("lanes", "2", int),
             max_rows=number("max_rows", None, int),
             read_timeout_s=number("read_timeout_s", "30", float),
+            mode=mode,
+            config=required("config") if flow else opts.get("config"),
+            memcached=required("memcached") if flow else opts.get("memcached"),
+            topology_id=required("topology_id") if flow else opts.get("topology_id"),
+            standby=standby == "true",
+        )
+
+    def flow_settings(self) -> Any:
+        """The :class:`flowctl.spark.flow.FlowSettings` of a ``mode=flow`` stream."""
+        from flowctl.spark.flow import FlowSettings
+
+        assert self.config and self.memcached and self.topology_id
+        return FlowSettings(
+            bootstrap=self.bootstrap,
+            topic=self.topic,
+            pipeline=self.pipeline,
+            database_url=self.database_url,
+            memcached=self.memcached,
+            topology_id=self.topology_id,
+            lanes=self.lanes,
+            config_path=self.config,
+            max_rows=self.max_rows,
+            read_timeout_s=self.read_timeout_s,
+            standby=self.standby,
         )
 
 
@@ -160,13 +215,23 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         self._consumer: Any = None  # the planner's KafkaConsumer, created lazily
         self._planning_error: BaseException | None = None
         self._latest: dict[str, Any] | None = None
+        self._flow: Any = None  # the FlowPlanner (mode=flow), created lazily in the planner
+        self._flow_settings = options.flow_settings() if options.mode == "flow" else None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tasks get a pickled snapshot; a live KafkaConsumer cannot travel.
+        # Tasks get a pickled snapshot; a live KafkaConsumer (or the spout) cannot travel.
         state = self.__dict__.copy()
         state["_consumer"] = None
         state["_planning_error"] = None
+        state["_flow"] = None
         return state
+
+    def _flow_planner(self) -> Any:
+        from flowctl.spark.flow import FlowPlanner
+
+        if self._flow is None:
+            self._flow = FlowPlanner(self._flow_settings)
+        return self._flow
 
     def _planner_consumer(self) -> Any:
         from flowctl.adapters import kafka_log
@@ -180,6 +245,12 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         from flowctl.adapters import kafka_log
         from flowctl.adapters.control_plane import ControlPlane
 
+        if self._flow_settings is not None:
+            try:
+                return self._flow_planner().initial_offset()
+            except Exception:
+                log.exception("%s: initialOffset (flow) failed", SOURCE_NAME)
+                raise
         try:
             committed = ControlPlane(self.options.database_url).committed_offsets(
                 self.options.pipeline, self.options.topic
@@ -205,6 +276,14 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             # partitions() failing can stall a query silently; fail it loudly here instead.
             error, self._planning_error = self._planning_error, None
             raise RuntimeError(f"{SOURCE_NAME}: planning the previous batch failed: {error}")
+        if self._flow_settings is not None:
+            try:
+                return self._flow_planner().latest_offset(start)
+            except Exception:
+                log.exception(
+                    "%s: latestOffset (flow) failed (start seq %s)", SOURCE_NAME, start.get("seq")
+                )
+                raise
         try:
             begin = decode_offsets(start, self.options.topic)
             latest = kafka_log.latest_offsets(self._planner_consumer(), self.options.topic)
@@ -221,8 +300,19 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         """The log's end as last seen (shown in Spark's progress; ahead of the batch's end)."""
         return self._latest
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LanePartition]:
-        """One :class:`LanePartition` per non-empty lane."""
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+        """One :class:`LanePartition` (plain) or ``FlowPartition`` (flow) per non-empty lane."""
+        if self._flow_settings is not None:
+            from flowctl.spark.flow import decode_plan
+
+            try:
+                return decode_plan(end, self.options.topic, self.options.pipeline)
+            except Exception as exc:
+                log.exception(
+                    "%s: partitions (flow) failed (end seq %s)", SOURCE_NAME, end.get("seq")
+                )
+                self._planning_error = exc
+                raise
         try:
             plans = self.planner.assign(
                 self.options.topic,
@@ -245,6 +335,11 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
         from flowctl.adapters import kafka_log
 
+        if self._flow_settings is not None:
+            from flowctl.spark.flow import run_lane
+
+            yield from run_lane(self._flow_settings, partition)
+            return
         if not isinstance(partition, LanePartition):
             raise TypeError(f"partition={partition!r} is not a LanePartition")
         schema = arrow_schema()
@@ -303,6 +398,8 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         self._drop_consumer()
+        if self._flow is not None:
+            self._flow.close()
 
 
 class FlowctlKafkaDataSource(DataSource):
@@ -312,7 +409,11 @@ class FlowctlKafkaDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
+        if (self.options.get("mode") or "plain") == "flow":
+            from flowctl.spark.flow import STATUS_SCHEMA
+
+            return STATUS_SCHEMA
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> FlowctlKafkaStreamReader:

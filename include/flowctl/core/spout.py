@@ -1,0 +1,653 @@
+"""The spout: admission, dispatch and feedback of one flow-controlled topology (SPEC A, B, D).
+
+This is the driver-side brain of the flow-controlled source (docs/flow-control.md), as a
+pure state machine: the Spark adapter (:mod:`flowctl.spark.flow`) feeds it the log's end
+offsets and the lanes' feedback and turns its :class:`Dispatch` list into one
+InputPartition per lane. It combines the core pieces:
+
+* tuples are cut *aligned* (tuple ``k`` of a partition is ``[k*tuple_size,
+  (k+1)*tuple_size)``), so a restarted or green topology cuts exactly the same tuples and
+  ``applied_ranges`` recognises a repeat; a trailing partial tuple is admitted only once
+  its partition has been idle for ``linger_s`` (otherwise a steady trickle would cut
+  one-record tuples);
+* one :class:`~flowctl.core.window.AdaptiveWindow` per lane decides how many tuples the
+  lane may hold; a :class:`~flowctl.core.dispatch.DispatchPolicy` (``round_robin`` or
+  ``least_loaded``) picks the lane of each tuple;
+* every dispatched tuple is a tree root in the :class:`~flowctl.core.acker.XorAcker`: the
+  lane acks the edge it was given; an entry that expires is a timeout (SPEC B);
+* the :class:`~flowctl.core.checkpoint.AckLedger` keeps processed vs durable per Eden
+  tuple (the durable view comes from the database's checkpoint, read by the adapter);
+* the :class:`~flowctl.core.replay.ReplayStateMachine` decides when the To replay topic is
+  read (before Eden) and when To and From swap (SPEC D).
+
+Why the spout does not use :class:`~flowctl.core.dispatch.Dispatcher` as is: a lane of
+this platform resolves most failures itself (the tuple's records go to the From replay
+topic, SPEC D), so such a fail must shrink the window (BUSY) *without* requeueing the
+tuple; only a tuple with no outcome at all (a lane that could not read or store it, or
+an acker timeout) goes back to the front of the buffer for a different lane. The two
+kinds of fail need two paths, so the buffer and lane choice live here.
+
+Order of work (the adapter, once per micro-batch): :meth:`Spout.on_lane_results` per lane
+report, :meth:`Spout.durable` / :meth:`Spout.confirm_replays` with what the database says
+is durable, then :meth:`Spout.plan`. Time comes from the injected clock (monotonic: rt,
+linger, acker timeouts); replay eligibility uses ``now_epoch`` passed in, because
+``not_before`` of an envelope is wall-clock time written by another process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .acker import AckerEventKind, XorAcker
+from .checkpoint import AckLedger, CheckpointError, ContiguousAck
+from .clock import Clock
+from .dispatch import LaneLoad, make_policy
+from .replay import ReplaySnapshot, ReplayStateMachine
+from .rtt import RttEstimator
+from .tuples import TopicPartition, TupleRange
+from .window import AdaptiveWindow, LaneState
+
+__all__ = [
+    "Dispatch",
+    "LaneResult",
+    "OffsetsBeyondLog",
+    "Outcome",
+    "Spout",
+    "SpoutConfig",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class OffsetsBeyondLog(ValueError):
+    """A partition's position is past the log's end: the broker's log was reset."""
+
+
+class Outcome(StrEnum):
+    """What a lane did with one tuple."""
+
+    ACKED = "acked"  # processed; its result is in the MRWQ
+    REPLAYED = "replayed"  # raised: its records went to From (replay) with attempt + 1
+    DLQ = "dlq"  # raised: its records went to the dead-letter topic
+    TIMED_OUT = "timed_out"  # exceeded its deadline: records went to From (or the DLQ)
+    FAILED = "failed"  # no outcome stored at all (read or store failed): dispatch again
+    HELD = "held"  # a replayed record not eligible yet (backoff): read it again later
+
+
+#: Outcomes whose records were routed by the lane (the tuple is resolved, not requeued).
+ROUTED = frozenset({Outcome.REPLAYED, Outcome.DLQ, Outcome.TIMED_OUT})
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"SpoutConfig.{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class SpoutConfig:
+    """How one topology admits and dispatches (the ``[flow]`` section of a pipeline config).
+
+    ``rtt_threshold_s`` is the fixed latency target that classifies an ack SLOW; ``None``
+    selects the adaptive RFC 6298 estimate. The fixed target is the default because the
+    adaptive threshold chases the queueing delay the window itself creates (the window
+    grows, rt grows, the threshold follows, and nothing ever reads SLOW).
+    """
+
+    pipeline: str
+    lanes: int
+    tuple_size: int
+    w_min: int = 1
+    w_max: int = 32
+    w_init: int = 2
+    rtt_threshold_s: float | None = 2.0
+    rtt_min_threshold_s: float = 0.05
+    policy: str = "round_robin"
+    tuple_timeout_s: float = 60.0
+    linger_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("lanes", "tuple_size", "w_min", "w_max", "w_init"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SpoutConfig.{name} must be an int >= 1, got {value!r}")
+        if not self.w_min <= self.w_init <= self.w_max:
+            raise ValueError(
+                f"SpoutConfig.w_init={self.w_init} must lie in [w_min={self.w_min}, "
+                f"w_max={self.w_max}]"
+            )
+        if self.rtt_threshold_s is not None:
+            _positive("rtt_threshold_s", self.rtt_threshold_s)
+        _positive("tuple_timeout_s", self.tuple_timeout_s)
+        if isinstance(self.linger_s, bool) or not isinstance(self.linger_s, int | float):
+            raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
+        if self.linger_s < 0:
+            raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
+        make_policy(self.policy)  # a clear error for an unknown name
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One tuple given to one lane: the lane acks ``edge`` to the XOR acker when done.
+
+    ``replay`` marks a record read from the To replay topic (``tuple`` then holds its
+    replay-topic coordinates, one record); ``from_topic`` is where the lane sends failures.
+    """
+
+    lane: int
+    tuple: TupleRange
+    edge: int
+    replay: bool
+    from_topic: str
+
+
+@dataclass(frozen=True)
+class LaneResult:
+    """A lane's report on one tuple (one entry of its feedback)."""
+
+    tuple_id: str
+    outcome: Outcome
+    xor: int = 0
+    rt: float | None = None
+    records: int = 0
+    routed_records: int = 0
+    latencies: tuple[float, ...] = ()
+    not_before: float | None = None
+    mrwq_epoch: str | None = None
+    mrwq_seq: int | None = None
+    error: str = ""
+
+
+@dataclass
+class _Flight:
+    dispatch: Dispatch
+    root: int
+
+
+@dataclass
+class ReportSummary:
+    """What one lane report changed (for logs)."""
+
+    lane: int
+    acked: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    requeued: int = 0
+    held: int = 0
+    stale: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+COUNTERS = (
+    "admitted",
+    "acked",
+    "failed",
+    "timed_out",
+    "replayed",
+    "dlq",
+    "records",
+    "requeued",
+    "held",
+    "replay_admitted",
+    "gaps_admitted",
+)
+
+
+class Spout:
+    """One topology's admission and dispatch state (see the module docstring).
+
+    :param positions: per Eden partition, the first offset never cut (on a start: the end
+        of what is durable, so everything not durable is cut again).
+    :param gaps: ranges to dispatch before new data (holes between durable ranges).
+    :param checkpoints: the durable checkpoint per Eden partition (the ledger's base).
+    :param replay: the durable replay pointer and positions (``None``: a first run).
+    """
+
+    def __init__(
+        self,
+        config: SpoutConfig,
+        clock: Clock,
+        *,
+        positions: Mapping[TopicPartition, int] | None = None,
+        gaps: Iterable[TupleRange] = (),
+        checkpoints: Mapping[TopicPartition, int] | None = None,
+        replay: ReplaySnapshot | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._windows = [
+            AdaptiveWindow(
+                lane,
+                clock,
+                w_min=config.w_min,
+                w_max=config.w_max,
+                w_init=config.w_init,
+                rtt=self._estimator(),
+            )
+            for lane in range(config.lanes)
+        ]
+        self._policy = make_policy(config.policy)
+        self._rates: list[float | None] = [None] * config.lanes
+        self._acker = XorAcker(clock, timeout_s=config.tuple_timeout_s, rng=rng)
+        self._flights: dict[str, _Flight] = {}
+        self._retry: deque[tuple[TupleRange, int]] = deque()
+        self._gaps: deque[TupleRange] = deque()
+        for g in gaps:
+            self._gaps.extend(self._aligned(g.topic_partition, g.start, g.end))
+        self._next: dict[TopicPartition, int] = {
+            TopicPartition(*tp): int(o) for tp, o in (positions or {}).items()
+        }
+        self._ledger = AckLedger(checkpoints or {})
+        self._open: dict[str, TupleRange] = {}
+        self._replay = ReplayStateMachine(config.pipeline, snapshot=replay)
+        self._replay_acks: dict[tuple[str, int], ContiguousAck] = {}
+        self._replay_unconfirmed: dict[str, tuple[str, int]] = {}
+        self._seen_end: dict[TopicPartition, int] = {}
+        self._changed_at: dict[TopicPartition, float] = {}
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.latencies: list[float] = []
+
+    def _estimator(self) -> RttEstimator:
+        if self.config.rtt_threshold_s is not None:
+            return RttEstimator(fixed_threshold=self.config.rtt_threshold_s)
+        return RttEstimator(min_threshold=self.config.rtt_min_threshold_s)
+
+    # -- read side ---------------------------------------------------------------------------
+
+    @property
+    def windows(self) -> list[AdaptiveWindow]:
+        return list(self._windows)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._flights)
+
+    @property
+    def buffered(self) -> int:
+        """Tuples waiting for a lane: retries and gaps (fresh data stays in the log)."""
+        return len(self._retry) + len(self._gaps)
+
+    @property
+    def outstanding(self) -> int:
+        """Admitted and not yet processed: the process stage's queue (SPEC C2)."""
+        return self.in_flight + self.buffered
+
+    @property
+    def replay(self) -> ReplayStateMachine:
+        return self._replay
+
+    def total_free(self) -> int:
+        return sum(w.free_slots for w in self._windows)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Next Eden offset to cut, per partition."""
+        return dict(self._next)
+
+    def backlog(self, latest: Mapping[TopicPartition, int]) -> int:
+        """Records in Eden not yet cut, plus the records of buffered tuples."""
+        waiting = sum(max(0, end - self._next.get(tp, 0)) for tp, end in latest.items())
+        return waiting + sum(t.size for t, _ in self._retry) + sum(t.size for t in self._gaps)
+
+    def at_risk(self) -> int:
+        """Processed but not yet durable Eden tuples (what a crash now would repeat)."""
+        return len(self._ledger.at_risk())
+
+    def lane_gauges(self) -> list[dict[str, object]]:
+        """Per lane: window, state, in flight, rt threshold and measured rate (metrics)."""
+        out = []
+        for w in self._windows:
+            srtt = w.rtt.srtt
+            out.append(
+                {
+                    "lane": w.lane,
+                    "window": w.size,
+                    "state": str(w.state),
+                    "in_flight": w.in_flight,
+                    "srtt_s": None if srtt is None else round(srtt, 4),
+                    "threshold_s": round(w.rtt.threshold(), 4),
+                    "rate": None if self._rates[w.lane] is None else round(self._rates[w.lane], 3),
+                }
+            )
+        return out
+
+    # -- feedback ----------------------------------------------------------------------------
+
+    def on_lane_results(self, lane: int, results: Sequence[LaneResult]) -> ReportSummary:
+        """Apply one lane's report of a micro-batch; unknown or foreign tuple ids are stale."""
+        if (
+            isinstance(lane, bool)
+            or not isinstance(lane, int)
+            or not 0 <= lane < len(self._windows)
+        ):
+            raise ValueError(f"Spout.on_lane_results: lane must be in 0..{len(self._windows) - 1}")
+        summary = ReportSummary(lane)
+        holds: dict[tuple[str, int], tuple[int, float]] = {}
+        for r in results:
+            flight = self._flights.get(r.tuple_id)
+            if flight is None or flight.dispatch.lane != lane:
+                summary.stale += 1
+                continue
+            if r.error:
+                summary.errors.append(f"{r.tuple_id}: {r.error}")
+            if r.outcome is Outcome.FAILED:
+                self._fail(r.tuple_id, timeout=False)
+                summary.failed += 1
+                summary.requeued += 1
+                continue
+            del self._flights[r.tuple_id]
+            for event in self._acker.ack(flight.root, r.xor):
+                self._on_acker_event(event.kind, event.root)
+            t = flight.dispatch.tuple
+            window = self._windows[lane]
+            if r.outcome is Outcome.HELD:
+                self._forget(window, r.tuple_id)
+                self.counters["held"] += 1
+                summary.held += 1
+                key = (t.topic, t.partition)
+                nb = r.not_before if r.not_before is not None else 0.0
+                if key not in holds or t.start < holds[key][0]:
+                    holds[key] = (t.start, nb)
+                continue
+            if r.outcome is Outcome.ACKED:
+                outcome = window.on_ack(r.tuple_id, r.rt)
+                if outcome is not None and outcome.rt > 0:
+                    sample = (outcome.ahead + 1) / outcome.rt
+                    old = self._rates[lane]
+                    self._rates[lane] = sample if old is None else 0.8 * old + 0.2 * sample
+                self.counters["acked"] += 1
+                self.counters["records"] += r.records
+                self.latencies.extend(r.latencies)
+                summary.acked += 1
+            elif r.outcome is Outcome.TIMED_OUT:
+                window.on_timeout(r.tuple_id)
+                self._halve_rate(lane)
+                self.counters["timed_out"] += 1
+                summary.timed_out += 1
+            else:  # REPLAYED or DLQ: an explicit fail, resolved by the lane
+                window.on_fail(r.tuple_id)
+                self._halve_rate(lane)
+                self.counters["failed"] += 1
+                summary.failed += 1
+            if r.outcome in ROUTED:
+                dlq = r.outcome is Outcome.DLQ
+                self.counters["dlq" if dlq else "replayed"] += r.routed_records or t.size
+            if flight.dispatch.replay:
+                durable_now = r.outcome is not Outcome.ACKED or r.mrwq_seq is None
+                if durable_now:
+                    self._replay_durable(t)
+                else:
+                    self._replay_unconfirmed[r.tuple_id] = (r.mrwq_epoch or "", r.mrwq_seq or 0)
+            else:
+                self._processed(r.tuple_id)
+        for (topic, partition), (offset, nb) in holds.items():
+            try:
+                self._replay.hold(topic, partition, offset, nb)
+            except ValueError as exc:  # the position moved on (a later batch): read it then
+                _log.warning("replay hold of %s[%d]@%d ignored: %s", topic, partition, offset, exc)
+        return summary
+
+    def expire(self) -> list[TupleRange]:
+        """Tuples whose acker entry expired (no lane reported them): timed out, requeued."""
+        expired = []
+        for event in self._acker.expire():
+            t = self._on_acker_event(event.kind, event.root)
+            if t is not None:
+                expired.append(t)
+        return expired
+
+    def durable(self, checkpoints: Mapping[TopicPartition, int]) -> int:
+        """The database's durable checkpoint per Eden partition: close the ledger below it."""
+        closed = 0
+        for tid, t in sorted(self._open.items(), key=lambda kv: kv[1]):
+            cp = checkpoints.get(t.topic_partition)
+            if cp is None or t.end > cp:
+                continue
+            try:
+                self._ledger.durable(tid)
+            except CheckpointError as exc:  # the ledger is a view; never stop admission for it
+                _log.debug("ledger: %s", exc)
+            del self._open[tid]
+            closed += 1
+        return closed
+
+    def confirm_replays(self, epoch: str | None, head: int | None) -> int:
+        """The flusher's durable position (epoch, head) from the database: replayed records
+        whose MRWQ item lies below it are durable, so their replay offsets may be committed."""
+        if epoch is None or head is None:
+            return 0
+        done = [
+            tid for tid, (e, seq) in self._replay_unconfirmed.items() if e == epoch and seq < head
+        ]
+        for tid in done:
+            del self._replay_unconfirmed[tid]
+            self._replay_durable(TupleRange.parse_id(tid))
+        return len(done)
+
+    # -- admission and dispatch --------------------------------------------------------------
+
+    def plan(
+        self,
+        latest: Mapping[TopicPartition, int],
+        replay_ends: Mapping[tuple[str, int], int],
+        now_epoch: float,
+        *,
+        budget: int | None = None,
+    ) -> list[Dispatch]:
+        """This micro-batch's dispatches: retries, then To, then gaps, then fresh Eden tuples.
+
+        ``latest`` are Eden's end offsets, ``replay_ends`` the end offsets of the replay
+        topics' partitions, ``budget`` an upper bound on the tuples admitted (the source's
+        backpressure rate); the lanes' free window slots bound it anyway.
+        """
+        for tp, end in latest.items():
+            pos = self._next.get(TopicPartition(*tp))
+            if pos is not None and pos > end:
+                raise OffsetsBeyondLog(
+                    f"partition {tp[1]}: start offset {pos} is past the log end {end} "
+                    f"(was the broker's log reset?)"
+                )
+        self.expire()
+        now = self._clock.now()
+        out: list[Dispatch] = []
+        room = self.total_free() if budget is None else min(budget, self.total_free())
+        from_topic = self._replay.from_topic
+        # 1. retries, each to another lane than the one that failed it
+        waiting: deque[tuple[TupleRange, int]] = deque()
+        while self._retry and len(out) < room:
+            t, avoid = self._retry.popleft()
+            lane = self._choose(avoid)
+            if lane is None:
+                waiting.append((t, avoid))
+                continue
+            out.append(self._send(t, lane, replay=self._is_replay(t), from_topic=from_topic))
+        waiting.extend(self._retry)
+        self._retry = waiting
+        # 2. the To replay topic before Eden (SPEC D); its records are one-record tuples
+        left = room - len(out)
+        if left > 0:
+            read = self._replay.next_read(replay_ends, now_epoch, max_records=left)
+            from_topic = read.from_topic
+            if read.swapped:
+                _log.info("replay: To is empty; swapped, From is now %s", read.from_topic)
+            if read.source == "to":
+                for partition, start, end in read.ranges:
+                    for offset in range(start, end):
+                        t = TupleRange(read.topic, partition, offset, offset + 1)
+                        lane = self._choose(None)
+                        if lane is None:  # cannot happen: ranges are bounded by the free slots
+                            raise RuntimeError(f"spout: no lane free for replayed record {t.id}")
+                        out.append(self._send(t, lane, replay=True, from_topic=from_topic))
+                        self.counters["replay_admitted"] += 1
+        # 3. gaps (admitted before a crash or lost with the MRWQ), then 4. fresh tuples
+        while self._gaps and len(out) < room:
+            lane = self._choose(None)
+            if lane is None:
+                break
+            t = self._gaps.popleft()
+            self._admit(t)
+            out.append(self._send(t, lane, replay=False, from_topic=from_topic))
+            self.counters["gaps_admitted"] += 1
+        fresh = self._cut(latest, now, room - len(out))
+        for t in fresh:
+            lane = self._choose(None)
+            if lane is None:  # cannot happen: the cut is bounded by the free slots
+                raise RuntimeError(f"spout: no lane free for {t.id}")
+            self._admit(t)
+            out.append(self._send(t, lane, replay=False, from_topic=from_topic))
+        self.counters["admitted"] += len(out)
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _is_replay(self, t: TupleRange) -> bool:
+        return t.topic in (self._replay.topics.replay_a, self._replay.topics.replay_b)
+
+    def _aligned(self, tp: TopicPartition, start: int, end: int) -> list[TupleRange]:
+        size = self.config.tuple_size
+        out = []
+        pos = start
+        while pos < end:
+            stop = min((pos // size + 1) * size, end)
+            out.append(TupleRange(tp.topic, tp.partition, pos, stop))
+            pos = stop
+        return out
+
+    def _cut(
+        self, latest: Mapping[TopicPartition, int], now: float, budget: int
+    ) -> list[TupleRange]:
+        size = self.config.tuple_size
+        live = sorted(TopicPartition(*tp) for tp in latest)
+        for tp in live:
+            end = latest[tp]
+            if self._seen_end.get(tp) != end:
+                self._seen_end[tp] = end
+                self._changed_at[tp] = now
+            self._next.setdefault(tp, 0)
+        out: list[TupleRange] = []
+        while live and len(out) < budget:
+            still = []
+            for tp in live:
+                if len(out) >= budget:
+                    break
+                start, end = self._next[tp], latest[tp]
+                if end <= start:
+                    continue
+                boundary = (start // size + 1) * size
+                stop = min(boundary, end)
+                if stop < boundary and now - self._changed_at[tp] < self.config.linger_s:
+                    continue  # a partial tuple waits until the partition is idle
+                out.append(TupleRange(tp.topic, tp.partition, start, stop))
+                self._next[tp] = stop
+                still.append(tp)
+            live = still
+        return out
+
+    def _admit(self, t: TupleRange) -> None:
+        try:
+            self._ledger.admit(t)
+            self._open[t.id] = t
+        except CheckpointError as exc:  # below the checkpoint: durable already, still harmless
+            _log.debug("ledger: %s", exc)
+
+    def _processed(self, tuple_id: str) -> None:
+        if tuple_id in self._open:
+            self._ledger.processed(tuple_id)
+
+    def _choose(self, avoid: int | None) -> int | None:
+        several = len(self._windows) > 1
+        candidates = [
+            LaneLoad(w.lane, w.free_slots, w.in_flight, self._rates[w.lane])
+            for w in self._windows
+            if w.free_slots > 0 and not (several and w.lane == avoid)
+        ]
+        if not candidates:
+            return None
+        return self._policy.choose(candidates, len(self._windows))
+
+    def _send(self, t: TupleRange, lane: int, *, replay: bool, from_topic: str) -> Dispatch:
+        if t.id in self._flights:
+            raise ValueError(f"spout: tuple {t.id} is already in flight")
+        self._windows[lane].on_send(t.id)
+        root, edge = self._acker.new_root(), self._acker.new_id()
+        for event in self._acker.ack_init(root, edge, source_task=t.id):
+            self._on_acker_event(event.kind, event.root)
+        d = Dispatch(lane, t, edge, replay, from_topic)
+        self._flights[t.id] = _Flight(d, root)
+        return d
+
+    def _root_index(self, root: int) -> str | None:
+        for tid, f in self._flights.items():
+            if f.root == root:
+                return tid
+        return None
+
+    def _on_acker_event(self, kind: AckerEventKind, root: int) -> TupleRange | None:
+        if kind is not AckerEventKind.TIMED_OUT:
+            return None  # COMPLETE and FAILED are applied where the lane's report is
+        tid = self._root_index(root)
+        if tid is None:
+            return None
+        return self._fail(tid, timeout=True)
+
+    def _fail(self, tuple_id: str, *, timeout: bool) -> TupleRange | None:
+        flight = self._flights.pop(tuple_id, None)
+        if flight is None:
+            return None
+        lane = flight.dispatch.lane
+        window = self._windows[lane]
+        if timeout:
+            window.on_timeout(tuple_id)
+            self.counters["timed_out"] += 1
+        else:
+            window.on_fail(tuple_id)
+            self.counters["failed"] += 1
+            for event in self._acker.fail(flight.root):
+                if event.root != flight.root:
+                    self._on_acker_event(event.kind, event.root)
+        self._halve_rate(lane)
+        t = flight.dispatch.tuple
+        self._retry.append((t, lane))
+        self.counters["requeued"] += 1
+        if t.id in self._open:
+            self._ledger.failed(t.id)
+        return t
+
+    def _halve_rate(self, lane: int) -> None:
+        rate = self._rates[lane]
+        if rate is not None:
+            self._rates[lane] = rate / 2
+
+    def _forget(self, window: AdaptiveWindow, tuple_id: str) -> None:
+        """Take a tuple out of a window without judging the lane (a held replay record)."""
+        snap = window.snapshot()
+        kept = tuple(f for f in snap.in_flight if f.tuple_id != tuple_id)
+        rebuilt = AdaptiveWindow.from_snapshot(
+            dataclasses.replace(snap, in_flight=kept), self._clock
+        )
+        self._windows[window.lane] = rebuilt
+
+    def _replay_durable(self, t: TupleRange) -> None:
+        key = (t.topic, t.partition)
+        acks = self._replay_acks.get(key)
+        committed = self._replay.committed(t.topic, t.partition)
+        if acks is None or acks.position < committed:
+            acks = ContiguousAck(committed)
+            self._replay_acks[key] = acks
+        try:
+            acks.ack(t.start, t.end)
+        except CheckpointError as exc:
+            _log.debug("replay ack %s: %s", t.id, exc)
+            return
+        position = min(acks.position, self._replay.position(t.topic, t.partition))
+        if position > committed:
+            self._replay.commit(t.topic, t.partition, position)
+
+    def state_of(self, lane: int) -> LaneState:
+        return self._windows[lane].state
