@@ -288,6 +288,12 @@ class BlueGreenReplaceOperator(BaseOperator):
                     raise ReplacementFailed(
                         f"{what}: {topology_id} ended {topo.state} (see its stream task log)"
                     )
+                if "READY" in wanted and topo.state == "ACTIVE":
+                    # A green that admits at once would make two admitting topologies.
+                    raise ReplacementFailed(
+                        f"{what}: {topology_id} went ACTIVE without waiting in READY (was it "
+                        f"started without standby?)"
+                    )
             if self._killed:
                 raise ReplacementFailed(f"{what}: the replace task was killed")
             if time.monotonic() >= deadline:

@@ -1,0 +1,197 @@
+"""The replace operator drives the signals-and-states protocol: success, drain timeout,
+a failing green, and a kill mid-way, through the real rescale DAG and control plane.
+
+The stream job's side of docs/flow-control.md ("Signals and states") is played here by
+:class:`JobSide`, a thread answering control signals through the real control plane, so
+that timeouts and failures the real job produces only rarely are produced on demand. The
+same protocol with real Spark topologies is tests/e2e/test_rescale_e2e.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from flowctl.adapters.control_plane import ControlPlane, UnknownTopology
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.pipelines.config import load_pipeline_config
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+
+BLUE = "wc-blue-1"
+
+
+class JobSide(threading.Thread):
+    """Answers signals like the stream job: registers green READY, moves states on signals.
+
+    :param drains: a deactivated topology reaches DRAINED (else it stays DRAINING).
+    :param green_fails: green reports FAILED instead of READY.
+    :param kill_on_deactivate: send SIGTERM to this process once blue is deactivated (the
+        task runner's handler then calls the running task's ``on_kill``).
+    """
+
+    def __init__(
+        self, url: str, *, drains: bool = True, green_fails: bool = False,
+        kill_on_deactivate: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(daemon=True)
+        self.plane = ControlPlane(url)
+        self.events = ReplacementLog(url)
+        self.drains = drains
+        self.green_fails = green_fails
+        self.kill_on_deactivate = kill_on_deactivate
+        self.done = threading.Event()
+        self.green: str | None = None
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self._register_green()
+            for topology_id in (BLUE, self.green):
+                if topology_id is not None:
+                    self._answer(topology_id)
+            time.sleep(0.05)
+
+    def _register_green(self) -> None:
+        if self.green is not None:
+            return
+        running = [e for e in self.events.replacements("wordcount") if e.outcome == "running"]
+        if not running:
+            return
+        event = running[-1]
+        self.plane.register_topology(
+            event.new_topology_id, "wordcount", "green", event.new_parallelism
+        )
+        self.plane.set_state(event.new_topology_id, "FAILED" if self.green_fails else "READY")
+        self.green = event.new_topology_id
+
+    def _answer(self, topology_id: str) -> None:
+        try:
+            pending = self.plane.pending_signals(topology_id)
+        except UnknownTopology:
+            return
+        for sig in pending:
+            state = self.plane.get_topology(topology_id).state
+            if state not in ("STOPPED", "FAILED"):
+                if sig.kind == "deactivate":
+                    self.plane.set_state(topology_id, "DRAINING")
+                    if self.drains:
+                        self.plane.set_state(topology_id, "DRAINED")
+                elif sig.kind == "activate":
+                    self.plane.set_state(topology_id, "ACTIVE")
+                elif sig.kind == "stop":
+                    self.plane.set_state(topology_id, "STOPPED")
+            self.plane.mark_signal_handled(sig.id)
+            if sig.kind == "deactivate" and self.kill_on_deactivate:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def flowctl_db(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    conn = {"conn_type": "generic", "extra": {"sqlalchemy_url": sqlite_url}}
+    monkeypatch.setenv("AIRFLOW_CONN_FLOWCTL_DB", json.dumps(conn))
+    plane = ControlPlane(sqlite_url)
+    plane.ensure_schema()
+    plane.register_topology(BLUE, "wordcount", "blue", 2)
+    plane.set_state(BLUE, "ACTIVE")
+    return sqlite_url
+
+
+@pytest.fixture
+def job_side(flowctl_db: str, request: pytest.FixtureRequest) -> Iterator[JobSide]:
+    side = JobSide(flowctl_db, **getattr(request, "param", {}))
+    side.start()
+    yield side
+    side.done.set()
+    side.join(timeout=5)
+
+
+def _rescale(conf: dict, **scaling: float):
+    from flowctl_airflow.dag_factory import rescale_dag
+
+    config = load_pipeline_config("wordcount")
+    short = dataclasses.replace(
+        config.scaling, **{"ready_timeout_s": 10.0, "drain_timeout_s": 10.0,
+                           "stop_timeout_s": 5.0, **scaling},
+    )  # fmt: skip
+    dag = rescale_dag(dataclasses.replace(config, scaling=short))
+    dag.get_task("replace").poll_interval_s = 0.1
+    return dag.test(run_conf=conf)
+
+
+def _kinds(plane: ControlPlane, topology_id: str) -> list[str]:
+    return [s.kind for s in plane.signals(topology_id)]
+
+
+def test_a_replacement_runs_every_step_in_order(flowctl_db: str, job_side: JobSide) -> None:
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok" and event.error is None
+    assert event.started_at <= event.ready_at <= event.deactivated_at
+    assert event.deactivated_at <= event.drained_at <= event.finished_at
+    assert event.pause_ms is not None and event.pause_ms >= 0 and event.duplicates == 0
+    plane = ControlPlane(flowctl_db)
+    green = plane.get_topology(job_side.green)
+    assert (green.state, green.parallelism, green.colour) == ("ACTIVE", 8, "green")
+    assert plane.get_topology(BLUE).state == "STOPPED"
+    assert _kinds(plane, BLUE) == ["deactivate", "stop"]
+    assert _kinds(plane, job_side.green) == ["activate"]
+    assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [
+        job_side.green
+    ]
+
+
+@pytest.mark.parametrize("job_side", [{"drains": False}], indirect=True)
+def test_a_blue_that_does_not_drain_is_stopped_and_green_takes_over(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    run = _rescale({"direction": "up", "reason": "r"}, drain_timeout_s=1.0)
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok" and event.drained_at is not None
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "STOPPED"
+    assert _kinds(plane, BLUE) == ["deactivate", "stop"]
+    assert plane.get_topology(job_side.green).state == "ACTIVE"
+
+
+@pytest.mark.parametrize("job_side", [{"green_fails": True}], indirect=True)
+def test_a_green_that_fails_is_rolled_back_and_blue_never_touched(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    run = _rescale({"direction": "up", "reason": "r"})
+    assert str(run.state).endswith("failed")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "rolled_back" and "ended FAILED" in event.error
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []
+
+
+@pytest.mark.parametrize("job_side", [{"drains": False, "kill_on_deactivate": True}], indirect=True)
+def test_killing_the_task_mid_way_leaves_blue_the_only_admitting_topology(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        run = _rescale({"direction": "up", "reason": "r"}, drain_timeout_s=60.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert str(run.state).endswith("failed")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "rolled_back" and "killed" in event.error
+    assert event.deactivated_at is not None
+    plane = ControlPlane(flowctl_db)
+    assert _kinds(plane, BLUE) == ["deactivate", "activate"]
+    assert _kinds(plane, job_side.green) == ["stop"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and plane.get_topology(job_side.green).state != "STOPPED":
+        time.sleep(0.05)
+    states = {t.topology_id: t.state for t in plane.topologies("wordcount")}
+    assert states == {BLUE: "ACTIVE", job_side.green: "STOPPED"}
