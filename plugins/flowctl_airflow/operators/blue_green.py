@@ -489,17 +489,28 @@ class BlueGreenReplaceOperator(BaseOperator):
         outcome = "rolled_back"
         self.log.error("replacement %d failed: %s; rolling back", self._event_id, error)
         try:
+            # Signals only, no waiting: this may run in on_kill, and the job acts on a signal
+            # within its poll interval whether or not anyone waits for it.
             if self._green_active:
                 # Green already admits: keep it, finish blue instead (exactly one admitting).
                 outcome = "failed"
                 if self._blue and not self._blue_stopped:
-                    self._stop(self._blue, stop_s)
+                    plane.send_signal(self._blue, "stop")
+                    self.log.info("green is ACTIVE: stop sent to blue %s", self._blue)
+            elif self._blue_stopped and self._green:
+                # Blue did not drain and was stopped: green is the only topology left.
+                outcome = "failed"
+                plane.send_signal(self._green, "activate")
+                self.log.error(
+                    "blue %s is stopped; activate sent to green %s again (the only topology "
+                    "left): check it admits",
+                    self._blue,
+                    self._green,
+                )
             else:
-                if self._deactivated and self._blue and not self._blue_stopped:
+                if self._deactivated and self._blue:
                     plane.send_signal(self._blue, "activate")
                     self.log.info("rollback: activate sent to blue %s", self._blue)
-                elif self._blue_stopped:
-                    outcome = "failed"
                 if self._green:
                     try:
                         plane.send_signal(self._green, "stop")
