@@ -18,11 +18,15 @@ pipeline:
   durable Kafka log and comparing them with the database; fails on a mismatch.
 
 DAG construction is cheap: no connection, broker or database is touched at
-parse time.
+parse time. The configs are read from ``include/pipelines/``, or from the
+directory named by ``FLOWCTL_PIPELINES_DIR`` (experiments, tests); every task
+is given its config file's path, so the DAGs, the sensor, the operators and
+the Spark jobs all read the same file.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +47,8 @@ START = datetime(2026, 1, 1)
 OWNER = "flowctl"
 #: When ``reconcile_<name>`` runs: hourly; a check, not part of the data path.
 RECONCILE_SCHEDULE = "@hourly"
+#: Environment variable naming another directory of pipeline configs.
+PIPELINES_DIR_ENV = "FLOWCTL_PIPELINES_DIR"
 
 
 def _default_args() -> dict[str, object]:
@@ -132,6 +138,7 @@ def stream_dag(config: PipelineConfig) -> DAG:
         FlowctlStreamOperator(
             task_id="topology",
             pipeline=config.name,
+            pipeline_config=str(config.source),
             colour="{{ params.colour }}",
             parallelism="{{ params.parallelism }}",
             standby="{{ params.standby }}",
@@ -166,6 +173,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
         decide = FailureRateWindowSensor(
             task_id="decide",
             pipeline=config.name,
+            pipeline_config=str(config.source),
             policy=s.policy,
             history_windows=s.history_windows,
             threshold_c=s.threshold_c,
@@ -178,6 +186,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
         replace = BlueGreenReplaceOperator(
             task_id="replace",
             pipeline=config.name,
+            pipeline_config=str(config.source),
             decision=decide.output,
             blue_topology_id="{{ ti.xcom_pull(task_ids='decide', key='topology_id') }}",
             ready_timeout_s=s.ready_timeout_s,
@@ -226,6 +235,7 @@ def rescale_dag(config: PipelineConfig) -> DAG:
         RescaleOperator(
             task_id="replace",
             pipeline=config.name,
+            pipeline_config=str(config.source),
             direction="{{ params.direction or '' }}",
             target_parallelism="{{ params.target_parallelism or '' }}",
             reason="{{ params.reason }}",
@@ -262,6 +272,7 @@ def reconcile_dag(config: PipelineConfig) -> DAG:
         FlowctlReconcileOperator(
             task_id="reconcile",
             pipeline=config.name,
+            pipeline_config=str(config.source),
             max_differences="{{ params.max_differences }}",
         )
     return dag
@@ -279,10 +290,14 @@ def pipeline_dags(config: PipelineConfig) -> list[DAG]:
 
 
 def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
-    """The DAGs of every pipeline config in ``config_dir`` (default include/pipelines)."""
+    """The DAGs of every pipeline config in ``config_dir``.
+
+    Default: ``$FLOWCTL_PIPELINES_DIR`` if set, else ``include/pipelines``.
+    """
     from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
-    directory = config_dir or PIPELINES_DIR
+    env_dir = os.environ.get(PIPELINES_DIR_ENV)
+    directory = config_dir or (Path(env_dir) if env_dir else PIPELINES_DIR)
     dags: list[DAG] = []
     for path in sorted(directory.glob("*.toml")):
         dags.extend(pipeline_dags(load_pipeline_config(path)))

@@ -67,3 +67,29 @@ def test_bad_values_are_named(tmp_path: Path, line: str, field: str, why: str) -
     with pytest.raises(PipelineConfigError) as info:
         _load(tmp_path, line + "\n")
     assert field in str(info.value) and why in str(info.value)
+
+
+@pytest.mark.airflow
+def test_dags_of_another_config_directory_carry_their_config_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowctl_airflow.dag_factory import all_pipeline_dags
+
+    path = tmp_path / "demo.toml"
+    path.write_text(HEAD + '[scaling]\npolicy = "adaptive"\nschedule = "@daily"\n')
+    monkeypatch.setenv("FLOWCTL_PIPELINES_DIR", str(tmp_path))
+    dags = {dag.dag_id: dag for dag in all_pipeline_dags()}
+    assert set(dags) == {
+        f"{kind}_demo" for kind in ("ingest", "stream", "autoscale", "rescale", "reconcile")
+    }
+    autoscale = dags["autoscale_demo"]
+    assert autoscale.max_active_runs == 1
+    assert autoscale.get_task("decide").policy == "adaptive"
+    for dag_id, task_id in [
+        ("stream_demo", "topology"),
+        ("autoscale_demo", "decide"),
+        ("autoscale_demo", "replace"),
+        ("rescale_demo", "replace"),
+        ("reconcile_demo", "reconcile"),
+    ]:
+        assert dags[dag_id].get_task(task_id).pipeline_config == str(path), (dag_id, task_id)

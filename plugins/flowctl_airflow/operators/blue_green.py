@@ -114,6 +114,7 @@ class BlueGreenReplaceOperator(BaseOperator):
     event as a dict (XCom).
 
     :param pipeline: the pipeline. (templated)
+    :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
     :param decision: a scaling decision dict; its ``old_parallelism`` must still be blue's.
     :param new_parallelism: the target when there is no decision (a power of two within
         the pipeline's bounds). (templated)
@@ -144,6 +145,7 @@ class BlueGreenReplaceOperator(BaseOperator):
         self,
         *,
         pipeline: str,
+        pipeline_config: str | None = None,
         decision: Mapping[str, Any] | None = None,
         new_parallelism: int | str | None = None,
         reason: str | None = None,
@@ -158,6 +160,7 @@ class BlueGreenReplaceOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.pipeline_config = pipeline_config
         self.decision = decision
         self.new_parallelism = new_parallelism
         self.reason = reason
@@ -188,7 +191,7 @@ class BlueGreenReplaceOperator(BaseOperator):
     def _config(self) -> PipelineConfig:
         from flowctl.pipelines.config import load_pipeline_config
 
-        return load_pipeline_config(self.pipeline)
+        return load_pipeline_config(self.pipeline_config or self.pipeline)
 
     def _timeouts(self, config: PipelineConfig) -> tuple[float, float, float]:
         s = config.scaling

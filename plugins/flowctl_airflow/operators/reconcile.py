@@ -30,6 +30,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
     """Run ``spark_jobs/reconcile.py`` for ``pipeline``; fails when the results differ.
 
     :param pipeline: pipeline name. (templated)
+    :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
     :param max_differences: how many differing keys the job prints. (templated)
     :param chunk_records: Kafka offsets per Spark task. (templated)
     :param flowctl_conn_id: connection of the flowctl database.
@@ -50,6 +51,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         self,
         *,
         pipeline: str,
+        pipeline_config: str | None = None,
         max_differences: int | str = 20,
         chunk_records: int | str = 100_000,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
@@ -59,6 +61,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         kwargs.setdefault("name", f"flowctl-reconcile-{pipeline}")
         super().__init__(application=str(SPARK_JOBS_DIR / "reconcile.py"), **kwargs)
         self.pipeline = pipeline
+        self.pipeline_config = pipeline_config
         self.max_differences = max_differences
         self.chunk_records = chunk_records
         self.flowctl_conn_id = flowctl_conn_id
@@ -91,7 +94,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
         self.application_args = [
             "--pipeline-config",
-            self.pipeline,
+            self.pipeline_config or self.pipeline,
             "--max-differences",
             str(self.max_differences),
             "--chunk-records",

@@ -47,6 +47,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
     """Run ``spark_jobs/<pipeline>_stream.py`` as one topology until it is told to stop.
 
     :param pipeline: pipeline name; selects the job file and its config. (templated)
+    :param pipeline_config: path of the config file; default ``include/pipelines/<pipeline>.toml``.
     :param colour: ``blue`` or ``green``, the blue-green slot. (templated)
     :param parallelism: number of lanes (the topology's parallelism). (templated)
     :param topology_id: id in the control plane; default
@@ -80,6 +81,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self,
         *,
         pipeline: str,
+        pipeline_config: str | None = None,
         colour: str = "blue",
         parallelism: int | str = 2,
         topology_id: str | None = None,
@@ -98,6 +100,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             application=application or str(SPARK_JOBS_DIR / f"{pipeline}_stream.py"), **kwargs
         )
         self.pipeline = pipeline
+        self.pipeline_config = pipeline_config
         self.colour = colour
         self.parallelism = parallelism
         self.topology_id = topology_id
@@ -170,7 +173,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
         self.application_args = [
             "--pipeline-config",
-            self.pipeline,
+            self.pipeline_config or self.pipeline,
             "--topology-id",
             topology_id,
             "--colour",

@@ -44,6 +44,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
     """Succeed with a scaling decision for ``pipeline``'s topology; wait while there is none.
 
     :param pipeline: the pipeline (its config gives the policy and bounds). (templated)
+    :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
     :param topology_id: watch this topology; default the pipeline's ACTIVE one. (templated)
     :param policy: ``paper`` or ``adaptive``; default ``[scaling] policy``.
     :param history_windows: ``A``; default ``[scaling] history_windows``.
@@ -62,6 +63,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
         self,
         *,
         pipeline: str,
+        pipeline_config: str | None = None,
         topology_id: str | None = None,
         policy: str | None = None,
         history_windows: int | None = None,
@@ -73,6 +75,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.pipeline_config = pipeline_config
         self.topology_id = topology_id
         self.policy = policy
         self.history_windows = history_windows
@@ -85,7 +88,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
         from flowctl.pipelines.config import load_pipeline_config
 
         return WindowPolicy.from_config(
-            load_pipeline_config(self.pipeline),
+            load_pipeline_config(self.pipeline_config or self.pipeline),
             policy=self.policy,
             history_windows=self.history_windows,
             threshold_c=self.threshold_c,
