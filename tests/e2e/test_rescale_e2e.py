@@ -1,12 +1,19 @@
 """Blue-green replacement end to end: real Airflow, Spark topologies, Tansu and SQLite.
 
-1. blue runs at 2 lanes and is overloaded; ``autoscale_wordcount`` decides ``up`` from its
-   failure windows and replaces it: green ACTIVE at 4 lanes, blue STOPPED, the output
-   pause recorded, the counts exact after the hand-over;
+1. blue runs at 2 lanes and is overloaded (every tuple takes ``SLOW_S``, as the paper's
+   experiment slowed its bolts, and text arrives faster than two lanes count it);
+   ``autoscale_wordcount`` decides ``up`` from its metrics windows (the adaptive policy:
+   backlog growing with saturated lanes) and replaces it: green ACTIVE at 4 lanes, blue
+   STOPPED, the output pause recorded, the counts exact after the hand-over;
 2. ``rescale_wordcount`` brings it back down to 2 by hand;
 3. the replace task of a third rescale is killed while blue is deactivated: afterwards
    exactly one topology consumes (blue, re-activated), green is stopped, the event is
    ``rolled_back``.
+
+The pipeline is the word count with test-sized settings: its config is written to a
+temporary directory named by ``FLOWCTL_PIPELINES_DIR`` (the DAG factory, the operators and
+the jobs all read it from there) and its definition is :data:`DEFINITION` below (Spark's
+workers import this module for it).
 
 ``dag.test()`` runs the autoscale and rescale DAGs in this process. Topologies are runs of
 ``stream_wordcount``: the replace operator creates green's run through the execution API
@@ -17,7 +24,6 @@ topology <run id>`` (a separate process, since a topology runs until it is stopp
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -35,7 +41,6 @@ from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.config import Settings
-from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services.airflow import stop_tree
 from flowctl.textgen import zipf_lines
@@ -43,9 +48,78 @@ from flowctl.textgen import zipf_lines
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
 PIPELINE = "wordcount"
+#: Seconds every tuple takes (the paper's experiment slowed its bolts on purpose).
+SLOW_S = 0.05
+#: Records per tuple: one lane then counts about TUPLE_SIZE / SLOW_S records per second.
+TUPLE_SIZE = 20
 STREAM_DAG = f"stream_{PIPELINE}"
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 WAIT_S = 240.0  # every wait of this test is bounded by this; the test then fails
+
+
+class SlowWordCount:
+    """The word count, every tuple taking :data:`SLOW_S`: a lane has a fixed capacity."""
+
+    name = "wordcount"
+
+    def process(self, records):  # type: ignore[no-untyped-def]
+        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
+
+        time.sleep(SLOW_S)
+        return WORDCOUNT.process(records)
+
+    def apply(self, conn, pipeline, results):  # type: ignore[no-untyped-def]
+        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
+
+        return WORDCOUNT.apply(conn, pipeline, results)
+
+    def reference(self, values):  # type: ignore[no-untyped-def]
+        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
+
+        return WORDCOUNT.reference(values)
+
+    def stored(self, conn, pipeline):  # type: ignore[no-untyped-def]
+        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
+
+        return WORDCOUNT.stored(conn, pipeline)
+
+
+DEFINITION = SlowWordCount()
+
+#: Test-sized settings over the shipped config: (section, key, value).
+SETTINGS = [
+    ("", "definition", '"tests.e2e.test_rescale_e2e"'),
+    ("stream", "tuple_size", str(TUPLE_SIZE)),
+    ("stream", "trigger_interval_s", "0.5"),
+    ("flow", "metrics_window_s", "3.0"),
+    ("scaling", "policy", '"adaptive"'),
+    ("scaling", "history_windows", "2"),
+    ("scaling", "cooldown_s", "0.0"),
+    ("scaling", "poke_interval_s", "2.0"),
+    ("scaling", "sensor_timeout_s", "150.0"),
+    ("scaling", "ready_timeout_s", "150.0"),
+    ("scaling", "drain_timeout_s", "60.0"),
+    ("scaling", "stop_timeout_s", "60.0"),
+    ("scaling", "high_saturation", "0.5"),
+    ("scaling", "low_saturation", "0.05"),
+]
+
+
+def _write_config(directory: Path) -> Path:
+    """The shipped wordcount config with :data:`SETTINGS` applied, in ``directory``."""
+    import re
+
+    from flowctl.pipelines.config import resolve_path
+
+    text = resolve_path(PIPELINE).read_text()
+    sections = re.split(r"(?m)^(\[[a-z]+\])$", text)  # [head, "[topics]", body, ...]
+    for section, key, value in SETTINGS:
+        index = 0 if not section else sections.index(f"[{section}]") + 1
+        sections[index], n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", sections[index])
+        assert n == 1, (section, key)
+    path = directory / f"{PIPELINE}.toml"
+    path.write_text("".join(sections))
+    return path
 
 
 def _job_supports_the_protocol() -> str | None:
@@ -131,10 +205,18 @@ def _trigger_stream(run_id: str, conf: dict[str, object]) -> None:
 
 
 @pytest.fixture
-def stream_runs(platform: Settings) -> Iterator[StandInScheduler]:
+def stream_runs(
+    platform: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[StandInScheduler]:
     missing = _job_supports_the_protocol()
     if missing:
         pytest.skip(f"blue-green needs the job side of the protocol: {missing}")
+    _write_config(tmp_path)
+    monkeypatch.setenv("FLOWCTL_PIPELINES_DIR", str(tmp_path))
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
     # dag.test() of any DAG of the folder writes them all to the metadata database, which
     # trigger_dag() needs; the ingest DAG is the cheapest one to run for that.
     kafka_log.ensure_topics(platform.kafka_bootstrap, {f"{PIPELINE}.eden": 4})
@@ -181,24 +263,14 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     _wait("blue's first counts", lambda: _counts_reach(url, count_words(lines)))
 
     # -- 1. overload blue until autoscale decides up, then the replacement -----------------
-    config = load_pipeline_config(PIPELINE)
-    fast = dataclasses.replace(
-        config.scaling,
-        history_windows=3,
-        threshold_c=0.0,
-        cooldown_s=0.0,
-        poke_interval_s=2.0,
-        sensor_timeout_s=WAIT_S,
-    )
-    from flowctl_airflow.dag_factory import autoscale_dag
-
-    autoscale = autoscale_dag(dataclasses.replace(config, scaling=fast))
+    lanes_rate = TUPLE_SIZE / SLOW_S  # records per second one lane counts
+    per_second = int(1.5 * 2 * lanes_rate)  # more than 2 lanes count, less than 4
     feeder_stop = threading.Event()
 
-    def feed() -> None:  # a burst larger than two lanes clear within the tuple timeout
+    def feed() -> None:
         seed = 100
         while not feeder_stop.is_set():
-            batch = list(zipf_lines(20_000, seed=seed))
+            batch = list(zipf_lines(per_second, seed=seed))
             kafka_log.produce(platform.kafka_bootstrap, f"{PIPELINE}.eden", batch)
             lines.extend(batch)
             seed += 1
@@ -207,7 +279,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
-        run = autoscale.test()
+        run = dags[f"autoscale_{PIPELINE}"].test()
     finally:
         feeder_stop.set()
         feeder.join(timeout=60)
