@@ -157,6 +157,7 @@ class LaneResult:
     rt: float | None = None
     records: int = 0
     routed_records: int = 0
+    dead_records: int = 0
     latencies: tuple[float, ...] = ()
     not_before: float | None = None
     mrwq_epoch: str | None = None
@@ -196,6 +197,7 @@ COUNTERS = (
     "held",
     "replay_admitted",
     "gaps_admitted",
+    "repeat_failures",
 )
 
 
@@ -376,8 +378,12 @@ class Spout:
                 self.counters["failed"] += 1
                 summary.failed += 1
             if r.outcome in ROUTED:
-                dlq = r.outcome is Outcome.DLQ
-                self.counters["dlq" if dlq else "replayed"] += r.routed_records or t.size
+                routed = r.routed_records or t.size
+                dead = min(routed, r.dead_records)
+                self.counters["dlq"] += dead
+                self.counters["replayed"] += routed - dead
+                if flight.dispatch.replay:  # a record failing again: poison, not load
+                    self.counters["repeat_failures"] += 1
             if flight.dispatch.replay:
                 durable_now = r.outcome is not Outcome.ACKED or r.mrwq_seq is None
                 if durable_now:
@@ -442,9 +448,10 @@ class Spout:
     ) -> list[Dispatch]:
         """This micro-batch's dispatches: retries, then To, then gaps, then fresh Eden tuples.
 
-        ``latest`` are Eden's end offsets, ``replay_ends`` the end offsets of the replay
-        topics' partitions, ``budget`` an upper bound on the tuples admitted (the source's
-        backpressure rate); the lanes' free window slots bound it anyway.
+        ``latest`` are Eden's end offsets, ``replay_ends`` the end offsets of both replay
+        topics' partitions (From's decide whether a swap is worth it), ``budget`` an upper
+        bound on the tuples admitted (the source's backpressure rate); the lanes' free
+        window slots bound it anyway.
         """
         for tp, end in latest.items():
             pos = self._next.get(TopicPartition(*tp))
@@ -471,11 +478,21 @@ class Spout:
         self._retry = waiting
         # 2. the To replay topic before Eden (SPEC D); its records are one-record tuples
         left = room - len(out)
-        if left > 0:
+        unread = sum(
+            max(0, end - self._replay.position(topic, partition))
+            for (topic, partition), end in replay_ends.items()
+        )
+        if left > 0 and unread > 0:  # with both replay topics read up, a swap changes nothing
             read = self._replay.next_read(replay_ends, now_epoch, max_records=left)
             from_topic = read.from_topic
             if read.swapped:
-                _log.info("replay: To is empty; swapped, From is now %s", read.from_topic)
+                _log.info(
+                    "replay: To is read up; swapped: %s (%d record(s) to replay) is To, From "
+                    "is now %s",
+                    read.topic if read.source == "to" else self._replay.to_topic,
+                    unread,
+                    read.from_topic,
+                )
             if read.source == "to":
                 for partition, start, end in read.ranges:
                     for offset in range(start, end):

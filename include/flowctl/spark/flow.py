@@ -232,6 +232,22 @@ def decode_plan(offset: Mapping[str, Any], topic: str, pipeline: str) -> list[Fl
 # --- planner --------------------------------------------------------------------------------
 
 
+def _ensure_logging() -> None:
+    """Spark's source runner configures no logging: without a handler the planner's story
+    (window changes, backpressure, replays, rebuilds) would be lost. Its stderr reaches
+    the driver's log (the Airflow task log)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [planner]: %(message)s")
+        )
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        for noisy in ("kafka", "py4j"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 class FlowPlanner:
     """The spout's process side: owns the :class:`Spout`, talks to Kafka, memcached, the DB.
 
@@ -239,6 +255,7 @@ class FlowPlanner:
     """
 
     def __init__(self, settings: FlowSettings) -> None:
+        _ensure_logging()
         self.settings = settings
         self.config = load_config(settings.config_path)
         self.flow = self.config.flow
@@ -405,7 +422,8 @@ class FlowPlanner:
     # -- the per-batch work --
 
     def initial_offset(self) -> dict[str, Any]:
-        self.spout = self.build_spout()
+        if self.spout is None:
+            self.spout = self.build_spout()
         return initial_offset(self.settings.topic)
 
     def latest_offset(self, start: Mapping[str, Any]) -> dict[str, Any]:
@@ -562,14 +580,15 @@ class FlowPlanner:
     def _replay_ends(self) -> dict[tuple[str, int], int]:
         from flowctl.adapters import kafka_log
 
-        assert self.spout is not None
-        to = self.spout.replay.to_topic
-        try:
-            ends = kafka_log.latest_offsets(self.consumer(), to)
-        except Exception as exc:
-            self._warn(f"reading the end offsets of {to}", exc)
-            return {}
-        return {(to, p): n for p, n in ends.items()}
+        out: dict[tuple[str, int], int] = {}
+        for topic in (self.topics.replay_a, self.topics.replay_b):
+            try:
+                ends = kafka_log.latest_offsets(self.consumer(), topic)
+            except Exception as exc:
+                self._warn(f"reading the end offsets of {topic}", exc)
+                return {}
+            out.update({(topic, p): n for p, n in ends.items()})
+        return out
 
     def _record_metrics(
         self, dispatches: Sequence[Dispatch], persist_len: int, levels: Mapping[str, int]
@@ -645,6 +664,19 @@ class FlowPlanner:
             self._last_windows = sizes
 
 
+def planner_for(settings: FlowSettings) -> FlowPlanner:
+    """The process's planner of a topology: Spark may create several reader objects in the
+    planner process (one for ``initialOffset``, one for the query); they must share one
+    spout, or the second would rebuild from the database and dispatch in-flight tuples
+    again."""
+    cache = _worker_cache()
+    planner = cache.planners.get(settings.topology_id)
+    if planner is None or planner.settings != settings:
+        planner = FlowPlanner(settings)
+        cache.planners[settings.topology_id] = planner
+    return planner
+
+
 def _result_from_json(data: Mapping[str, Any]) -> LaneResult:
     return LaneResult(
         tuple_id=str(data["id"]),
@@ -653,6 +685,7 @@ def _result_from_json(data: Mapping[str, Any]) -> LaneResult:
         rt=data.get("rt"),
         records=int(data.get("n", 0)),
         routed_records=int(data.get("r", 0)),
+        dead_records=int(data.get("d", 0)),
         latencies=tuple(float(v) for v in data.get("lat", ())),
         not_before=data.get("nb"),
         mrwq_epoch=data.get("e"),
@@ -675,6 +708,7 @@ def _worker_cache() -> Any:
         cache = types.ModuleType(_CACHE_MODULE, "Per-worker state of flowctl lanes.")
         cache.configs = {}  # type: ignore[attr-defined]
         cache.stores = {}  # type: ignore[attr-defined]
+        cache.planners = {}  # type: ignore[attr-defined]
         cache.pool = None  # type: ignore[attr-defined]
         sys.modules[_CACHE_MODULE] = cache
     return cache
@@ -842,7 +876,8 @@ def run_lane(settings: FlowSettings, part: FlowPartition) -> Iterator[tuple[Any,
                 "x": d.entry.edge,
                 "rt": round(d.rt, 6),
                 "n": d.records,
-                "r": sum(1 for _ in d.routed or ()),
+                "r": len(d.routed or ()),
+                "d": sum(1 for x in d.routed or () if x.dead),
                 "lat": [round(v, 4) for v in d.latencies],
                 "nb": d.not_before,
                 "e": epoch if i in seqs else None,

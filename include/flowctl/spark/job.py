@@ -1,22 +1,29 @@
-"""The word-count stream job: one topology, from registration to a clean stop.
+"""The stream job: one topology of any pipeline definition, from registration to a clean stop.
 
-``spark_jobs/wordcount_stream.py`` calls :func:`main`. The job
+``spark_jobs/<pipeline>_stream.py`` calls :func:`main`, which runs
 
-1. loads the pipeline config, ensures the control schema and the Kafka topics,
-2. registers the topology (state STARTING) with its colour and parallelism,
-3. starts a Structured Streaming query: ``flowctl_kafka`` source (P lanes,
-   admission control) -> ``foreachBatch`` idempotent word-count sink,
-4. sets ACTIVE, then loops: heartbeat, one progress line per micro-batch
-   (and an idle line every few seconds), and watches control signals,
-5. on a ``stop`` signal or SIGTERM: stops the query between batches where it
-   can, sets STOPPED, marks the signal handled and returns 0; if the query
-   fails: FAILED, the cause in the log, return 1.
+- :class:`FlowStreamJob` when the pipeline's ``[flow] mode`` is ``flow`` (the default):
+  the flow-controlled topology of docs/flow-control.md. The ``flowctl_kafka`` source in
+  flow mode is the spout (windows, XOR acker, replay topics) and its lanes run the
+  pipeline definition's ``process`` per tuple and append the outcomes to the MRWQ in
+  memcached; this driver process runs the MRWQ **flusher** thread (the durable
+  checkpoint advances only behind the flush), turns the planner's closed metrics windows
+  into ``metrics_windows`` rows, and handles the control signals of "Signals and states"
+  (``--standby`` -> READY, ``activate``, ``deactivate``/``drain`` -> DRAINING ->
+  DRAINED, ``stop``);
+- :class:`StreamJob` when it is ``plain``: the word count straight from the records into
+  the database in ``foreachBatch`` (no windows, no MRWQ); the baseline job of
+  :mod:`flowctl.spark.baseline` builds on it.
 
-The log lines go to stderr, which becomes the Airflow task log.
+Either way the job loads the pipeline config, ensures the schema and topics, registers
+the topology (STARTING), starts the query, loops (heartbeat, signals, progress lines)
+and on ``stop`` or SIGTERM stops between batches, records STOPPED and returns 0; if the
+query fails: FAILED, the cause in the log, return 1. Log lines go to stderr, which
+becomes the Airflow task log.
 
-Stop a topology with a ``stop`` signal (or SIGTERM to the Python driver).
-Killing spark-submit's JVM takes the Spark context down at once: the driver
-then records FAILED (its durable offsets stay consistent, a rerun resumes).
+Killing spark-submit's JVM takes the Spark context down at once: the driver then records
+FAILED (or nothing, under SIGKILL); the durable offsets stay consistent and a rerun
+resumes from them.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class JobArgs:
     airflow_run_id: str | None
     checkpoint_dir: str | None
     poll_seconds: float
+    standby: bool = False
 
 
 def _positive_int(text: str) -> int:
@@ -100,6 +108,11 @@ def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
         default=1.0,
         help="how often to heartbeat and check control signals (default 1)",
     )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="start READY and admit nothing until an activate signal (a blue-green green)",
+    )
     return parser
 
 
@@ -113,6 +126,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobArgs:
         airflow_run_id=ns.airflow_run_id,
         checkpoint_dir=ns.checkpoint_dir,
         poll_seconds=ns.poll_seconds,
+        standby=ns.standby,
     )
 
 
@@ -304,10 +318,12 @@ class StreamJob:
             spark.sparkContext.setLogLevel("WARN")  # keep the task log readable
             self.control.set_spark_app_id(self.topology_id, spark.sparkContext.applicationId)
             query = self._start_query(spark)
-            self.control.set_state(self.topology_id, "ACTIVE")
+            state = self._initial_state()
+            self.control.set_state(self.topology_id, state)
             log.info(
-                "topology %s ACTIVE (query %s, checkpoint %s)",
+                "topology %s %s (query %s, checkpoint %s)",
                 self.topology_id,
+                state,
                 query.id,
                 self.checkpoint_dir,
             )
@@ -321,13 +337,28 @@ class StreamJob:
         finally:
             if query is not None and query.isActive:
                 query.stop()
+            self._cleanup()
             if self._lag_consumer is not None:
                 self._lag_consumer.close()
             if spark is not None:
                 spark.stop()
 
+    def _initial_state(self) -> str:
+        """The state once the query runs (a flow job in standby reports READY)."""
+        return "ACTIVE"
+
+    def _tick(self) -> None:
+        """Per-poll work of a subclass (the flow job: control key, metrics, draining)."""
+
+    def _before_stop(self) -> None:
+        """After the query stopped on request, before STOPPED (the flow job flushes)."""
+
+    def _cleanup(self) -> None:
+        """Whatever the run started besides the query (the flow job's flusher thread)."""
+
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
+        last_db_warning = -1e9
         while True:
             if not query.isActive:
                 error = query.exception()
@@ -335,12 +366,24 @@ class StreamJob:
                 log.error("topology %s: query terminated: %s", self.topology_id, cause)
                 self._set_final("FAILED")
                 return 1
-            self.control.heartbeat(self.topology_id)
-            stop_id = self._handle_signals()
+            stop_id = None
+            try:
+                self.control.heartbeat(self.topology_id)
+                stop_id = self._handle_signals()
+            except Exception as exc:  # the database may be away; the stream goes on
+                if time.monotonic() - last_db_warning > 10:
+                    last_db_warning = time.monotonic()
+                    log.warning(
+                        "topology %s: heartbeat/signals unavailable (retrying): %s",
+                        self.topology_id,
+                        exc,
+                    )
+            self._tick()
             if stop_id is not None or self._terminate.is_set():
                 reason = f"stop signal {stop_id}" if stop_id is not None else "SIGTERM"
                 log.info("topology %s: stopping on %s", self.topology_id, reason)
                 self._stop_query(query)
+                self._before_stop()
                 self._set_final("STOPPED")
                 if stop_id is not None:
                     self.control.mark_signal_handled(stop_id)
@@ -386,12 +429,31 @@ def configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def make_job(args: JobArgs, settings: Settings) -> StreamJob:
+    """The job class the pipeline's ``[flow] mode`` asks for (ValueError when unusable)."""
+    from flowctl.pipelines.config import load_pipeline_config
+
+    config = load_pipeline_config(args.pipeline_config)
+    if config.flow.mode == "flow":
+        from flowctl.spark.flow_job import FlowStreamJob
+
+        return FlowStreamJob(args, settings)
+    if config.definition != "flowctl.pipelines.wordcount":
+        raise ValueError(
+            f"{config.source}: flow.mode='plain' runs the word count only, not "
+            f"definition={config.definition!r}; use flow.mode='flow'"
+        )
+    if args.standby:
+        raise ValueError("--standby needs flow.mode='flow' (a plain job cannot hold admission)")
+    return StreamJob(args, settings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
     args = parse_args(argv)
     configure_logging()
     try:
-        job = StreamJob(args, Settings.from_env())
+        job = make_job(args, Settings.from_env())
     except ValueError as exc:
         log.error("cannot start: %s", exc)
         return 2

@@ -227,10 +227,10 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         return state
 
     def _flow_planner(self) -> Any:
-        from flowctl.spark.flow import FlowPlanner
+        from flowctl.spark.flow import planner_for
 
         if self._flow is None:
-            self._flow = FlowPlanner(self._flow_settings)
+            self._flow = planner_for(self._flow_settings)
         return self._flow
 
     def _planner_consumer(self) -> Any:

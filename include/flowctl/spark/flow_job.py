@@ -1,0 +1,422 @@
+"""The flow-controlled stream job: the driver side of docs/flow-control.md.
+
+:class:`FlowStreamJob` extends :class:`~flowctl.spark.job.StreamJob` (registration,
+heartbeat, the loop, stop and SIGTERM, exit codes) with what the driver's main process
+owns in a flow-controlled topology:
+
+- the MRWQ **flusher** thread (:class:`~flowctl.adapters.mrwq_flusher.FlusherService`):
+  it is the only long-lived process of a topology Spark does not restart behind our
+  back, so it is where database I/O leaves the processing path (SPEC F). On start it
+  first flushes whatever earlier generations left in the MRWQ; a database outage is
+  retried with backoff while the lanes keep filling the MRWQ; a gap (lost items) is
+  resynced at once and the planner is told to rebuild its spout from the database, which
+  dispatches everything not durable again;
+- the control key the planner reads every batch (``admit``, ``rebuild``), rewritten
+  every poll so it survives a memcached restart;
+- ``metrics_windows``: the planner closes one metrics window per ``metrics_window_s``
+  and publishes it in memcached; only this process writes it to the database (one row
+  per topology per window, SPEC H), so a database outage delays rows, never loses the
+  planner's batch;
+- the signals: ``activate`` (READY or DRAINED -> ACTIVE: flush, rebuild, admit),
+  ``deactivate`` / ``drain`` (ACTIVE -> DRAINING: admit nothing, wait until no tuple is
+  in flight, flush the MRWQ -> DRAINED), ``stop`` (flush what it can, STOPPED).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from typing import Any
+
+from flowctl.config import Settings
+from flowctl.spark.flow import namespace
+from flowctl.spark.job import JobArgs, StreamJob
+
+log = logging.getLogger("flowctl.job")
+
+#: Seconds a flush of the whole MRWQ may take at start, activation, drain and stop.
+FLUSH_ALL_TIMEOUT_S = 120.0
+#: Seconds between status lines in the log.
+STATUS_EVERY_S = 10.0
+
+
+class FlowStreamJob(StreamJob):
+    """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
+
+    def __init__(self, args: JobArgs, settings: Settings) -> None:
+        from flowctl.adapters.memcached_store import MemcachedStore
+
+        super().__init__(args, settings)
+        self.flow = self.config.flow
+        self.definition = self.config.load_definition().DEFINITION
+        self.memcached = settings.memcached_address
+        self.store = MemcachedStore(self.memcached)
+        self.ns = namespace(self.topology_id)
+        self.standby = args.standby
+        self.admit = not args.standby
+        self.rebuild_no = 0
+        self.state = "STARTING"
+        self.flusher: Any = None
+        self._flusher_stop = threading.Event()
+        self._flusher_thread: threading.Thread | None = None
+        self._flusher_lock = threading.Lock()
+        self._last_row_end = 0.0
+        self._draining_since: float | None = None
+        self._drain_signals: set[int] = set()
+        self._last_status = 0.0
+        self._warned: dict[str, float] = {}
+        self.totals: dict[str, int] = {}
+
+    # -- start ------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        from flowctl.adapters import kafka_log
+
+        super()._prepare()
+        topics = {t: self.config.partitions for t in self.config.replay_topics}
+        topics[self.config.dlq_topic] = self.config.partitions
+        kafka_log.ensure_topics(self.settings.kafka_bootstrap, topics)
+        self._write_ctl(required=True)
+        if not self.standby:
+            self._start_flusher()
+        log.info(
+            "topology %s: flow control: %s dispatch, windows [%d, %d] from %d, %s, tuple "
+            "timeout %g s, %d attempt(s) then %s; MRWQ at %s flushed at %d items or %g s",
+            self.topology_id,
+            self.flow.dispatch,
+            self.flow.w_min,
+            self.flow.w_max,
+            self.flow.w_init,
+            f"fixed latency target {self.flow.latency_target_s:g} s"
+            if self.flow.rtt == "fixed"
+            else "adaptive RTT threshold",
+            self.flow.tuple_timeout_s,
+            self.flow.max_attempts,
+            self.config.dlq_topic,
+            self.memcached,
+            self.flow.flush_max_length,
+            self.flow.flush_update_time_s,
+        )
+
+    def _initial_state(self) -> str:
+        self.state = "READY" if self.standby else "ACTIVE"
+        return self.state
+
+    def _start_query(self, spark: Any) -> Any:
+        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
+
+        spark.dataSource.register(FlowctlKafkaDataSource)
+        stream = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("mode", "flow")
+            .option("bootstrap", self.settings.kafka_bootstrap)
+            .option("topic", self.config.eden_topic)
+            .option("pipeline", self.config.name)
+            .option("database_url", self.database_url)
+            .option("lanes", str(self.parallelism))
+            .option("max_rows", str(self.config.max_records_per_batch))
+            .option("config", str(self.config.source))
+            .option("memcached", self.memcached)
+            .option("topology_id", self.topology_id)
+            .option("standby", "true" if self.standby else "false")
+            .load()
+        )
+        return (
+            stream.writeStream.queryName(self.topology_id)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
+            .start()
+        )
+
+    # -- the flusher ------------------------------------------------------------------------
+
+    def _start_flusher(self) -> None:
+        """A fresh flusher (its position from the database), the MRWQ flushed, its thread."""
+        from flowctl.adapters.mrwq_flusher import FlusherService
+        from flowctl.core.persistence import FlushPolicy
+
+        with self._flusher_lock:
+            if self._flusher_thread is not None:
+                return
+            service = FlusherService(
+                self.store,
+                self.database_url,
+                self.config.name,
+                self.definition,
+                policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
+                gap_grace_s=self.flow.gap_grace_s,
+            )
+            service.on_gap = lambda report: self._on_gap(service, report)
+            service.start()
+            drained = service.flush_all(FLUSH_ALL_TIMEOUT_S)
+            if drained.items:
+                log.info(
+                    "topology %s: flushed %d item(s) earlier generations left in the MRWQ "
+                    "(%d applied, %d duplicate)",
+                    self.topology_id,
+                    drained.items,
+                    drained.applied,
+                    drained.duplicates,
+                )
+            self.flusher = service
+            self._flusher_stop = threading.Event()
+            self._flusher_thread = threading.Thread(
+                target=service.run, args=(self._flusher_stop,), name="mrwq-flusher", daemon=True
+            )
+            self._flusher_thread.start()
+
+    def _stop_flusher(self, *, flush: bool) -> None:
+        from flowctl.adapters.mrwq_flusher import FlushTimeout
+
+        with self._flusher_lock:
+            thread, service = self._flusher_thread, self.flusher
+            if thread is None or service is None:
+                return
+            self._flusher_stop.set()
+            thread.join(timeout=60)
+            self._flusher_thread = None
+            if flush:
+                try:
+                    result = service.flush_all(FLUSH_ALL_TIMEOUT_S)
+                    log.info(
+                        "topology %s: MRWQ flushed (%d item(s)); durable checkpoint %s",
+                        self.topology_id,
+                        result.items,
+                        self._checkpoint(),
+                    )
+                except FlushTimeout as exc:
+                    log.error(
+                        "topology %s: %s; the next topology flushes the rest at its start",
+                        self.topology_id,
+                        exc,
+                    )
+
+    def _on_gap(self, service: Any, report: Any) -> bool:
+        """MRWQ items were lost: resync now, then have the planner rebuild from the database.
+
+        The order matters: everything queued at the resync is skipped, so the planner must
+        rebuild (and dispatch what is not durable) only after it; results of tuples
+        dispatched later are flushed normally.
+        """
+        service.resync()
+        self.rebuild_no += 1
+        self._write_ctl()
+        log.error(
+            "topology %s: MRWQ gap repaired by re-dispatch (rebuild %d): %s",
+            self.topology_id,
+            self.rebuild_no,
+            report,
+        )
+        return False
+
+    # -- the planner's channels --------------------------------------------------------------
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(what, -1e9) > 10:
+            self._warned[what] = now
+            log.warning("topology %s: %s failed (retrying): %s", self.topology_id, what, exc)
+
+    def _write_ctl(self, *, required: bool = False) -> None:
+        try:
+            self.store.set_json(f"{self.ns}:ctl", {"admit": self.admit, "rebuild": self.rebuild_no})
+        except Exception as exc:
+            if required:
+                raise
+            self._warn("writing the control key", exc)
+
+    def _spout_state(self) -> dict[str, Any] | None:
+        try:
+            state = self.store.get_json(f"{self.ns}:state")
+        except Exception as exc:
+            self._warn("reading the spout state", exc)
+            return None
+        return state if isinstance(state, dict) else None
+
+    def _publish_metrics(self) -> None:
+        """Write the planner's closed windows to ``metrics_windows`` (each once)."""
+        try:
+            rows = self.store.get_json(f"{self.ns}:rows") or []
+        except Exception as exc:
+            self._warn("reading metrics windows", exc)
+            return
+        for row in rows:
+            if row["window_end"] <= self._last_row_end:
+                continue
+            p50, p99 = row.get("latency_p50_s"), row.get("latency_p99_s")
+            try:
+                self.control.write_metrics_window(
+                    self.topology_id,
+                    dt.datetime.fromtimestamp(row["window_start"], dt.UTC),
+                    dt.datetime.fromtimestamp(row["window_end"], dt.UTC),
+                    admitted=row["admitted"],
+                    acked=row["acked"],
+                    failed=row["failed"],
+                    timed_out=row["timed_out"],
+                    replayed=row["replayed"],
+                    dlq=row["dlq"],
+                    records=row["records"],
+                    records_per_s=row["records_per_s"],
+                    latency_p50_ms=None if p50 is None else p50 * 1000.0,
+                    latency_p99_ms=None if p99 is None else p99 * 1000.0,
+                    backlog=row["backlog"],
+                    backpressure_level=float(row["backpressure_level"]),
+                    lanes={
+                        "lanes": row["lanes"],
+                        "levels": row.get("levels", {}),
+                        "mrwq": row.get("mrwq", 0),
+                        "repeat_failures": row.get("repeat_failures", 0),
+                        "trigger_s": self.config.trigger_interval_s,
+                    },
+                )
+            except Exception as exc:
+                self._warn("writing a metrics window", exc)
+                return
+            self._last_row_end = row["window_end"]
+
+    def _checkpoint(self) -> dict[int, int] | str:
+        try:
+            return self.control.committed_offsets(self.config.name, self.config.eden_topic)
+        except Exception as exc:
+            return f"unknown ({type(exc).__name__})"
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        try:
+            self._tick_once()
+        except Exception as exc:  # the database may be away: the stream goes on
+            self._warn("the control loop's work", exc)
+
+    def _tick_once(self) -> None:
+        self._write_ctl()
+        self._publish_metrics()
+        state = self._spout_state()
+        if self.state == "DRAINING":
+            self._check_drained(state)
+        now = time.monotonic()
+        if now - self._last_status >= STATUS_EVERY_S and state is not None:
+            self._last_status = now
+            lanes = state.get("lanes", [])
+            log.info(
+                "topology %s %s: windows %s (%s), %d in flight, %d buffered; MRWQ %s items; "
+                "backpressure %s; durable checkpoint %s; totals %s",
+                self.topology_id,
+                self.state,
+                [lane["window"] for lane in lanes],
+                ",".join(lane["state"] for lane in lanes),
+                state.get("in_flight", 0),
+                state.get("buffered", 0),
+                state.get("mrwq"),
+                state.get("levels"),
+                self._checkpoint(),
+                {
+                    k: v
+                    for k, v in state.get("counters", {}).items()
+                    if k in ("acked", "failed", "timed_out", "replayed", "dlq", "requeued")
+                },
+            )
+
+    def _check_drained(self, state: dict[str, Any] | None) -> None:
+        since = self._draining_since
+        if state is None or since is None or state.get("at", 0) <= since:
+            return
+        if state.get("admit") or state.get("in_flight", 1) or state.get("pending_batches", 1):
+            return
+        self._stop_flusher(flush=True)
+        self._set_state("DRAINED")
+        for signal_id in sorted(self._drain_signals):
+            self.control.mark_signal_handled(signal_id)
+        self._drain_signals.clear()
+        self._draining_since = None
+
+    def _set_state(self, state: str) -> None:
+        self.control.set_state(self.topology_id, state)
+        log.info("topology %s: %s -> %s", self.topology_id, self.state, state)
+        self.state = state
+
+    def _handle_signals(self) -> int | None:
+        """Apply pending signals in order; returns the id of a ``stop`` signal, if any."""
+        for sig in self.control.pending_signals(self.topology_id):
+            if sig.kind == "stop":
+                return sig.id
+            if sig.id in self._drain_signals:
+                continue
+            log.info(
+                "topology %s: signal %s (%d) in state %s",
+                self.topology_id,
+                sig.kind,
+                sig.id,
+                self.state,
+            )
+            if sig.kind == "activate":
+                if self.state in ("READY", "DRAINED", "DRAINING"):
+                    self._activate()
+                self.control.mark_signal_handled(sig.id)
+            elif sig.kind in ("deactivate", "drain"):
+                if self.state == "ACTIVE":
+                    self.admit = False
+                    self._write_ctl()
+                    self._draining_since = time.time()
+                    self._set_state("DRAINING")
+                if self.state in ("DRAINED", "READY"):
+                    self.control.mark_signal_handled(sig.id)
+                else:
+                    self._drain_signals.add(sig.id)
+        return None
+
+    def _activate(self) -> None:
+        """READY/DRAINED -> ACTIVE: flush the MRWQ, rebuild (gaps first), admit."""
+        self._start_flusher()
+        self.rebuild_no += 1
+        self.admit = True
+        self._write_ctl()
+        for signal_id in sorted(self._drain_signals):  # a drain overtaken by activate
+            self.control.mark_signal_handled(signal_id)
+        self._drain_signals.clear()
+        self._draining_since = None
+        self._set_state("ACTIVE")
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        """Count the lanes' status rows (one per tuple) and log the batch in one line."""
+        rows = df.collect()
+        counts: dict[str, int] = {}
+        records = 0
+        rt_max = 0.0
+        errors: list[str] = []
+        lanes = set()
+        for row in rows:
+            counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+            records += int(row["records"] or 0) if row["outcome"] == "acked" else 0
+            rt_max = max(rt_max, float(row["rt"] or 0.0))
+            lanes.add(row["lane"])
+            if row["error"] and len(errors) < 2:
+                errors.append(f"{row['tuple_id']}: {row['error']}")
+        with self.progress.lock:
+            self.progress.batches += 1
+            self.progress.records += records
+            self.progress.last_batch_at = time.monotonic()
+        for k, v in counts.items():
+            self.totals[k] = self.totals.get(k, 0) + v
+        log.info(
+            "batch %d: %d tuple(s) on %d lane(s): %s; %d records processed; slowest lane %.2f s%s",
+            batch_id,
+            len(rows),
+            len(lanes),
+            ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none",
+            records,
+            rt_max,
+            f"; e.g. {'; '.join(errors)}" if errors else "",
+        )
+
+    def _before_stop(self) -> None:
+        self.admit = False
+        self._write_ctl()
+        self._stop_flusher(flush=True)
+        self._publish_metrics()
+
+    def _cleanup(self) -> None:
+        self._flusher_stop.set()

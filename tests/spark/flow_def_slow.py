@@ -1,0 +1,5 @@
+"""``DEFINITION``: the word count with lane 0 slow on purpose (tests only)."""
+
+from tests.spark.flow_definitions import SlowLane
+
+DEFINITION = SlowLane()

@@ -1,0 +1,59 @@
+"""Pipeline definitions for the flow-controlled topology's tests (never shipped).
+
+Both wrap the word count so results are checked against :func:`count_words`; a config
+file names the modules :mod:`tests.spark.flow_def_poison` and
+:mod:`tests.spark.flow_def_slow`, whose ``DEFINITION`` they are:
+
+- :class:`Poisonous`: a record whose text contains ``POISON`` raises
+  :class:`~flowctl.pipelines.base.PoisonRecord` (naming its offset), so it must end in
+  the DLQ with its error while every other record is counted;
+- :class:`SlowLane`: lane 0 sleeps ``SLOW_S`` per tuple, the others do not, so lane 0's
+  round-trip times exceed the latency target and its window must end smaller.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from flowctl.pipelines.base import PoisonRecord, Record
+from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
+from flowctl.spark.flow import current_lane
+
+#: Seconds lane 0 of :data:`SLOW_LANE` spends on every tuple.
+SLOW_S = 0.25
+
+
+class _Wrapped:
+    """The word count's apply/reference/stored around another ``process``."""
+
+    name = "wordcount"
+
+    def apply(self, conn: Any, pipeline: str, results: Sequence[Any]) -> int:
+        return WORDCOUNT.apply(conn, pipeline, results)
+
+    def reference(self, values: Iterable[bytes | None]) -> Mapping[str, Any]:
+        return WORDCOUNT.reference(values)
+
+    def stored(self, conn: Any, pipeline: str) -> Mapping[str, Any]:
+        return WORDCOUNT.stored(conn, pipeline)
+
+
+class Poisonous(_Wrapped):
+    """Word count that refuses records containing ``POISON``."""
+
+    def process(self, records: Sequence[Record]) -> dict[str, int]:
+        for r in records:
+            if r.value is not None and b"POISON" in r.value:
+                raise PoisonRecord(f"record at offset {r.offset} is poison", offset=r.offset)
+        return WORDCOUNT.process(records)
+
+
+class SlowLane(_Wrapped):
+    """Word count whose lane 0 is slow on purpose."""
+
+    def process(self, records: Sequence[Record]) -> dict[str, int]:
+        if current_lane() == 0:
+            time.sleep(SLOW_S)
+        return WORDCOUNT.process(records)

@@ -1,0 +1,369 @@
+"""The flow-controlled topology end to end: spark-submit, Tansu, memcached, SQLite/PostgreSQL.
+
+Every test runs one topology at a time (two cores for the whole machine) on a pipeline
+of its own (a renamed copy of a shipped config), so its topics never meet another
+test's on the session's broker, and checks exact results against the plain-Python
+reference: nothing lost, nothing counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.db import DatabaseUnavailable
+from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.core.replay import decode_envelope
+from flowctl.pipelines.config import resolve_path
+from flowctl.pipelines.wordcount import count_words
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+VENV_BIN = Path(sys.executable).parent
+WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
+
+#: [flow] values every test config starts from: small tuples and windows, quick windows.
+FLOW_DEFAULTS = {
+    "w_init": 4,
+    "w_max": 24,
+    "latency_target_s": 2.0,
+    "linger_s": 0.5,
+    "flush_update_time_s": 0.5,
+    "metrics_window_s": 2.0,
+    "tuple_timeout_s": 10.0,
+    "gap_grace_s": 2.0,
+    "replay_backoff_initial_s": 0.2,
+    "replay_backoff_max_s": 0.5,
+}
+
+
+def lines(n: int, seed: int, prefix: str = "") -> list[str]:
+    rng = random.Random(seed)
+    return [
+        f"{prefix}" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f", {i}!"
+        for i in range(n)
+    ]
+
+
+def flow_config(
+    tmp_path: Path,
+    name: str,
+    *,
+    definition: str = "flowctl.pipelines.wordcount",
+    partitions: int = 3,
+    tuple_size: int = 50,
+    flow: Mapping[str, object] | None = None,
+) -> Path:
+    """The shipped wordcount config renamed ``name``, with test-sized settings."""
+    text = resolve_path("wordcount").read_text()
+    text = text.replace('name = "wordcount"', f'name = "{name}"')
+    text = text.replace('eden = "wordcount.eden"', f'eden = "{name}.eden"')
+    text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
+    text = text.replace("partitions = 4", f"partitions = {partitions}")
+    text = text.replace("trigger_interval_s = 1.0", "trigger_interval_s = 0.5")
+    text = text.replace("tuple_size = 100", f"tuple_size = {tuple_size}")
+    head, _, section = text.partition("[flow]")
+    for key, value in {**FLOW_DEFAULTS, **(flow or {})}.items():
+        shown = f'"{value}"' if isinstance(value, str) else str(value)
+        section, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", section)
+        assert n == 1, key
+    path = tmp_path / f"{name}.toml"
+    path.write_text(head + "[flow]" + section)
+    return path
+
+
+@dataclass
+class Job:
+    """A running spark-submit of a stream job in its own process group."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill_hard()
+            pytest.fail(f"job did not exit within {timeout_s} s; log:\n{self.log_tail()}")
+
+    def kill_hard(self) -> None:
+        """SIGKILL the whole job (driver, JVM, Python workers): a crash, no cleanup."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill_hard()
+
+
+@dataclass
+class Flow:
+    """Starts flow-controlled jobs against the session's broker and memcached."""
+
+    settings: Settings
+    database_url: str
+    work_dir: Path
+
+    def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> Job:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        env.update(
+            FLOWCTL_DATABASE_URL=self.database_url,
+            SPARK_LOCAL_IP="127.0.0.1",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            PYTHONPATH=str(PROJECT_ROOT),  # the test definitions live in tests/
+            PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        )
+        log_path = self.work_dir / f"{topology_id}.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    str(VENV_BIN / "spark-submit"),
+                    "--master",
+                    "local[2]",
+                    "--conf",
+                    "spark.ui.enabled=false",
+                    "--driver-memory",
+                    "768m",
+                    str(PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"),
+                    "--pipeline-config",
+                    str(config),
+                    "--topology-id",
+                    topology_id,
+                    "--parallelism",
+                    str(lanes),
+                    "--poll-seconds",
+                    "0.5",
+                    *extra,
+                ],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return Job(process, log_path)
+
+    @property
+    def plane(self) -> ControlPlane:
+        return ControlPlane(self.database_url)
+
+    def state(self, topology_id: str) -> str | None:
+        try:
+            return self.plane.get_topology(topology_id).state
+        except Exception:  # not registered yet, or the database is away on purpose
+            return None
+
+    def stop(self, job: Job, topology_id: str) -> None:
+        self.plane.send_signal(topology_id, "stop")
+        code = job.wait(timeout_s=120)
+        assert code == 0, job.log_tail()
+        assert self.state(topology_id) == "STOPPED"
+
+
+def wait_for(condition: Callable[[], bool], *, timeout_s: float, job: Job, what: str) -> None:
+    """Poll ``condition()``; fail with the job's log if it exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (sa.exc.OperationalError, DatabaseUnavailable):
+            pass  # the job has not created the schema yet, or the database is away on purpose
+        if job.process.poll() is not None:
+            pytest.fail(
+                f"job exited ({job.process.returncode}) waiting for {what}; log:\n{job.log_tail()}"
+            )
+        time.sleep(0.5)
+    job.kill_hard()
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}; log:\n{job.log_tail()}")
+
+
+def read_topic(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record value of ``topic`` (all partitions)."""
+    consumer = kafka_log.new_consumer(bootstrap)
+    try:
+        latest = kafka_log.latest_offsets(consumer, topic)
+        values: list[bytes] = []
+        for partition, end in latest.items():
+            values.extend(r.value for r in kafka_log.read_range(consumer, topic, partition, 0, end))
+        return values
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def flow(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path) -> Flow:
+    return Flow(flowctl_settings, sqlite_url, tmp_path)
+
+
+def counted(flow: Flow, pipeline: str) -> dict[str, int]:
+    return results.word_counts(flow.database_url, pipeline)
+
+
+def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
+    flow: Flow, tmp_path: Path
+) -> None:
+    config = flow_config(tmp_path, "flowexact")
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowexact.eden": 3})
+    data = lines(6_000, seed=11)
+    kafka_log.produce(bootstrap, "flowexact.eden", data)
+    expected = dict(count_words(data))
+    job = flow.submit(config, "flowexact-blue-1", 3)
+    wait_for(
+        lambda: counted(flow, "flowexact") == expected,
+        timeout_s=180,
+        job=job,
+        what="exact word counts",
+    )
+    more = lines(1_500, seed=12)
+    kafka_log.produce(bootstrap, "flowexact.eden", more)
+    expected = dict(count_words(data + more))
+    wait_for(
+        lambda: counted(flow, "flowexact") == expected,
+        timeout_s=120,
+        job=job,
+        what="exact word counts after more data",
+    )
+    total = len(data) + len(more)
+    wait_for(
+        lambda: sum(w.records for w in flow.plane.metrics_windows("flowexact-blue-1")) >= total,
+        timeout_s=30,
+        job=job,
+        what="metrics windows counting every record",
+    )
+    flow.stop(job, "flowexact-blue-1")
+    assert counted(flow, "flowexact") == expected
+    latest = kafka_log.latest_offsets(bootstrap, "flowexact.eden")
+    assert flow.plane.committed_offsets("flowexact", "flowexact.eden") == latest
+    windows = flow.plane.metrics_windows("flowexact-blue-1")
+    assert sum(w.records for w in windows) >= total
+    assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
+    lanes = [w.lanes for w in windows if w.acked][-1]
+    assert [lane["lane"] for lane in lanes["lanes"]] == [0, 1, 2]
+    assert all(lane["window"] >= 1 for lane in lanes["lanes"])
+    assert any(w.latency_p50_ms is not None for w in windows)
+    log = job.log()
+    assert "flow control: round_robin dispatch" in log
+    assert "MRWQ mrwq.flowexact: flushed" in log
+
+
+def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
+    flow: Flow, tmp_path: Path
+) -> None:
+    config = flow_config(
+        tmp_path, "flowpoison", definition="tests.spark.flow_def_poison", tuple_size=20
+    )
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowpoison.eden": 2})
+    data = lines(2_000, seed=21)
+    poisoned = {137, 1000, 1555}
+    for i in poisoned:
+        data[i] = f"POISON pill number {i}"
+    kafka_log.produce(bootstrap, "flowpoison.eden", data)
+    good = [line for i, line in enumerate(data) if i not in poisoned]
+    expected = dict(count_words(good))
+    job = flow.submit(config, "flowpoison-blue-1", 2)
+    wait_for(
+        lambda: counted(flow, "flowpoison") == expected,
+        timeout_s=180,
+        job=job,
+        what="every good record counted",
+    )
+    more = lines(500, seed=22)
+    kafka_log.produce(bootstrap, "flowpoison.eden", more)
+    expected = dict(count_words(good + more))
+    wait_for(
+        lambda: counted(flow, "flowpoison") == expected,
+        timeout_s=120,
+        job=job,
+        what="the stream going on after the poison",
+    )
+    wait_for(
+        lambda: len(read_topic(bootstrap, "flowpoison.dlq")) >= len(poisoned),
+        timeout_s=60,
+        job=job,
+        what="the poison records in the DLQ",
+    )
+    latest = kafka_log.latest_offsets(bootstrap, "flowpoison.eden")
+    wait_for(
+        lambda: flow.plane.committed_offsets("flowpoison", "flowpoison.eden") == latest,
+        timeout_s=60,
+        job=job,
+        what="the durable checkpoint at the log's end",
+    )
+    flow.stop(job, "flowpoison-blue-1")
+    dead = [decode_envelope(v) for v in read_topic(bootstrap, "flowpoison.dlq")]
+    assert sorted(e.payload.decode() for e in dead) == sorted(data[i] for i in poisoned)
+    for e in dead:
+        assert e.topic == "flowpoison.eden"
+        assert "PoisonRecord" in e.error and f"offset {e.offset} is poison" in e.error
+        assert e.attempt >= 1
+    assert counted(flow, "flowpoison") == expected
+    windows = flow.plane.metrics_windows("flowpoison-blue-1")
+    assert sum(w.dlq for w in windows) >= len(poisoned)
+    assert sum(w.failed for w in windows) >= len(poisoned)
+    assert "PoisonRecord" in job.log()
+
+
+def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_path: Path) -> None:
+    config = flow_config(
+        tmp_path,
+        "flowslow",
+        definition="tests.spark.flow_def_slow",
+        tuple_size=10,
+        flow={"latency_target_s": 0.6, "w_init": 2, "w_max": 16, "metrics_window_s": 1.0},
+    )
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowslow.eden": 3})
+    data = lines(6_000, seed=31)
+    kafka_log.produce(bootstrap, "flowslow.eden", data)
+    expected = dict(count_words(data))
+    job = flow.submit(config, "flowslow-blue-1", 3)
+    wait_for(
+        lambda: counted(flow, "flowslow") == expected,
+        timeout_s=240,
+        job=job,
+        what="exact word counts",
+    )
+    wait_for(
+        lambda: sum(w.records for w in flow.plane.metrics_windows("flowslow-blue-1")) >= 6_000,
+        timeout_s=30,
+        job=job,
+        what="metrics windows counting every record",
+    )
+    flow.stop(job, "flowslow-blue-1")
+    rows = [w for w in flow.plane.metrics_windows("flowslow-blue-1") if w.acked]
+    windows = {lane["lane"]: lane["window"] for lane in rows[-1].lanes["lanes"]}
+    assert windows[0] < min(windows[1], windows[2]), windows
+    assert windows[0] <= 3 and min(windows[1], windows[2]) >= 6, windows
+    assert any(
+        lane["state"] == "SLOW" for w in rows for lane in w.lanes["lanes"] if lane["lane"] == 0
+    )
+    assert "SLOW" in job.log()
