@@ -1,4 +1,5 @@
-"""The word-count stream job end to end: spark-submit, Tansu, SQLite, stop signal, rerun.
+"""The word-count stream job (flow-controlled) end to end: spark-submit, Tansu, memcached,
+SQLite, stop signal, rerun.
 
 One test, two spark-submit runs (one Spark at a time). The pipeline config is
 a copy of the shipped one under its own name, so its topic and results do not
@@ -85,7 +86,7 @@ def _run_until_counted(
     assert plane.pending_signals(topology_id) == []
     assert any(s.id == signal_id and s.handled_at for s in plane.signals(topology_id))
     log = job.log_path.read_text(errors="replace")
-    assert "records/s; total counted" in log, job.log_tail()
+    assert "records processed; slowest lane" in log, job.log_tail()
 
 
 def test_stream_counts_exactly_stops_on_signal_and_resumes(
