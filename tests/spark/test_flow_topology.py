@@ -367,3 +367,178 @@ def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_
         lane["state"] == "SLOW" for w in rows for lane in w.lanes["lanes"] if lane["lane"] == 0
     )
     assert "SLOW" in job.log()
+
+
+def mrwq_length(settings: Settings, pipeline: str) -> int:
+    """Items waiting in the pipeline's MRWQ, read from memcached like the planner does."""
+    from flowctl.adapters.memcached_store import MemcachedStore
+
+    store = MemcachedStore(settings.memcached_address)
+    ns = f"mrwq.{pipeline}"
+    tail = store.incr(f"{ns}:tail", 0)
+    head = store.get_many([f"{ns}:head"]).get(f"{ns}:head")
+    return 0 if tail is None or head is None else max(0, tail - int(head) + 1)
+
+
+@pytest.mark.faults
+def test_sigkill_of_the_driver_mid_stream_then_a_restart_counts_exactly(
+    flow: Flow, tmp_path: Path
+) -> None:
+    config = flow_config(tmp_path, "flowkill", flow={"flush_update_time_s": 1.0})
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowkill.eden": 3})
+    data = lines(12_000, seed=41)
+    kafka_log.produce(bootstrap, "flowkill.eden", data)
+    expected = dict(count_words(data))
+    first = flow.submit(config, "flowkill-blue-1", 2)
+    wait_for(
+        lambda: sum(counted(flow, "flowkill").values()) > 0,
+        timeout_s=180,
+        job=first,
+        what="the first results",
+    )
+    first.kill_hard()
+    before = counted(flow, "flowkill")
+    assert before != expected, "the kill came too late to test anything"
+    more = lines(2_000, seed=42)
+    kafka_log.produce(bootstrap, "flowkill.eden", more)
+    expected = dict(count_words(data + more))
+    second = flow.submit(config, "flowkill-blue-2", 3)
+    wait_for(
+        lambda: counted(flow, "flowkill") == expected,
+        timeout_s=180,
+        job=second,
+        what="exact counts after the restart",
+    )
+    latest = kafka_log.latest_offsets(bootstrap, "flowkill.eden")
+    wait_for(
+        lambda: flow.plane.committed_offsets("flowkill", "flowkill.eden") == latest,
+        timeout_s=60,
+        job=second,
+        what="the durable checkpoint at the log's end",
+    )
+    flow.stop(second, "flowkill-blue-2")
+    assert counted(flow, "flowkill") == expected
+    assert "spout built from the database" in second.log()
+
+
+@pytest.mark.faults
+def test_a_memcached_restart_mid_stream_is_a_gap_repaired_by_redispatch(
+    flow: Flow, tmp_path: Path, _session_services: object
+) -> None:
+    config = flow_config(
+        tmp_path, "flowgap", tuple_size=20, flow={"flush_update_time_s": 3.0, "w_max": 8}
+    )
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowgap.eden": 2})
+    data = lines(10_000, seed=51)
+    kafka_log.produce(bootstrap, "flowgap.eden", data)
+    expected = dict(count_words(data))
+    job = flow.submit(config, "flowgap-blue-1", 2)
+    wait_for(
+        lambda: mrwq_length(flow.settings, "flowgap") > 0,
+        timeout_s=180,
+        job=job,
+        what="results waiting in the MRWQ",
+    )
+    _session_services.stop("memcached")  # type: ignore[attr-defined]
+    time.sleep(1.0)
+    _session_services.start("memcached", "memcached_port")  # type: ignore[attr-defined]
+    more = lines(2_000, seed=52)
+    kafka_log.produce(bootstrap, "flowgap.eden", more)
+    expected = dict(count_words(data + more))
+    wait_for(
+        lambda: counted(flow, "flowgap") == expected,
+        timeout_s=240,
+        job=job,
+        what="exact counts after the memcached restart",
+    )
+    latest = kafka_log.latest_offsets(bootstrap, "flowgap.eden")
+    wait_for(
+        lambda: flow.plane.committed_offsets("flowgap", "flowgap.eden") == latest,
+        timeout_s=60,
+        job=job,
+        what="the durable checkpoint at the log's end",
+    )
+    flow.stop(job, "flowgap-blue-1")
+    assert counted(flow, "flowgap") == expected
+    log = job.log()
+    assert "MRWQ gap repaired by re-dispatch" in log, job.log_tail()
+    assert "rebuild 1 requested" in log, job.log_tail()
+
+
+def _rename_database(admin: sa.Engine, old: str, new: str) -> None:
+    """Rename a PostgreSQL database, terminating the sessions that keep it busy."""
+    deadline = time.monotonic() + 30
+    while True:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": old},
+            )
+            try:
+                conn.execute(sa.text(f'ALTER DATABASE "{old}" RENAME TO "{new}"'))
+                return
+            except sa.exc.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.05)
+
+
+@pytest.mark.faults
+def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
+    flowctl_settings: Settings, postgres_url: str, tmp_path: Path
+) -> None:
+    flow = Flow(flowctl_settings, postgres_url, tmp_path)
+    config = flow_config(tmp_path, "flowdb", tuple_size=20, flow={"w_max": 6})
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowdb.eden": 2})
+    data = lines(3_000, seed=61)
+    kafka_log.produce(bootstrap, "flowdb.eden", data)
+    job = flow.submit(config, "flowdb-blue-1", 2)
+    wait_for(
+        lambda: counted(flow, "flowdb") == dict(count_words(data)),
+        timeout_s=180,
+        job=job,
+        what="the first data counted",
+    )
+    url = sa.make_url(postgres_url)
+    name = url.database
+    assert name
+    admin = sa.create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    away = f"{name}_away"
+    more = lines(8_000, seed=62)
+    try:
+        _rename_database(admin, name, away)
+        kafka_log.produce(bootstrap, "flowdb.eden", more)
+        peak = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            peak = max(peak, mrwq_length(flow.settings, "flowdb"))
+            assert job.process.poll() is None, job.log_tail()
+            time.sleep(0.5)
+    finally:
+        _rename_database(admin, away, name)
+        admin.dispose()
+    assert peak > 0, "nothing was processed into the MRWQ while the database was away"
+    expected = dict(count_words(data + more))
+    wait_for(
+        lambda: counted(flow, "flowdb") == expected,
+        timeout_s=180,
+        job=job,
+        what="exact counts after the database came back",
+    )
+    latest = kafka_log.latest_offsets(bootstrap, "flowdb.eden")
+    wait_for(
+        lambda: flow.plane.committed_offsets("flowdb", "flowdb.eden") == latest,
+        timeout_s=60,
+        job=job,
+        what="the durable checkpoint at the log's end",
+    )
+    flow.stop(job, "flowdb-blue-1")
+    assert counted(flow, "flowdb") == expected
+    log = job.log()
+    assert re.search(r"MRWQ mrwq\.flowdb: flush \(poll\): attempt \d+ failed", log), job.log_tail()

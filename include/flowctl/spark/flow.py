@@ -484,7 +484,11 @@ class FlowPlanner:
                     self.settings.topology_id,
                     rebuild,
                 )
-                self.spout = self.build_spout()
+                try:
+                    self.spout = self.build_spout()
+                except Exception as exc:  # the database is away: keep going, retry next batch
+                    self._warn("rebuilding the spout from the database", exc, every_s=0)
+                    return
             self.rebuild_seen = rebuild
 
     def _collect_feedback(self) -> None:
@@ -518,27 +522,25 @@ class FlowPlanner:
 
     def _durability(self) -> None:
         """What the database says is durable: Eden checkpoint, flusher position."""
-        from flowctl.adapters import applied
+        import sqlalchemy as sa
+
+        from flowctl.adapters import applied, schema
         from flowctl.adapters.db import engine_for
         from flowctl.adapters.mrwq_flusher import default_namespace
 
         assert self.spout is not None
+        s = schema.mrwq_state
         try:
-            checkpoints = applied.read_checkpoints(
-                self.settings.database_url, self.config.name, self.settings.topic
-            )
-            self.spout.durable(checkpoints)
-            import sqlalchemy as sa
-
-            from flowctl.adapters import schema
-
-            s = schema.mrwq_state
+            # One attempt on our own connection: a database that is away must cost the
+            # batch nothing (the flusher retries with backoff; we read again next batch).
             with engine_for(self.settings.database_url).connect() as conn:
+                checkpoints = applied.read_checkpoints(conn, self.config.name, self.settings.topic)
                 row = conn.execute(
                     sa.select(s.c.epoch, s.c.head).where(
                         s.c.namespace == default_namespace(self.config.name)
                     )
                 ).first()
+            self.spout.durable(checkpoints)
             if row is not None:
                 self.spout.confirm_replays(row.epoch, int(row.head))
             self._persist_replay()

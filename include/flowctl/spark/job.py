@@ -399,12 +399,16 @@ class StreamJob:
                 idle_for = now - self.progress.last_batch_at
             if idle_for > 10 and now - last_idle_log > 10:
                 last_idle_log = now
+                try:
+                    lag: int | str | None = self._lag()
+                except Exception as exc:  # the database may be away: report, go on
+                    lag = f"unknown ({type(exc).__name__})"
                 log.info(
                     "topology %s idle: %d batches, %d records so far; lag %s records",
                     self.topology_id,
                     self.progress.batches,
                     self.progress.records,
-                    self._lag(),
+                    lag,
                 )
             self._terminate.wait(self.args.poll_seconds)
 
