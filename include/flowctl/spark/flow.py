@@ -598,7 +598,10 @@ class FlowPlanner:
         assert self.spout is not None
         spout = self.spout
         c = spout.counters
-        prev = getattr(self, "_prev_counters", dict.fromkeys(c, 0))
+        prev = getattr(self, "_prev_counters", {})
+        if getattr(self, "_counted_spout", None) is not spout:  # a rebuilt spout counts from 0
+            prev = {}
+            self._counted_spout = spout
         delta = {k: c[k] - prev.get(k, 0) for k in c}
         self._prev_counters = dict(c)
         m = self.metrics
