@@ -129,6 +129,7 @@ class Flow:
     work_dir: Path
 
     def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> Job:
+        self.plane.ensure_schema()  # so the test can read results before the job is up
         env = dict(os.environ)
         env.update(self.settings.to_env())
         env.update(
