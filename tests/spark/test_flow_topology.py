@@ -543,3 +543,46 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     assert counted(flow, "flowdb") == expected
     log = job.log()
     assert re.search(r"MRWQ mrwq\.flowdb: flush \(poll\): attempt \d+ failed", log), job.log_tail()
+
+
+def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:
+    """The states of docs/flow-control.md on one topology: READY admits nothing; activate
+    processes; deactivate drains (nothing in flight, MRWQ flushed) to DRAINED and admits
+    nothing; a second activate (a rollback) resumes exactly where the checkpoint is."""
+    config = flow_config(tmp_path, "flowsig")
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowsig.eden": 2})
+    data = lines(3_000, seed=71)
+    kafka_log.produce(bootstrap, "flowsig.eden", data)
+    tid = "flowsig-green-1"
+    job = flow.submit(config, tid, 2, "--standby", "--colour", "green")
+    wait_for(lambda: flow.state(tid) == "READY", timeout_s=120, job=job, what="READY")
+    time.sleep(3.0)  # several triggers: a READY topology must admit nothing
+    assert counted(flow, "flowsig") == {}
+    flow.plane.send_signal(tid, "activate")
+    expected = dict(count_words(data))
+    wait_for(lambda: counted(flow, "flowsig") == expected, timeout_s=120, job=job, what="counts")
+    assert flow.state(tid) == "ACTIVE"
+    flow.plane.send_signal(tid, "deactivate")
+    wait_for(lambda: flow.state(tid) == "DRAINED", timeout_s=120, job=job, what="DRAINED")
+    drained_at = kafka_log.latest_offsets(bootstrap, "flowsig.eden")
+    assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == drained_at
+    more = lines(1_000, seed=72)
+    kafka_log.produce(bootstrap, "flowsig.eden", more)
+    time.sleep(3.0)  # several triggers: a DRAINED topology must admit nothing
+    assert counted(flow, "flowsig") == expected
+    flow.plane.send_signal(tid, "activate")
+    expected = dict(count_words(data + more))
+    wait_for(
+        lambda: counted(flow, "flowsig") == expected, timeout_s=120, job=job, what="reactivated"
+    )
+    flow.stop(job, tid)
+    assert flow.plane.pending_signals(tid) == []
+    log = job.log()
+    for step in (
+        "READY -> ACTIVE",
+        "ACTIVE -> DRAINING",
+        "DRAINING -> DRAINED",
+        "DRAINED -> ACTIVE",
+    ):
+        assert step in log, step
