@@ -66,15 +66,17 @@ def flow_config(
     partitions: int = 3,
     tuple_size: int = 50,
     flow: Mapping[str, object] | None = None,
+    shipped: str = "wordcount",
 ) -> Path:
-    """The shipped wordcount config renamed ``name``, with test-sized settings."""
-    text = resolve_path("wordcount").read_text()
-    text = text.replace('name = "wordcount"', f'name = "{name}"')
-    text = text.replace('eden = "wordcount.eden"', f'eden = "{name}.eden"')
-    text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
+    """The shipped ``shipped`` config renamed ``name``, with test-sized settings."""
+    text = resolve_path(shipped).read_text()
+    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
+    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
+    if shipped == "wordcount":
+        text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
     text = text.replace("partitions = 4", f"partitions = {partitions}")
     text = text.replace("trigger_interval_s = 1.0", "trigger_interval_s = 0.5")
-    text = text.replace("tuple_size = 100", f"tuple_size = {tuple_size}")
+    text = re.sub(r"(?m)^tuple_size = \d+$", f"tuple_size = {tuple_size}", text)
     head, _, section = text.partition("[flow]")
     for key, value in {**FLOW_DEFAULTS, **(flow or {})}.items():
         shown = f'"{value}"' if isinstance(value, str) else str(value)
@@ -586,3 +588,47 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
         "DRAINED -> ACTIVE",
     ):
         assert step in log, step
+
+
+def test_logetl_rows_exact_and_malformed_lines_in_the_dlq(flow: Flow, tmp_path: Path) -> None:
+    from flowctl.adapters.db import engine_for
+    from flowctl.pipelines.logetl import DEFINITION, parse_line, synthetic_lines
+
+    config = flow_config(tmp_path, "flowlog", shipped="logetl", partitions=2, tuple_size=25)
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {"flowlog.eden": 2})
+    data = list(synthetic_lines(3_000, seed=81))
+    malformed = []
+    for line in data:
+        try:
+            parse_line(line.encode())
+        except Exception:
+            malformed.append(line)
+    assert malformed, "the generator should mix in malformed lines"
+    kafka_log.produce(bootstrap, "flowlog.eden", data)
+    expected = DEFINITION.reference(line.encode() for line in data)
+
+    def stored() -> object:
+        with engine_for(flow.database_url).connect() as conn:
+            return DEFINITION.stored(conn, "flowlog")
+
+    job = flow.submit(config, "flowlog-blue-1", 2)
+    wait_for(lambda: stored() == expected, timeout_s=180, job=job, what="exact log_events")
+    wait_for(
+        lambda: len(read_topic(bootstrap, "flowlog.dlq")) >= len(malformed),
+        timeout_s=60,
+        job=job,
+        what="malformed lines in the DLQ",
+    )
+    latest = kafka_log.latest_offsets(bootstrap, "flowlog.eden")
+    wait_for(
+        lambda: flow.plane.committed_offsets("flowlog", "flowlog.eden") == latest,
+        timeout_s=60,
+        job=job,
+        what="the durable checkpoint at the log's end",
+    )
+    flow.stop(job, "flowlog-blue-1")
+    assert stored() == expected
+    dead = [decode_envelope(v) for v in read_topic(bootstrap, "flowlog.dlq")]
+    assert sorted(e.payload.decode() for e in dead) == sorted(malformed)
+    assert all(e.error.startswith("poison: PoisonRecord") for e in dead)
