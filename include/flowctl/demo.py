@@ -43,13 +43,21 @@ def _airflow(settings: Settings, *args: str, timeout: float = 120.0) -> str:
     return done.stdout
 
 
+def _json_lines(output: str) -> list[dict[str, object]]:
+    """The JSON array printed by ``airflow ... -o json`` (warnings may share stdout)."""
+    for line in output.splitlines():
+        if line.startswith("["):
+            return list(json.loads(line))
+    raise ValueError(f"no JSON array in the output: {output[:200]!r}")
+
+
 def wait_for_dags(settings: Settings, dag_ids: list[str], timeout: float = 180.0) -> None:
     """Wait until the dag-processor has parsed and stored ``dag_ids``."""
     deadline = time.monotonic() + timeout
     missing = set(dag_ids)
     while time.monotonic() < deadline:
         try:
-            listed = json.loads(_airflow(settings, "dags", "list", "-o", "json") or "[]")
+            listed = _json_lines(_airflow(settings, "dags", "list", "-o", "json"))
             missing = set(dag_ids) - {row.get("dag_id") for row in listed}
         except (ServiceError, ValueError) as exc:
             log.info("dags not listed yet: %s", exc)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.config import Settings
+from flowctl.demo import wait_for_dags
 from flowctl.services.airflow import (
     AirflowService,
     airflow_bin,
@@ -71,6 +72,8 @@ def test_standalone_up_lists_dags_and_down_leaves_nothing(tmp_path: Path) -> Non
         assert record is not None
         tree = process_tree(record.pid)
         assert len(tree) > 3  # standalone and its api-server, scheduler, dag-processor, ...
+        # What `flowctl demo up` waits for: the dag-processor has stored the pipeline DAGs.
+        wait_for_dags(settings, ["ingest_wordcount", "stream_wordcount"], timeout=180)
     finally:
         down = service.down(settings)
     assert "airflow down" in down
