@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Iterator
 
 import pytest
 
@@ -38,6 +39,26 @@ def _rescale_dag(**scaling):
     return rescale_dag(
         dataclasses.replace(config, scaling=dataclasses.replace(config.scaling, **scaling))
     )
+
+
+@pytest.fixture(autouse=True)
+def _fail_green_runs_left_queued() -> Iterator[None]:
+    """A green's DAG run that no scheduler ran stays queued: mark it failed afterwards.
+
+    Otherwise a later test that does run queued stream runs would start these greens.
+    """
+    yield
+    import sqlalchemy as sa
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+
+    with create_session() as session:
+        session.execute(
+            sa.update(DagRun)
+            .where(DagRun.dag_id == "stream_wordcount", DagRun.state == DagRunState.QUEUED)
+            .values(state=DagRunState.FAILED)
+        )
 
 
 # -- the Params form ------------------------------------------------------------------------

@@ -28,6 +28,26 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 BLUE = "wc-blue-1"
 
 
+@pytest.fixture(autouse=True)
+def _fail_green_runs_left_queued() -> Iterator[None]:
+    """A green's DAG run that no scheduler ran stays queued: mark it failed afterwards.
+
+    Otherwise a later test that does run queued stream runs would start these greens.
+    """
+    yield
+    import sqlalchemy as sa
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+
+    with create_session() as session:
+        session.execute(
+            sa.update(DagRun)
+            .where(DagRun.dag_id == "stream_wordcount", DagRun.state == DagRunState.QUEUED)
+            .values(state=DagRunState.FAILED)
+        )
+
+
 class JobSide(threading.Thread):
     """Answers signals like the stream job: registers green READY, moves states on signals.
 
