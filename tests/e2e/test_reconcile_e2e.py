@@ -6,11 +6,16 @@ checkpoint, a dead-lettered tuple, a tuple applied beyond a hole, a replayed tup
 which one record came back and was applied, and records not durable yet. The DAG must
 pass on that, counting exactly the durable records; after one stored count is changed
 it must fail, and the job's output must name the changed word.
+
+The pipeline is the word count under its own name (``rcwords``, a config written to a
+temporary ``FLOWCTL_PIPELINES_DIR``), so its topic and rows are its own and no other
+test of the session sees them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -25,8 +30,21 @@ from flowctl.textgen import zipf_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
-PIPELINE = "wordcount"
-EDEN = "wordcount.eden"
+PIPELINE = "rcwords"
+EDEN = "rcwords.eden"
+
+
+@pytest.fixture
+def pipeline_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped wordcount config renamed ``rcwords``, the DAGs built from it."""
+    from flowctl.pipelines.config import resolve_path
+
+    text = resolve_path("wordcount").read_text()
+    text = text.replace('name = "wordcount"', f'name = "{PIPELINE}"')
+    text = text.replace('eden = "wordcount.eden"', f'eden = "{EDEN}"')
+    (tmp_path / f"{PIPELINE}.toml").write_text(text)
+    monkeypatch.setenv("FLOWCTL_PIPELINES_DIR", str(tmp_path))
+    return tmp_path
 
 
 def _reconcile_dag():
@@ -78,7 +96,7 @@ def _durable_state(url: str, logs: dict[int, list[bytes]]) -> Counter[str]:
 
 
 def test_reconcile_passes_on_exact_data_and_names_a_tampered_count(
-    platform: Settings, capfd: pytest.CaptureFixture[str]
+    platform: Settings, pipeline_dir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     url = platform.resolved_database_url
     kafka_log.ensure_topics(platform.kafka_bootstrap, {EDEN: 4})
@@ -110,6 +128,7 @@ def test_reconcile_passes_on_exact_data_and_names_a_tampered_count(
     assert "MISMATCH: 1 key(s) differ" in text
     assert f"{word!r}: {expected[word]} != {expected[word] + 1}" in text
     with engine_for(url).connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(word_counts)).scalar() == len(
-            expected
-        )
+        stored = conn.execute(
+            sa.select(sa.func.count()).where(word_counts.c.pipeline == PIPELINE)
+        ).scalar()
+    assert stored == len(expected)

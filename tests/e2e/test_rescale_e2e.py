@@ -145,8 +145,9 @@ def _wait(what: str, check, timeout: float = WAIT_S, every: float = 0.5):  # typ
 class StandInScheduler:
     """Runs the queued runs of one DAG the way the scheduler would, one process per run."""
 
-    def __init__(self, dag_id: str) -> None:
+    def __init__(self, dag_id: str, log_dir: Path) -> None:
         self.dag_id = dag_id
+        self.log_dir = log_dir
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -156,6 +157,14 @@ class StandInScheduler:
         self._ignored = set(self._queued())
         self._thread.start()
         return self
+
+    def tails(self, lines: int = 40) -> str:
+        """The end of every run's task log (shown when the test fails)."""
+        out = []
+        for run_id in self.processes:
+            text = (self.log_dir / f"{run_id}.log").read_text(errors="replace")
+            out.append(f"--- {run_id}\n" + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(out)
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
@@ -183,12 +192,14 @@ class StandInScheduler:
         while not self._stop.is_set():
             for run_id in self._queued():
                 if run_id not in self.processes and run_id not in self._ignored:
-                    self.processes[run_id] = subprocess.Popen(
-                        [AIRFLOW, "tasks", "test", self.dag_id, "topology", run_id],
-                        env=os.environ.copy(),
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
+                    with (self.log_dir / f"{run_id}.log").open("wb") as log:
+                        self.processes[run_id] = subprocess.Popen(
+                            [AIRFLOW, "tasks", "test", self.dag_id, "topology", run_id],
+                            env=os.environ.copy(),
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
             self._stop.wait(0.5)
 
 
@@ -222,8 +233,13 @@ def stream_runs(
     # dag.test() of any DAG of the folder writes them all to the metadata database, which
     # trigger_dag() needs; the ingest DAG is the cheapest one to run for that.
     kafka_log.ensure_topics(platform.kafka_bootstrap, {f"{PIPELINE}.eden": 4})
-    with StandInScheduler(STREAM_DAG) as scheduler:
-        yield scheduler
+    logs = tmp_path / "runs"
+    logs.mkdir()
+    with StandInScheduler(STREAM_DAG, logs) as scheduler:
+        try:
+            yield scheduler
+        finally:
+            print(scheduler.tails())
         plane = ControlPlane(platform.resolved_database_url)
         for topo in plane.topologies(PIPELINE):
             if topo.state not in TERMINAL_STATES:
