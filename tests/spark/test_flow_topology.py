@@ -390,7 +390,7 @@ def test_sigkill_of_the_driver_mid_stream_then_a_restart_counts_exactly(
     config = flow_config(tmp_path, "flowkill", flow={"flush_update_time_s": 1.0})
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowkill.eden": 3})
-    data = lines(12_000, seed=41)
+    data = lines(8_000, seed=41)
     kafka_log.produce(bootstrap, "flowkill.eden", data)
     expected = dict(count_words(data))
     first = flow.submit(config, "flowkill-blue-1", 2)
