@@ -1,0 +1,100 @@
+"""The flow source's plan in Spark's offset log, and the ``[flow]`` config that drives the spout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flowctl.core.spout import Dispatch, Outcome
+from flowctl.core.tuples import TupleRange
+from flowctl.pipelines.config import FlowConfig, PipelineConfigError, load_pipeline_config
+from flowctl.spark.flow import (
+    FlowSettings,
+    _result_from_json,
+    decode_plan,
+    encode_plan,
+    initial_offset,
+    spout_config,
+)
+
+BIG_EDGE = 2**64 - 3  # acker edges are 64-bit: they must survive Spark's JSON offset log
+
+
+def test_the_plan_round_trips_through_json_grouped_by_lane() -> None:
+    dispatches = [
+        Dispatch(1, TupleRange("p.eden", 0, 0, 100), BIG_EDGE, False, "p.replay.a"),
+        Dispatch(0, TupleRange("p.replay.b", 2, 7, 8), 5, True, "p.replay.a"),
+        Dispatch(1, TupleRange("p.eden", 1, 200, 250), 9, False, "p.replay.b"),
+    ]
+    offset = json.loads(json.dumps(encode_plan("p.eden", 4, dispatches, "p")))
+    parts = decode_plan(offset, "p.eden", "p")
+    assert [(p.lane, p.seq) for p in parts] == [(0, 4), (1, 4)]
+    assert [(e.tuple, e.edge, e.replay, e.from_topic) for e in parts[1].entries] == [
+        (TupleRange("p.eden", 0, 0, 100), BIG_EDGE, False, "p.replay.a"),
+        (TupleRange("p.eden", 1, 200, 250), 9, False, "p.replay.b"),
+    ]
+    assert parts[0].entries[0].replay and parts[0].entries[0].tuple.id == "p.replay.b:2:7-8"
+    assert decode_plan(initial_offset("p.eden"), "p.eden", "p") == []
+
+
+def test_a_plain_mode_offset_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"is not a flow plan of topic 'p\.eden'"):
+        decode_plan({"topic": "p.eden", "offsets": {"0": 5}}, "p.eden", "p")
+    with pytest.raises(ValueError, match=r"is not a flow plan of topic 'q\.eden'"):
+        decode_plan(initial_offset("p.eden"), "q.eden", "p")
+
+
+def test_lane_feedback_entries_parse_into_results() -> None:
+    r = _result_from_json(
+        {"id": "p.eden:0:0-100", "o": "dlq", "x": BIG_EDGE, "rt": 0.5, "n": 100, "r": 3, "d": 1}
+    )
+    assert (r.outcome, r.xor, r.routed_records, r.dead_records) == (Outcome.DLQ, BIG_EDGE, 3, 1)
+    with pytest.raises(ValueError, match="'exploded' is not a valid Outcome"):
+        _result_from_json({"id": "p.eden:0:0-100", "o": "exploded"})
+
+
+def _config(tmp_path: Path, flow: str) -> Path:
+    path = tmp_path / "demo.toml"
+    path.write_text(
+        f'name = "demo"\ndefinition = "flowctl.pipelines.wordcount"\n[stream]\n'
+        f"tuple_size = 10\n[flow]\n{flow}\n"
+    )
+    return path
+
+
+def test_flow_defaults_fix_the_latency_target_and_adaptive_stays_selectable(
+    tmp_path: Path,
+) -> None:
+    config = load_pipeline_config(_config(tmp_path, ""))
+    assert config.flow == FlowConfig()
+    assert config.flow.rtt_threshold_s == 2.0 and config.flow.mode == "flow"
+    adaptive = load_pipeline_config(
+        _config(tmp_path, 'rtt = "adaptive"\ndispatch = "least_loaded"')
+    )
+    settings = FlowSettings(
+        "b:1", "demo.eden", "demo", "sqlite://", "m:1", "t1", 3, "x", None, 30.0, False
+    )
+    spout = spout_config(settings, adaptive)
+    assert spout.rtt_threshold_s is None and spout.policy == "least_loaded"
+    assert (spout.lanes, spout.tuple_size, spout.tuple_timeout_s) == (3, 10, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("flow", "message"),
+    [
+        ('mode = "fast"', r"flow.mode='fast' must be one of flow, plain"),
+        ("w_init = 40", r"flow.w_init=40 must lie in \[w_min=1, w_max=32\]"),
+        ("w_max = 0", r"flow.w_max=0 must be an integer >= 1"),
+        ("load_factor = 0.4", r"flow.load_factor=0.4 must be a number > 0.5 and < 1"),
+        ("backpressure_factor = 1", r"flow.backpressure_factor=1 must be a number > 1"),
+        ('rtt = "tcp"', r"flow.rtt='tcp' must be one of fixed, adaptive"),
+        ("latency_target_s = 0", r"flow.latency_target_s=0 must be a number > 0"),
+        ("replay_backoff_max_s = 0.1", r"flow.replay_backoff_max_s=0.1 must be >= "),
+        ("windw = 3", r"flow.windw=3 is not a known field"),
+    ],
+)
+def test_bad_flow_values_name_the_field(tmp_path: Path, flow: str, message: str) -> None:
+    with pytest.raises(PipelineConfigError, match=message):
+        load_pipeline_config(_config(tmp_path, flow))
