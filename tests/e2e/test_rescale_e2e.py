@@ -313,9 +313,9 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     per_second = int(1.5 * 2 * lanes_rate)  # more than 2 lanes count, less than 4
     feeder_stop = threading.Event()
 
-    def feed() -> None:
+    def feed() -> None:  # until the decision: then the backlog is small and green clears it
         seed = 100
-        while not feeder_stop.is_set():
+        while not feeder_stop.is_set() and not events.replacements(PIPELINE):
             batch = list(zipf_lines(per_second, seed=seed))
             kafka_log.produce(platform.kafka_bootstrap, EDEN, batch)
             lines.extend(batch)
