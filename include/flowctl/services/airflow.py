@@ -56,6 +56,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return {
         **settings.to_env(),
         "AIRFLOW_HOME": str(airflow_home(settings)),
+        # Explicit, so an AIRFLOW__DATABASE__* inherited from the caller's shell cannot point
+        # the embedded Airflow at another instance's metadata database.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
