@@ -93,3 +93,29 @@ def test_dags_of_another_config_directory_carry_their_config_path(
         ("reconcile_demo", "reconcile"),
     ]:
         assert dags[dag_id].get_task(task_id).pipeline_config == str(path), (dag_id, task_id)
+
+
+@pytest.mark.airflow
+def test_every_shipped_pipeline_gets_its_control_dags() -> None:
+    from flowctl.pipelines.config import PIPELINES_DIR
+    from flowctl_airflow.dag_factory import RECONCILE_SCHEDULE, all_pipeline_dags
+
+    dags = {dag.dag_id: dag for dag in all_pipeline_dags(PIPELINES_DIR)}
+    for path in sorted(PIPELINES_DIR.glob("*.toml")):
+        config = load_pipeline_config(path)
+        autoscale = dags[f"autoscale_{config.name}"]
+        assert autoscale.max_active_runs == 1
+        assert autoscale.schedule == config.scaling.schedule
+        assert [t.task_id for t in autoscale.topological_sort()] == ["decide", "replace"]
+        decide = autoscale.get_task("decide")
+        assert (decide.policy, decide.history_windows, decide.threshold_c) == (
+            config.scaling.policy,
+            config.scaling.history_windows,
+            config.scaling.threshold_c,
+        )
+        assert decide.soft_fail and decide.mode == "reschedule"
+        assert decide.timeout == config.scaling.sensor_timeout_s
+        rescale = dags[f"rescale_{config.name}"]
+        assert rescale.schedule is None and rescale.max_active_runs == 1
+        assert set(rescale.params) == {"direction", "target_parallelism", "reason"}
+        assert dags[f"reconcile_{config.name}"].schedule == RECONCILE_SCHEDULE
