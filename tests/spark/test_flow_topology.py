@@ -434,7 +434,7 @@ def test_a_memcached_restart_mid_stream_is_a_gap_repaired_by_redispatch(
     )
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowgap.eden": 2})
-    data = lines(10_000, seed=51)
+    data = lines(6_000, seed=51)
     kafka_log.produce(bootstrap, "flowgap.eden", data)
     expected = dict(count_words(data))
     job = flow.submit(config, "flowgap-blue-1", 2)
@@ -447,7 +447,7 @@ def test_a_memcached_restart_mid_stream_is_a_gap_repaired_by_redispatch(
     _session_services.stop("memcached")  # type: ignore[attr-defined]
     time.sleep(1.0)
     _session_services.start("memcached", "memcached_port")  # type: ignore[attr-defined]
-    more = lines(2_000, seed=52)
+    more = lines(1_000, seed=52)
     kafka_log.produce(bootstrap, "flowgap.eden", more)
     expected = dict(count_words(data + more))
     wait_for(
@@ -499,7 +499,7 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     config = flow_config(tmp_path, "flowdb", tuple_size=20, flow={"w_max": 6})
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowdb.eden": 2})
-    data = lines(3_000, seed=61)
+    data = lines(2_000, seed=61)
     kafka_log.produce(bootstrap, "flowdb.eden", data)
     job = flow.submit(config, "flowdb-blue-1", 2)
     wait_for(
@@ -513,7 +513,7 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     assert name
     admin = sa.create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
     away = f"{name}_away"
-    more = lines(8_000, seed=62)
+    more = lines(5_000, seed=62)
     try:
         _rename_database(admin, name, away)
         kafka_log.produce(bootstrap, "flowdb.eden", more)
@@ -554,7 +554,7 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     config = flow_config(tmp_path, "flowsig")
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowsig.eden": 2})
-    data = lines(3_000, seed=71)
+    data = lines(1_500, seed=71)
     kafka_log.produce(bootstrap, "flowsig.eden", data)
     tid = "flowsig-green-1"
     job = flow.submit(config, tid, 2, "--standby", "--colour", "green")
@@ -569,7 +569,7 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     wait_for(lambda: flow.state(tid) == "DRAINED", timeout_s=120, job=job, what="DRAINED")
     drained_at = kafka_log.latest_offsets(bootstrap, "flowsig.eden")
     assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == drained_at
-    more = lines(1_000, seed=72)
+    more = lines(500, seed=72)
     kafka_log.produce(bootstrap, "flowsig.eden", more)
     time.sleep(3.0)  # several triggers: a DRAINED topology must admit nothing
     assert counted(flow, "flowsig") == expected
@@ -597,7 +597,7 @@ def test_logetl_rows_exact_and_malformed_lines_in_the_dlq(flow: Flow, tmp_path: 
     config = flow_config(tmp_path, "flowlog", shipped="logetl", partitions=2, tuple_size=25)
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowlog.eden": 2})
-    data = list(synthetic_lines(3_000, seed=81))
+    data = list(synthetic_lines(2_000, seed=81))
     malformed = []
     for line in data:
         try:

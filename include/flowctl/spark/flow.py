@@ -78,6 +78,8 @@ STATUS_SCHEMA = (
 )
 #: The longest a lane waits for a replayed record's not-before time instead of holding it.
 MAX_HOLD_WAIT_S = 1.0
+#: Seconds between log lines about windows that only grew.
+WINDOW_LOG_EVERY_S = 5.0
 #: Latency samples a lane reports per acked tuple (evenly spread over its records).
 LATENCY_SAMPLES = 8
 _CACHE_MODULE = "flowctl._flow_lane_cache"
@@ -278,6 +280,8 @@ class FlowPlanner:
         self._persisted_replay: ReplaySnapshot | None = None
         self._last_warning: dict[str, float] = {}
         self._last_windows: tuple[int, ...] = ()
+        self._last_states: tuple[str, ...] = ()
+        self._last_window_log = -1e9
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
 
@@ -654,9 +658,19 @@ class FlowPlanner:
             self._warn("publishing the spout state", exc)
 
     def _log_windows(self, dispatched: int) -> None:
+        """Window changes at a readable rate: at once when a window shrinks or a lane's
+        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
         assert self.spout is not None
         sizes = tuple(w.size for w in self.spout.windows)
-        if sizes != self._last_windows:
+        states = tuple(str(w.state) for w in self.spout.windows)
+        shrank = len(sizes) == len(self._last_windows) and any(
+            new < old for new, old in zip(sizes, self._last_windows, strict=True)
+        )
+        now = self.clock.now()
+        due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
+        if sizes != self._last_windows and (shrank or states != self._last_states or due):
+            self._last_window_log = now
+            self._last_states = states
             log.info(
                 "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
                 self.settings.topology_id,
@@ -799,31 +813,21 @@ def run_lane(settings: FlowSettings, part: FlowPartition) -> Iterator[tuple[Any,
         backoff=FlumeBackoff(flow.replay_backoff_initial_s, flow.replay_backoff_max_s),
     )
     store = _store(settings.memcached)
-    consumer = kafka_log.cached_consumer(settings.bootstrap)
     started = time.monotonic()
     done: list[_Done] = []
     held: set[tuple[str, int]] = set()
-
-    def read(t: TupleRange) -> list[Any]:
-        return list(
-            kafka_log.read_range(
-                consumer, t.topic, t.partition, t.start, t.end, timeout_s=settings.read_timeout_s
-            )
-        )
 
     def process(records: list[Any]) -> Any:
         result = _run_with_deadline(definition.process, records, flow.tuple_timeout_s, part.lane)
         json.dumps(result, allow_nan=False)  # it waits in memcached as JSON: fail here if not
         return result
 
+    fetched = _prefetch(part.entries, settings)
     for entry in part.entries:
         t = entry.tuple
-        try:
-            raw = read(t)
-        except Exception as exc:
-            kafka_log.drop_cached_consumer(settings.bootstrap)
-            consumer = kafka_log.cached_consumer(settings.bootstrap)
-            done.append(_Done(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {exc}"))
+        raw = fetched[t.id]
+        if isinstance(raw, Exception):
+            done.append(_Done(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
             continue
         if not entry.replay:
             records = [
@@ -904,6 +908,56 @@ def run_lane(settings: FlowSettings, part: FlowPartition) -> Iterator[tuple[Any,
             float(d.rt),
             d.error[:300] or None,
         )
+
+
+def _prefetch(
+    entries: Sequence[PlanEntry], settings: FlowSettings
+) -> dict[str, list[Any] | Exception]:
+    """Every tuple's records, read in as few ``read_range`` calls as possible.
+
+    A lane's tuples of one partition are often contiguous (a window's worth of one
+    partition, or a run of replayed records): one read per contiguous span instead of one
+    assign + seek + fetch round trip per tuple. A span that cannot be read fails its
+    tuples only (the spout dispatches them again), never the task.
+    """
+    import bisect
+
+    from flowctl.adapters import kafka_log
+
+    by_tp: dict[tuple[str, int], list[TupleRange]] = {}
+    for e in entries:
+        by_tp.setdefault((e.tuple.topic, e.tuple.partition), []).append(e.tuple)
+    out: dict[str, list[Any] | Exception] = {}
+    for (topic, partition), tuples in sorted(by_tp.items()):
+        tuples.sort()
+        spans: list[list[TupleRange]] = []
+        for t in tuples:
+            if spans and spans[-1][-1].end == t.start:
+                spans[-1].append(t)
+            else:
+                spans.append([t])
+        for span in spans:
+            starts = [t.start for t in span]
+            for t in span:
+                out[t.id] = []
+            try:
+                consumer = kafka_log.cached_consumer(settings.bootstrap)
+                for record in kafka_log.read_range(
+                    consumer,
+                    topic,
+                    partition,
+                    span[0].start,
+                    span[-1].end,
+                    timeout_s=settings.read_timeout_s,
+                ):
+                    t = span[bisect.bisect_right(starts, record.offset) - 1]
+                    out[t.id].append(record)  # type: ignore[union-attr]
+            except Exception as exc:
+                # A consumer that failed mid-read is in doubt: the next read gets a fresh one.
+                kafka_log.drop_cached_consumer(settings.bootstrap)
+                for t in span:
+                    out[t.id] = exc
+    return out
 
 
 def _eden_tuple(
