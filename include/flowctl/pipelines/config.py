@@ -9,6 +9,7 @@ with a silently defaulted setting.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from flowctl.config import PROJECT_ROOT
 
 #: Where a bare pipeline name is looked up.
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
+#: Names another directory of pipeline configs (experiments, tests); see :func:`pipelines_dir`.
+PIPELINES_DIR_ENV = "FLOWCTL_PIPELINES_DIR"
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -157,11 +160,17 @@ _KNOWN = {
 }
 
 
+def pipelines_dir() -> Path:
+    """Where bare pipeline names are looked up: ``$FLOWCTL_PIPELINES_DIR`` or include/pipelines."""
+    env_dir = os.environ.get(PIPELINES_DIR_ENV)
+    return Path(env_dir).expanduser().resolve() if env_dir else PIPELINES_DIR
+
+
 def resolve_path(name_or_path: str | Path) -> Path:
-    """A bare name -> ``include/pipelines/<name>.toml``; anything else is a path."""
+    """A bare name -> ``<pipelines_dir()>/<name>.toml``; anything else is a path."""
     text = str(name_or_path)
     if _NAME.match(text):
-        return PIPELINES_DIR / f"{text}.toml"
+        return pipelines_dir() / f"{text}.toml"
     return Path(text).expanduser().resolve()
 
 

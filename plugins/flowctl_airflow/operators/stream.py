@@ -39,6 +39,12 @@ SPARK_JOBS_DIR = Path(__file__).resolve().parents[3] / "spark_jobs"
 COLOURS = ("blue", "green")
 
 
+def default_application(pipeline: str) -> str:
+    """``spark_jobs/<pipeline>_stream.py`` if the pipeline has one, else the generic job."""
+    own = SPARK_JOBS_DIR / f"{pipeline}_stream.py"
+    return str(own if own.exists() else SPARK_JOBS_DIR / "stream.py")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60]
 
@@ -96,9 +102,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"flowctl-{pipeline}")
-        super().__init__(
-            application=application or str(SPARK_JOBS_DIR / f"{pipeline}_stream.py"), **kwargs
-        )
+        super().__init__(application=application or default_application(pipeline), **kwargs)
         self.pipeline = pipeline
         self.pipeline_config = pipeline_config
         self.colour = colour
