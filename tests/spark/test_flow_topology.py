@@ -496,7 +496,9 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     flowctl_settings: Settings, postgres_url: str, tmp_path: Path
 ) -> None:
     flow = Flow(flowctl_settings, postgres_url, tmp_path)
-    config = flow_config(tmp_path, "flowdb", tuple_size=20, flow={"w_max": 6})
+    config = flow_config(
+        tmp_path, "flowdb", tuple_size=20, flow={"w_max": 6, "persist_queue_capacity": 40}
+    )
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowdb.eden": 2})
     data = lines(2_000, seed=61)
@@ -545,6 +547,13 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     assert counted(flow, "flowdb") == expected
     log = job.log()
     assert re.search(r"MRWQ mrwq\.flowdb: flush \(poll\): attempt \d+ failed", log), job.log_tail()
+    # the growing MRWQ (persist stage) pressed the process stage, and the release began
+    process = [
+        int(n) for n in re.findall(r"backpressure levels \{'source': \d+, 'process': (\d+)", log)
+    ]
+    assert process and max(process) > 0 and process[-1] < max(process), process
+    windows = flow.plane.metrics_windows("flowdb-blue-1")
+    assert any(w.backpressure_level > 0 for w in windows)
 
 
 def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:

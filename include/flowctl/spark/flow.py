@@ -279,6 +279,8 @@ class FlowPlanner:
         self._last_plan_at = self.clock.now()
         self._persisted_replay: ReplaySnapshot | None = None
         self._last_warning: dict[str, float] = {}
+        self._repeat = 0
+        self._arrival_mark: tuple[float, int] | None = None
         self._last_windows: tuple[int, ...] = ()
         self._last_states: tuple[str, ...] = ()
         self._last_window_log = -1e9
@@ -619,9 +621,13 @@ class FlowPlanner:
         m.set_backlog(spout.backlog(self._latest))
         m.set_backpressure(sum(levels.values()))
         m.set_lanes(LaneGauge(w.lane, w.size, str(w.state), w.in_flight) for w in spout.windows)
+        self._repeat += max(0, delta.get("repeat_failures", 0))
         offset = time.time() - self.clock.now()
         gauges = {g["lane"]: g for g in spout.lane_gauges()}
-        for row in m.roll():
+        rolled = m.roll()
+        if rolled:
+            figures = self._window_figures()
+        for row in rolled:
             self.row_no += 1
             data = row.to_dict()
             data["n"] = self.row_no
@@ -630,8 +636,31 @@ class FlowPlanner:
             data["lanes"] = [gauges.get(g["lane"], g) for g in data["lanes"]]
             data["levels"] = dict(levels)
             data["mrwq"] = persist_len
+            data.update(figures)
+            figures["repeat_failures"] = 0  # counted once, in the first window rolled now
             self.rows.append(data)
         self.rows = self.rows[-50:]
+
+    def _window_figures(self) -> dict[str, Any]:
+        """Figures the adaptive autoscaler reads from a metrics row (``lanes`` JSON):
+        replayed records failing again (poison, not load), how fast Eden grows, and how
+        fast one lane processes records (its tuples/s by Little's law x tuple size)."""
+        assert self.spout is not None
+        now = self.clock.now()
+        total = sum(self._latest.values())
+        arrival = None
+        if self._arrival_mark is not None and now > self._arrival_mark[0]:
+            arrival = max(0.0, (total - self._arrival_mark[1]) / (now - self._arrival_mark[0]))
+        self._arrival_mark = (now, total)
+        rates = [g["rate"] for g in self.spout.lane_gauges() if g["rate"] is not None]
+        lane_rate = sum(rates) / len(rates) * self.config.tuple_size if rates else None
+        figures = {
+            "repeat_failures": self._repeat,
+            "arrival_rate": None if arrival is None else round(arrival, 3),
+            "lane_rate": None if lane_rate is None else round(lane_rate, 3),
+        }
+        self._repeat = 0
+        return figures
 
     def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:
         assert self.spout is not None

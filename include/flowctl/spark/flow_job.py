@@ -24,6 +24,7 @@ owns in a flow-controlled topology:
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
 import threading
@@ -68,6 +69,7 @@ class FlowStreamJob(StreamJob):
         self._last_status = 0.0
         self._warned: dict[str, float] = {}
         self.totals: dict[str, int] = {}
+        self._batch_ends: collections.deque[float] = collections.deque(maxlen=500)
 
     # -- start ------------------------------------------------------------------------------
 
@@ -269,6 +271,9 @@ class FlowStreamJob(StreamJob):
                         "levels": row.get("levels", {}),
                         "mrwq": row.get("mrwq", 0),
                         "repeat_failures": row.get("repeat_failures", 0),
+                        "arrival_rate": row.get("arrival_rate"),
+                        "lane_rate": row.get("lane_rate"),
+                        "batch_duration_s": self._batch_duration(row),
                         "trigger_s": self.config.trigger_interval_s,
                     },
                 )
@@ -276,6 +281,16 @@ class FlowStreamJob(StreamJob):
                 self._warn("writing a metrics window", exc)
                 return
             self._last_row_end = row["window_end"]
+
+    def _batch_duration(self, row: dict[str, Any]) -> float | None:
+        """Mean time between batch completions inside the row's window (``None``: no batch)."""
+        ends = [t for t in self._batch_ends if row["window_start"] <= t < row["window_end"]]
+        before = [t for t in self._batch_ends if t < row["window_start"]]
+        if before:
+            ends.insert(0, before[-1])
+        if len(ends) < 2:
+            return None
+        return round((ends[-1] - ends[0]) / (len(ends) - 1), 3)
 
     def _checkpoint(self) -> dict[int, int] | str:
         try:
@@ -401,6 +416,7 @@ class FlowStreamJob(StreamJob):
             self.progress.last_batch_at = time.monotonic()
         for k, v in counts.items():
             self.totals[k] = self.totals.get(k, 0) + v
+        self._batch_ends.append(time.time())
         log.info(
             "batch %d: %d tuple(s) on %d lane(s): %s; %d records processed; slowest lane %.2f s%s",
             batch_id,
