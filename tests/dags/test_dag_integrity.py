@@ -41,7 +41,7 @@ def test_each_pipeline_has_its_dags(dags) -> None:
     from flowctl.pipelines.config import PIPELINES_DIR
 
     for config in sorted(PIPELINES_DIR.glob("*.toml")):
-        for kind in ("ingest", "stream"):
+        for kind in ("ingest", "stream", "autoscale", "rescale", "reconcile"):
             assert f"{kind}_{config.stem}" in dags, f"{kind}_{config.stem} missing for {config}"
 
 

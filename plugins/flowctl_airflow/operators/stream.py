@@ -31,6 +31,7 @@ from airflow.sdk import BaseHook
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
+from flowctl_airflow.metrics_relay import MetricsRelay
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -205,8 +206,23 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             parallelism,
             topology_id,
         )
-        super().execute(context)
+        relay = self._start_metrics_relay(topology_id)
+        try:
+            super().execute(context)
+        finally:
+            if relay is not None:
+                relay.stop()
         self.log.info("topology %s ended cleanly", topology_id)
+
+    def _start_metrics_relay(self, topology_id: str) -> MetricsRelay | None:
+        """Relay the topology's metrics windows to Airflow's StatsD/OpenTelemetry, if any."""
+        if self._database_url is None:
+            return None
+        from flowctl.adapters.control_plane import ControlPlane
+
+        return MetricsRelay(
+            ControlPlane(self._database_url), topology_id, pipeline=self.pipeline
+        ).start()
 
     def on_kill(self) -> None:
         """Ask the topology to stop cleanly; kill spark-submit only if it does not."""
