@@ -551,9 +551,10 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     process = [
         int(n) for n in re.findall(r"backpressure levels \{'source': \d+, 'process': (\d+)", log)
     ]
-    assert process and max(process) > 0 and process[-1] < max(process), process
-    windows = flow.plane.metrics_windows("flowdb-blue-1")
-    assert any(w.backpressure_level > 0 for w in windows)
+    assert process and max(process) > 0, process
+    levels = [w.backpressure_level for w in flow.plane.metrics_windows("flowdb-blue-1")]
+    peak = levels.index(max(levels))
+    assert levels[peak] > 0 and min(levels[peak:]) < levels[peak], levels
 
 
 def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:

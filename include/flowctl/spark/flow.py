@@ -78,7 +78,8 @@ STATUS_SCHEMA = (
 )
 #: The longest a lane waits for a replayed record's not-before time instead of holding it.
 MAX_HOLD_WAIT_S = 1.0
-#: Seconds between log lines about windows that only grew.
+#: Seconds between log lines about windows that only grew (or backpressure levels that
+#: only moved, without a stage entering or leaving backpressure).
 WINDOW_LOG_EVERY_S = 5.0
 #: Latency samples a lane reports per acked tuple (evenly spread over its records).
 LATENCY_SAMPLES = 8
@@ -279,6 +280,7 @@ class FlowPlanner:
         self._last_plan_at = self.clock.now()
         self._persisted_replay: ReplaySnapshot | None = None
         self._last_warning: dict[str, float] = {}
+        self._last_level_log = -1e9
         self._repeat = 0
         self._arrival_mark: tuple[float, int] | None = None
         self._last_windows: tuple[int, ...] = ()
@@ -572,7 +574,11 @@ class FlowPlanner:
         assert self.spout is not None
         self.chain.step({"process": self.spout.outstanding, "persist": persist_len})
         levels = self.chain.levels()
-        if levels != self._last_levels:
+        # Readable: at once when a stage enters or leaves backpressure, else every 5 s.
+        edge = {k for k, v in levels.items() if v} != {k for k, v in self._last_levels.items() if v}
+        due = self.clock.now() - self._last_level_log >= WINDOW_LOG_EVERY_S
+        if levels != self._last_levels and (edge or due):
+            self._last_level_log = self.clock.now()
             log.info(
                 "flow %s: backpressure levels %s (MRWQ %d items, %d tuples admitted and not "
                 "processed); rates %s",
