@@ -225,6 +225,10 @@ def decode_envelope(data: bytes) -> Envelope:
         parsed = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EnvelopeError(f"envelope is not UTF-8 JSON: {exc}") from exc
+    except RecursionError:
+        raise EnvelopeError(
+            f"envelope is nested too deeply to be JSON of an envelope ({len(data)} bytes)"
+        ) from None
     return Envelope.from_dict(parsed)
 
 
