@@ -98,3 +98,31 @@ def test_flow_defaults_fix_the_latency_target_and_adaptive_stays_selectable(
 def test_bad_flow_values_name_the_field(tmp_path: Path, flow: str, message: str) -> None:
     with pytest.raises(PipelineConfigError, match=message):
         load_pipeline_config(_config(tmp_path, flow))
+
+
+def _pipeline(tmp_path: Path, mode: str, definition: str = "flowctl.pipelines.wordcount") -> str:
+    path = tmp_path / "jobdemo.toml"
+    path.write_text(f'name = "jobdemo"\ndefinition = "{definition}"\n[flow]\nmode = "{mode}"\n')
+    return str(path)
+
+
+def test_the_config_mode_picks_the_job_and_standby_needs_flow(tmp_path: Path) -> None:
+    from flowctl.config import Settings
+    from flowctl.spark.flow_job import FlowStreamJob
+    from flowctl.spark.job import StreamJob, make_job, parse_args
+
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    flow_job = make_job(
+        parse_args(["--pipeline-config", _pipeline(tmp_path, "flow"), "--standby"]), settings
+    )
+    assert isinstance(flow_job, FlowStreamJob) and flow_job.standby and not flow_job.admit
+    assert flow_job.ns == f"flow.{flow_job.topology_id}"
+    plain = make_job(parse_args(["--pipeline-config", _pipeline(tmp_path, "plain")]), settings)
+    assert type(plain) is StreamJob
+    with pytest.raises(ValueError, match=r"--standby needs flow\.mode='flow'"):
+        make_job(
+            parse_args(["--pipeline-config", _pipeline(tmp_path, "plain"), "--standby"]), settings
+        )
+    logetl = _pipeline(tmp_path, "plain", "flowctl.pipelines.logetl")
+    with pytest.raises(ValueError, match=r"flow\.mode='plain' runs the word count only"):
+        make_job(parse_args(["--pipeline-config", logetl]), settings)
