@@ -126,3 +126,13 @@ def test_the_config_mode_picks_the_job_and_standby_needs_flow(tmp_path: Path) ->
     logetl = _pipeline(tmp_path, "plain", "flowctl.pipelines.logetl")
     with pytest.raises(ValueError, match=r"flow\.mode='plain' runs the word count only"):
         make_job(parse_args(["--pipeline-config", logetl]), settings)
+
+
+def test_a_definition_module_without_definition_is_named(tmp_path: Path) -> None:
+    from flowctl.config import Settings
+    from flowctl.spark.job import make_job, parse_args
+
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    config = _pipeline(tmp_path, "flow", "flowctl.textgen")
+    with pytest.raises(ValueError, match=r"definition='flowctl\.textgen' has no DEFINITION"):
+        make_job(parse_args(["--pipeline-config", config]), settings)

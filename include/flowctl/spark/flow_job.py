@@ -51,7 +51,13 @@ class FlowStreamJob(StreamJob):
 
         super().__init__(args, settings)
         self.flow = self.config.flow
-        self.definition = self.config.load_definition().DEFINITION
+        module = self.config.load_definition()
+        self.definition = getattr(module, "DEFINITION", None)
+        if not callable(getattr(self.definition, "process", None)):
+            raise ValueError(
+                f"{self.config.source}: definition={self.config.definition!r} has no DEFINITION "
+                f"with process(records) and apply(conn, pipeline, results)"
+            )
         self.memcached = settings.memcached_address
         self.store = MemcachedStore(self.memcached)
         self.ns = namespace(self.topology_id)
