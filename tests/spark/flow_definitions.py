@@ -6,7 +6,9 @@ file names the modules :mod:`tests.spark.flow_def_poison` and
 
 - :class:`Poisonous`: a record whose text contains ``POISON`` raises
   :class:`~flowctl.pipelines.base.PoisonRecord` (naming its offset), so it must end in
-  the DLQ with its error while every other record is counted;
+  the DLQ at once with its error; one containing ``BROKEN`` raises an ordinary error, so
+  it must be replayed until ``max_attempts`` and then reach the DLQ; every other record
+  is counted;
 - :class:`SlowLane`: lane 0 sleeps ``SLOW_S`` per tuple, the others do not, so lane 0's
   round-trip times exceed the latency target and its window must end smaller.
 """
@@ -41,12 +43,16 @@ class _Wrapped:
 
 
 class Poisonous(_Wrapped):
-    """Word count that refuses records containing ``POISON``."""
+    """Word count that refuses records containing ``POISON`` (a :class:`PoisonRecord`:
+    DLQ at once) and fails on records containing ``BROKEN`` (an ordinary error: replayed
+    until ``max_attempts``, then the DLQ)."""
 
     def process(self, records: Sequence[Record]) -> dict[str, int]:
         for r in records:
             if r.value is not None and b"POISON" in r.value:
                 raise PoisonRecord(f"record at offset {r.offset} is poison", offset=r.offset)
+            if r.value is not None and b"BROKEN" in r.value:
+                raise RuntimeError(f"cannot count the record at offset {r.offset}")
         return WORDCOUNT.process(records)
 
 

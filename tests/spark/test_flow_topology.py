@@ -287,10 +287,13 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
     kafka_log.ensure_topics(bootstrap, {"flowpoison.eden": 2})
     data = lines(2_000, seed=21)
     poisoned = {137, 1000, 1555}
+    broken = {420, 1777}
     for i in poisoned:
         data[i] = f"POISON pill number {i}"
+    for i in broken:
+        data[i] = f"BROKEN record number {i}"
     kafka_log.produce(bootstrap, "flowpoison.eden", data)
-    good = [line for i, line in enumerate(data) if i not in poisoned]
+    good = [line for i, line in enumerate(data) if i not in poisoned | broken]
     expected = dict(count_words(good))
     job = flow.submit(config, "flowpoison-blue-1", 2)
     wait_for(
@@ -309,7 +312,7 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         what="the stream going on after the poison",
     )
     wait_for(
-        lambda: len(read_topic(bootstrap, "flowpoison.dlq")) >= len(poisoned),
+        lambda: len(read_topic(bootstrap, "flowpoison.dlq")) >= len(poisoned | broken),
         timeout_s=60,
         job=job,
         what="the poison records in the DLQ",
@@ -322,16 +325,27 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         what="the durable checkpoint at the log's end",
     )
     flow.stop(job, "flowpoison-blue-1")
-    dead = [decode_envelope(v) for v in read_topic(bootstrap, "flowpoison.dlq")]
-    assert sorted(e.payload.decode() for e in dead) == sorted(data[i] for i in poisoned)
-    for e in dead:
-        assert e.topic == "flowpoison.eden"
-        assert "PoisonRecord" in e.error and f"offset {e.offset} is poison" in e.error
-        assert e.attempt >= 1
+    dead = {
+        e.payload.decode(): e for e in map(decode_envelope, read_topic(bootstrap, "flowpoison.dlq"))
+    }
+    assert sorted(dead) == sorted(data[i] for i in poisoned | broken)
+    for i in poisoned:  # straight to the DLQ: at most the one attempt of its own replay
+        e = dead[data[i]]
+        assert (
+            e.error.startswith("poison: PoisonRecord") and f"offset {e.offset} is poison" in e.error
+        )
+        assert e.attempt <= 2
+    for i in broken:  # replayed until max_attempts (3), then given up with the error
+        e = dead[data[i]]
+        assert e.attempt == 3, e
+        assert e.error.startswith("gave up after 3 attempt(s): RuntimeError: cannot count"), e.error
+    assert all(e.topic == "flowpoison.eden" for e in dead.values())
+
     assert counted(flow, "flowpoison") == expected
     windows = flow.plane.metrics_windows("flowpoison-blue-1")
-    assert sum(w.dlq for w in windows) >= len(poisoned)
-    assert sum(w.failed for w in windows) >= len(poisoned)
+    assert sum(w.dlq for w in windows) >= len(poisoned | broken)
+    assert sum(w.replayed for w in windows) > 0
+    assert sum(w.failed for w in windows) >= len(poisoned | broken)
     assert "PoisonRecord" in job.log()
 
 
