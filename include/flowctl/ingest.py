@@ -24,6 +24,17 @@ SOURCES = ("synthetic", "file")
 MAX_SYNTHETIC_LINES = 100_000_000
 
 
+def _integer(field: str, value: int | str) -> int:
+    """``value`` as the integer it denotes; a bool or a fraction is refused, not rounded."""
+    try:
+        number = int(value)
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{field}={value!r} is not an integer") from None
+    return number
+
+
 @dataclass(frozen=True)
 class IngestRequest:
     """What to load: ``source`` is ``synthetic`` (``lines``, ``seed``) or ``file`` (``path``)."""
@@ -47,19 +58,13 @@ class IngestRequest:
         """Validate raw values (DAG params arrive as strings); errors name field and value."""
         if source not in SOURCES:
             raise ValueError(f"source={source!r} must be one of {', '.join(SOURCES)}")
-        try:
-            n = int(lines)
-        except (TypeError, ValueError):
-            raise ValueError(f"lines={lines!r} is not an integer") from None
+        n = _integer("lines", lines)
         if source == "synthetic" and not 1 <= n <= MAX_SYNTHETIC_LINES:
             raise ValueError(f"lines={n} must be between 1 and {MAX_SYNTHETIC_LINES}")
-        try:
-            s = int(seed)
-        except (TypeError, ValueError):
-            raise ValueError(f"seed={seed!r} is not an integer") from None
+        s = _integer("seed", seed)
         if source == "file":
             if not path:
-                raise ValueError("path is required when source='file'")
+                raise ValueError(f"path={path!r}: a file is required when source='file'")
             if not Path(path).is_file():
                 raise ValueError(f"path={path!r} is not a readable file")
         return cls(pipeline=pipeline, source=source, lines=n, seed=s, path=path or None)

@@ -119,15 +119,24 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self._database_url: str | None = None
 
     def _validated_parallelism(self) -> int:
+        raw = self.parallelism
         try:
-            value = int(self.parallelism)
-        except (TypeError, ValueError):
+            value = int(raw)
+            # A bool or a fraction is not a lane count; int() would quietly read it as one.
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(
                 f"parallelism={self.parallelism!r} is not an integer (a power of two >= 1)"
             ) from None
         if value < 1 or value & (value - 1):
             raise ValueError(f"parallelism={value} must be a power of two >= 1 (1, 2, 4, 8, ...)")
         return value
+
+    def _validated_colour(self) -> str:
+        if self.colour not in COLOURS:
+            raise ValueError(f"colour={self.colour!r} must be one of {', '.join(COLOURS)}")
+        return self.colour
 
     def _validated_standby(self) -> bool:
         value = self.standby
@@ -165,8 +174,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context: Context) -> None:
-        if self.colour not in COLOURS:
-            raise ValueError(f"colour={self.colour!r} must be one of {', '.join(COLOURS)}")
+        self._validated_colour()
         parallelism = self._validated_parallelism()
         standby = self._validated_standby()
         ti = context["ti"]
