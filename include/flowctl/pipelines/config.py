@@ -9,6 +9,7 @@ with a silently defaulted setting.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import tomllib
@@ -176,14 +177,20 @@ def resolve_path(name_or_path: str | Path) -> Path:
 
 def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
     """Load and validate a pipeline config by name (``"wordcount"``) or path."""
-    path = resolve_path(name_or_path)
-    if not path.is_file():
+    try:
+        path = resolve_path(name_or_path)
+        exists = path.is_file()
+    except ValueError as exc:  # a NUL byte: no file can have that name
+        raise PipelineConfigError(f"pipeline config {name_or_path!r}: {exc}") from None
+    if not exists:
         raise PipelineConfigError(f"pipeline config {name_or_path!r}: file {path} does not exist")
     try:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise PipelineConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise PipelineConfigError(f"{path}: not valid TOML (not UTF-8): {exc}") from None
     return _parse(raw, path)
 
 
@@ -212,7 +219,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         raise fail("definition", definition, "must be a dotted module name")
     try:
         importlib.import_module(definition)
-    except ImportError as exc:
+    except (ImportError, TypeError, ValueError) as exc:  # a relative name, a NUL byte, ...
         raise fail("definition", definition, f"cannot be imported: {exc}") from exc
 
     def integer(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
@@ -237,8 +244,13 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     max_rows = integer(stream, "stream", "max_records_per_batch", 50_000, 1)
     tuple_size = integer(stream, "stream", "tuple_size", 100, 1)
     trigger = stream.get("trigger_interval_s", 1.0)
-    if isinstance(trigger, bool) or not isinstance(trigger, int | float) or trigger < 0:
-        raise fail("stream.trigger_interval_s", trigger, "must be a number of seconds >= 0")
+    if (
+        isinstance(trigger, bool)
+        or not isinstance(trigger, int | float)
+        or not math.isfinite(trigger)
+        or trigger < 0
+    ):
+        raise fail("stream.trigger_interval_s", trigger, "must be a finite number of seconds >= 0")
     scaling = _parse_scaling(raw.get("scaling", {}), fail)
     flow = _parse_flow(raw.get("flow", {}), fail)
     return PipelineConfig(
@@ -265,6 +277,7 @@ def _parse_scaling(table: dict[str, Any], fail: Any) -> ScalingConfig:
     def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
         value = table.get(key, getattr(defaults, key))
         bad = isinstance(value, bool) or not isinstance(value, int | float)
+        bad = bad or not math.isfinite(value)
         if not bad:
             bad = value <= lo if lo_open else value < lo
             bad = bad or (hi is not None and value > hi)
@@ -286,7 +299,7 @@ def _parse_scaling(table: dict[str, Any], fail: Any) -> ScalingConfig:
     low_sat = number("low_saturation", lo=0, hi=1)
     high_sat = number("high_saturation", lo=0, hi=1, lo_open=True)
     if low_sat >= high_sat:
-        raise fail("scaling.low_saturation", low_sat, f"must be < high_saturation={high_sat:g}")
+        raise fail("scaling.low_saturation", low_sat, f"must be < high_saturation={high_sat!r}")
     low_batch = number("low_batch_fraction", lo=0, hi=1)
     if low_batch >= 1:
         raise fail("scaling.low_batch_fraction", low_batch, "must be < 1")
@@ -328,6 +341,7 @@ def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
     def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = True) -> float:
         value = table.get(key, getattr(defaults, key))
         bad = isinstance(value, bool) or not isinstance(value, int | float)
+        bad = bad or not math.isfinite(value)
         if not bad:
             bad = value <= lo if lo_open else value < lo
             bad = bad or (hi is not None and value >= hi)
@@ -348,7 +362,7 @@ def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
     most = number("replay_backoff_max_s", lo=0)
     if most < initial:
         raise fail(
-            "flow.replay_backoff_max_s", most, f"must be >= replay_backoff_initial_s={initial:g}"
+            "flow.replay_backoff_max_s", most, f"must be >= replay_backoff_initial_s={initial!r}"
         )
     load_factor = number("load_factor", lo=0.5, hi=1.0)
     factor = number("backpressure_factor", lo=1.0)
