@@ -1,0 +1,514 @@
+"""Shared pieces of the benchmarks: services, pipeline configs, jobs, measurements, results.
+
+Every experiment runs on its own platform: Tansu and memcached on free ports under a
+temporary home (never the default ports), a fresh SQLite database, a pipeline config
+that is a renamed copy of the shipped one (own topics, offsets and results). Jobs run
+the way Airflow runs them, ``spark-submit`` in a subprocess, and are stopped through
+the control plane (``stop`` signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flowctl.adapters import kafka_log
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.pipelines.config import resolve_path
+from flowctl.services import manager
+from flowctl.services.base import PortInUseError
+from flowctl.services.process import free_port
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+VENV_BIN = Path(sys.executable).parent
+FLOW_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"
+BASELINE_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"
+
+
+# -- services -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Platform:
+    """Private services (Tansu, memcached) and a SQLite database under a tmp home."""
+
+    settings: Settings
+    work_dir: Path
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.work_dir / 'bench.db'}"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.settings.kafka_bootstrap
+
+    @property
+    def plane(self) -> ControlPlane:
+        return ControlPlane(self.database_url)
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        env.update(
+            FLOWCTL_DATABASE_URL=self.database_url,
+            SPARK_LOCAL_IP="127.0.0.1",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            PYTHONPATH=str(PROJECT_ROOT),  # bench definitions are importable as bench.*
+            PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        )
+        env.update(extra or {})
+        return env
+
+
+def _start(settings: Settings, service: str, port_field: str) -> Settings:
+    for attempt in range(3):
+        try:
+            manager.up(settings, only=service)
+            return settings
+        except PortInUseError:
+            if attempt == 2:
+                raise
+            settings = dataclasses.replace(settings, **{port_field: free_port()})
+    return settings
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds: jobs stopped, services down, home removed
+
+
+@contextlib.contextmanager
+def platform_up(keep: bool = False) -> Iterator[Platform]:
+    """Tansu + memcached on free ports in a tmp home; stopped (and the home removed) on exit.
+
+    SIGTERM and SIGINT unwind through the same cleanup.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    home = Path(tempfile.mkdtemp(prefix="flowctl-bench-"))
+    settings = Settings(
+        home=home, kafka_port=free_port(), memcached_port=free_port(), memcached_memory_mb=128
+    )
+    started: list[str] = []
+    try:
+        settings = _start(settings, "tansu", "kafka_port")
+        started.append("tansu")
+        settings = _start(settings, "memcached", "memcached_port")
+        started.append("memcached")
+        plat = Platform(settings, home)
+        plat.plane.ensure_schema()
+        yield plat
+    finally:
+        for service in reversed(started):
+            with contextlib.suppress(Exception):
+                manager.down(settings, only=service)
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+# -- pipeline configs ---------------------------------------------------------------------
+
+
+def pipeline_config(
+    directory: Path,
+    name: str,
+    *,
+    definition: str = "flowctl.pipelines.wordcount",
+    partitions: int = 4,
+    stream: Mapping[str, object] | None = None,
+    flow: Mapping[str, object] | None = None,
+) -> Path:
+    """The shipped word-count config renamed ``name``, with ``[stream]``/``[flow]`` overrides."""
+    text = resolve_path("wordcount").read_text()
+    text = text.replace('name = "wordcount"', f'name = "{name}"')
+    text = text.replace('eden = "wordcount.eden"', f'eden = "{name}.eden"')
+    text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
+    text = text.replace("partitions = 4", f"partitions = {partitions}")
+    for key, value in {**(stream or {}), **(flow or {})}.items():
+        shown = f'"{value}"' if isinstance(value, str) else str(value)
+        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", text)
+        if n != 1:
+            raise ValueError(f"{key!r} is not a setting of the word-count config")
+    path = directory / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(3)}"
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def random_lines(
+    n: int, seed: int, min_bytes: int = 50, max_bytes: int = 100, vocabulary: int = 1000
+) -> list[bytes]:
+    """``n`` lines of 50-100 bytes, random words drawn uniformly from a fixed vocabulary.
+
+    Like Storm's fast word count (random choices from a small set), so the counts
+    stay a bounded set of keys and the database holds ``vocabulary`` rows.
+    """
+    import random
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choices(letters, k=rng.randint(3, 9))) for _ in range(vocabulary)]
+    out = []
+    for _ in range(n):
+        size = rng.randint(min_bytes, max_bytes)
+        words: list[str] = []
+        length = -1
+        while length < size:
+            w = rng.choice(vocab)
+            words.append(w)
+            length += len(w) + 1
+        out.append(" ".join(words)[:size].rstrip().encode())
+    return out
+
+
+def produce(plat: Platform, topic: str, partitions: int, values: Sequence[bytes]) -> int:
+    kafka_log.ensure_topics(plat.bootstrap, {topic: partitions})
+    return kafka_log.produce(plat.bootstrap, topic, values, progress_every=20_000)
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Job:
+    """A running ``spark-submit`` of a stream job in its own process group."""
+
+    process: subprocess.Popen
+    log_path: Path
+    topology_id: str
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+
+
+def submit(
+    plat: Platform,
+    config: Path,
+    topology_id: str,
+    lanes: int,
+    *,
+    baseline: bool = False,
+    max_records_per_batch: int | None = None,
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Job:
+    """``spark-submit`` the flow-controlled job (or the baseline) on ``local[2]``."""
+    script = BASELINE_SCRIPT if baseline else FLOW_SCRIPT
+    args = [
+        "--pipeline-config",
+        str(config),
+        "--topology-id",
+        topology_id,
+        "--parallelism",
+        str(lanes),
+        "--poll-seconds",
+        "0.5",
+    ]
+    if baseline and max_records_per_batch:
+        args += ["--max-records-per-batch", str(max_records_per_batch)]
+    log_path = plat.work_dir / f"{topology_id}.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                str(VENV_BIN / "spark-submit"),
+                "--master",
+                "local[2]",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--driver-memory",
+                "768m",
+                str(script),
+                *args,
+                *extra,
+            ],
+            cwd=PROJECT_ROOT,
+            env=plat.env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Job(process, log_path, topology_id)
+
+
+def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int:
+    """Stop ``job`` through the control plane (``stop`` signal); SIGTERM/SIGKILL if it hangs."""
+    if job.alive():
+        with contextlib.suppress(Exception):
+            plat.plane.send_signal(job.topology_id, "stop")
+        try:
+            return job.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            job.kill()
+    return job.process.returncode
+
+
+def save_log(job: Job, name: str) -> None:
+    """Keep the job's log in bench/results/logs/ (not committed) for a later look."""
+    logs = RESULTS / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        shutil.copy(job.log_path, logs / f"{name}.log")
+
+
+# -- measurements ---------------------------------------------------------------------------
+
+
+def committed_total(plat: Platform, pipeline: str, topic: str) -> int:
+    """Records durable in the database: the sum of the pipeline's committed offsets."""
+    try:
+        return sum(plat.plane.committed_offsets(pipeline, topic).values())
+    except Exception:  # schema not there yet, or SQLite busy for a moment
+        return -1
+
+
+@dataclasses.dataclass
+class Progress:
+    """``(monotonic time, durable records)`` samples of a run."""
+
+    samples: list[tuple[float, int]]
+
+    def throughput_after_first_batch(self, total: int) -> tuple[float | None, dict[str, Any]]:
+        """Records/s from the first durable progress (the first batch) to the last record."""
+        nonzero = [(t, n) for t, n in self.samples if n > 0]
+        done = [(t, n) for t, n in self.samples if n >= total]
+        if not nonzero or not done:
+            return None, {"complete": bool(done)}
+        t0, n0 = nonzero[0]
+        t1, _ = done[0]
+        if t1 <= t0:
+            return None, {"complete": True, "first_batch_records": n0}
+        return (total - n0) / (t1 - t0), {
+            "complete": True,
+            "first_batch_records": n0,
+            "measured_records": total - n0,
+            "measured_s": round(t1 - t0, 3),
+        }
+
+
+def watch_progress(
+    plat: Platform,
+    job: Job,
+    pipeline: str,
+    topic: str,
+    total: int,
+    *,
+    timeout_s: float,
+    interval_s: float = 0.2,
+) -> Progress:
+    """Sample the durable record count until ``total`` is reached, the job dies or time is up."""
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        n = committed_total(plat, pipeline, topic)
+        samples.append((time.monotonic(), n))
+        if n >= total or not job.alive():
+            break
+        time.sleep(interval_s)
+    return Progress(samples)
+
+
+class OffsetLatency:
+    """End-to-end latency per record: producer send time -> its offset durable in the DB.
+
+    A steady producer thread sends ``rate`` records/s and keeps each record's send time
+    by ``(partition, offset)``; a poller reads the committed offsets every ``poll_s``
+    and stamps every record below a newly committed offset with the poll's time. Both
+    jobs are measured by the same code, so the poll resolution (``poll_s``) is the same
+    error on both sides.
+    """
+
+    def __init__(self, plat: Platform, pipeline: str, topic: str, poll_s: float = 0.05) -> None:
+        self.plat = plat
+        self.pipeline = pipeline
+        self.topic = topic
+        self.poll_s = poll_s
+        self.sent: dict[tuple[int, int], float] = {}
+        self.latencies: list[tuple[float, float]] = []  # (durable at, latency s)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._committed: dict[int, int] = {}
+
+    def produce_steady(self, values: Sequence[bytes], rate: float, stamp: bool = True) -> int:
+        """Send ``values`` at ``rate`` records/s (in 20 ms slices); returns records acknowledged.
+
+        With ``stamp`` each line starts with its send time (digits are not words).
+        """
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=self.plat.bootstrap, acks=1, linger_ms=2)
+        futures = []
+        start = time.time()
+        for i, value in enumerate(values):
+            due = start + i / rate
+            delay = due - time.time()
+            if delay > 0.02:
+                time.sleep(delay)
+            sent_at = time.time()
+            if stamp:
+                value = f"{sent_at:.3f} ".encode() + value
+            fut = producer.send(self.topic, value)
+            futures.append((fut, sent_at))
+            if i % 200 == 0:
+                self._collect(futures)
+                futures = []
+        producer.flush()
+        self._collect(futures)
+        producer.close()
+        return len(self.sent)
+
+    def _collect(self, futures: list[tuple[Any, float]]) -> None:
+        for fut, sent_at in futures:
+            md = fut.get(timeout=30)
+            with self._lock:
+                self.sent[(md.partition, md.offset)] = sent_at
+
+    def poll_until(self, total: int, timeout_s: float, job: Job) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and job.alive():
+            try:
+                committed = self.plat.plane.committed_offsets(self.pipeline, self.topic)
+            except Exception:
+                committed = {}
+            now = time.time()
+            with self._lock:
+                for p, n in committed.items():
+                    before = self._committed.get(p, 0)
+                    for off in range(before, n):
+                        sent_at = self.sent.get((p, off))
+                        if sent_at is not None:
+                            self.latencies.append((now, now - sent_at))
+                    if n > before:
+                        self._committed[p] = n
+                if len(self.latencies) >= total:
+                    return
+            time.sleep(self.poll_s)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    import pyspark
+
+    mem_gb = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    return {
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "python": platform.python_version(),
+        "spark": pyspark.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def command_line() -> str:
+    rel = Path(sys.argv[0]).resolve().relative_to(PROJECT_ROOT)
+    return " ".join([".venv/bin/python", str(rel), *sys.argv[1:]])
+
+
+def write_result(experiment: str, result: dict[str, Any]) -> Path:
+    """bench/results/<experiment>.json with the common fields first."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {
+        "experiment": experiment,
+        **result,
+        "command": command_line(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    path = RESULTS / f"{experiment}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+
+
+def ratio(candidate: float | None, baseline: float | None) -> float | None:
+    if candidate is None or baseline is None or baseline == 0:
+        return None
+    return round(candidate / baseline, 3)
+
+
+def drain_run(
+    plat: Platform,
+    work: Path,
+    topic: str,
+    total: int,
+    lanes: int,
+    *,
+    label: str,
+    baseline: bool,
+    partitions: int = 4,
+    batch: int | None = None,
+    stream: Mapping[str, object] | None = None,
+    flow: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 240.0,
+) -> tuple[float | None, dict[str, Any]]:
+    """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1."""
+    name = unique_name(label)
+    settings = dict(stream or {})
+    if batch is not None:
+        settings["max_records_per_batch"] = batch
+    config = pipeline_config(work, name, partitions=partitions, stream=settings, flow=flow)
+    config.write_text(config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"'))
+    job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env)
+    try:
+        progress = watch_progress(plat, job, name, topic, total, timeout_s=timeout_s)
+    finally:
+        code = stop(plat, job)
+        save_log(job, label)
+    rate, info = progress.throughput_after_first_batch(total)
+    info["exit_code"] = code
+    info["pipeline"] = name
+    t0 = progress.samples[0][0] if progress.samples else 0.0
+    info["series"] = [(round(t - t0, 2), n) for t, n in progress.samples]
+    return (None if rate is None else round(rate)), info

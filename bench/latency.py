@@ -1,0 +1,208 @@
+"""End-to-end latency of the word count at a steady rate: flow-controlled job vs baseline.
+
+SPEC "Experiments to reproduce" 2 on this machine: lines of text (seeded Zipf text,
+each line starting with its send time) are produced one by one at a steady rate
+below capacity while the job runs; a record's latency is the time from its send
+to the moment its offset is durable in the database (the pipeline's committed
+offsets, polled every 50 ms by the same code for both jobs). Each job first
+clears a small warm-up (its 4-7 s first micro-batch is not measured), then the
+same number of lines at the same rate is produced for it.
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/latency.py \
+        [--rate 2000] [--seconds 40] [--lanes 2]
+
+Writes bench/results/latency.json and latency.png; exits 1 if the target
+(flow p99 <= 1.0x the baseline's) is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    RESULTS,
+    OffsetLatency,
+    Platform,
+    committed_total,
+    percentile,
+    pipeline_config,
+    platform_up,
+    ratio,
+    save_log,
+    stop,
+    submit,
+    unique_name,
+    write_result,
+)
+
+from flowctl.adapters import kafka_log
+from flowctl.textgen import zipf_lines
+
+TARGET = 1.0
+WARMUP = 500
+
+
+def timestamped_lines(n: int, seed: int) -> list[bytes]:
+    """``n`` Zipf text lines (:meth:`OffsetLatency.produce_steady` puts the send time first)."""
+    return [line.encode() for line in zipf_lines(n, seed=seed)]
+
+
+def measure(
+    plat: Platform,
+    work: Path,
+    label: str,
+    lanes: int,
+    *,
+    baseline: bool,
+    rate: float,
+    seconds: float,
+    seed: int,
+    stream: Mapping[str, object] | None = None,
+    flow: Mapping[str, object] | None = None,
+    definition: str = "flowctl.pipelines.wordcount",
+    partitions: int = 4,
+    on_running: Callable[[], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 240.0,
+) -> dict[str, Any]:
+    """Run one job on its own pipeline; steady load; per-record durable latency."""
+    name = unique_name(label)
+    config = pipeline_config(
+        work, name, definition=definition, partitions=partitions, stream=stream, flow=flow
+    )
+    topic = f"{name}.eden"
+    kafka_log.ensure_topics(plat.bootstrap, {topic: partitions})
+    kafka_log.produce(plat.bootstrap, topic, timestamped_lines(WARMUP, seed + 1000))
+    job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env)
+    meter = OffsetLatency(plat, name, topic)
+    try:
+        deadline = time.monotonic() + 180
+        while committed_total(plat, name, topic) < WARMUP:
+            if not job.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{label}: warm-up not durable; log:\n{job.log_tail()}")
+            time.sleep(0.2)
+        if on_running is not None:
+            on_running()
+        total = int(rate * seconds)
+        lines = timestamped_lines(total, seed)
+        producer = threading.Thread(target=meter.produce_steady, args=(lines, rate))
+        started = time.time()
+        producer.start()
+        meter.poll_until(total, timeout_s=seconds + timeout_s, job=job)
+        producer.join(timeout=60)
+    finally:
+        code = stop(plat, job)
+        save_log(job, f"{label}-{'baseline' if baseline else 'flow'}")
+    lat = [v for _, v in meter.latencies]
+    series = [(round(t - started, 3), round(v, 4)) for t, v in meter.latencies]
+    return {
+        "records": len(lat),
+        "expected": total,
+        "p50_ms": None if not lat else round(percentile(lat, 50) * 1000, 1),
+        "p99_ms": None if not lat else round(percentile(lat, 99) * 1000, 1),
+        "max_ms": None if not lat else round(max(lat) * 1000, 1),
+        "exit_code": code,
+        "series": series,
+        "pipeline": name,
+    }
+
+
+def windowed(series: list[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    """``(window end, p99 latency s)`` of each window of durable times."""
+    buckets: dict[int, list[float]] = {}
+    for t, v in series:
+        buckets.setdefault(int(t // window_s), []).append(v)
+    return [((k + 1) * window_s, percentile(vs, 99)) for k, vs in sorted(buckets.items())]
+
+
+def plot_latency(path: Path, runs: Mapping[str, dict[str, Any]], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, run in runs.items():
+        series = run["series"]
+        if not series:
+            continue
+        ts = [t for t, _ in series]
+        vs = [v * 1000 for _, v in series]
+        ax1.plot(ts, vs, ".", markersize=1, alpha=0.4, label=label)
+        s = sorted(vs)
+        ax2.plot(s, [i / len(s) for i in range(len(s))], label=label)
+    ax1.set_xlabel("durable at (s since load started)")
+    ax1.set_ylabel("latency ms")
+    ax1.set_title(title)
+    ax1.legend(markerscale=10)
+    ax2.set_xlabel("latency ms")
+    ax2.set_ylabel("share of records")
+    ax2.set_title("CDF")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", type=float, default=2000.0, help="records/s produced")
+    p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load per job")
+    p.add_argument("--lanes", type=int, default=2)
+    p.add_argument("--seed", type=int, default=2)
+    args = p.parse_args(argv)
+
+    runs: dict[str, dict[str, Any]] = {}
+    with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
+        for kind in ("baseline", "flow"):
+            runs[kind] = measure(
+                plat,
+                Path(tmp),
+                "lat",
+                args.lanes,
+                baseline=kind == "baseline",
+                rate=args.rate,
+                seconds=args.seconds,
+                seed=args.seed,
+            )
+            r = runs[kind]
+            print(
+                f"{kind}: {r['records']}/{r['expected']} records, p50 {r['p50_ms']} ms, "
+                f"p99 {r['p99_ms']} ms",
+                flush=True,
+            )
+
+    flow, base = runs["flow"], runs["baseline"]
+    p99_ratio = ratio(flow["p99_ms"], base["p99_ms"])
+    complete = all(r["records"] >= r["expected"] for r in runs.values())
+    summary = {
+        "metric": "end-to-end latency p99 (send -> offset durable in the database)",
+        "unit": "ms",
+        "candidate": "flow-controlled topology (shipped settings)",
+        "baseline": "plain Structured Streaming, direct writes (wordcount_baseline.py)",
+        "candidate_value": flow["p99_ms"],
+        "baseline_value": base["p99_ms"],
+        "ratio": p99_ratio,
+        "p50_ms": {"flow": flow["p50_ms"], "baseline": base["p50_ms"]},
+        "p50_ratio": ratio(flow["p50_ms"], base["p50_ms"]),
+        "all_records_durable": complete,
+        "target": f"p99 ratio <= {TARGET}",
+        "meets_target": bool(complete and p99_ratio is not None and p99_ratio <= TARGET),
+        "params": vars(args),
+        "runs": runs,
+    }
+    write_result("latency", summary)
+    plot_latency(RESULTS / "latency.png", runs, f"Word count at {args.rate:.0f} records/s")
+    print(f"p99 flow {flow['p99_ms']} ms vs baseline {base['p99_ms']} ms: ratio {p99_ratio}")
+    return 0 if summary["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Delayed persistence: a slow database, MRWQ (flow-controlled job) vs direct writes (baseline).
+
+SPEC "Experiments to reproduce" 3 on this machine. The database is SQLite made slow
+on purpose: every row written to ``word_counts`` (insert or update) sleeps
+``--ms-per-row`` ms inside the writing transaction (a trigger calling a function that
+``bench/inject/sitecustomize.py`` installs in the jobs' processes), so the direct
+writes of the baseline (in ``foreachBatch``) and the MRWQ flushes of the flow job pay
+the same cost per row. The same steady load as ``bench/latency.py`` (Zipf text lines
+with their send time) is produced for each job; a record's latency is send -> offset
+durable in the database.
+
+Metric: p99 latency of the last ``--window`` seconds of durable records, flow vs
+baseline, and the slope of latency over time (ms per s, least squares): direct
+writes fall behind and their latency keeps rising, the MRWQ should stay flat.
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/persistence.py \
+        [--ms-per-row 2] [--rate 1500] [--seconds 40] [--lanes 2]
+
+Writes bench/results/persistence.json and persistence.png; exits 1 if the target
+(flow last-window p99 <= 1.0x the baseline's) is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from _common import BENCH, RESULTS, percentile, platform_up, ratio, write_result
+from latency import measure, plot_latency
+
+from flowctl.config import PROJECT_ROOT
+
+TARGET = 1.0
+
+
+def slow_down(database_url: str, ms_per_row: float) -> None:
+    """Triggers on ``word_counts`` that sleep ``ms_per_row`` per row written."""
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:
+        for event in ("INSERT", "UPDATE"):
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER IF NOT EXISTS bench_slow_{event.lower()} AFTER {event} "
+                f"ON word_counts BEGIN SELECT bench_sleep_ms({ms_per_row}); END"
+            )
+    engine.dispose()
+
+
+def slope_ms_per_s(series: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of latency (ms) over durable time (s)."""
+    if len(series) < 2:
+        return None
+    n = len(series)
+    mt = sum(t for t, _ in series) / n
+    mv = sum(v for _, v in series) / n
+    var = sum((t - mt) ** 2 for t, _ in series)
+    if var == 0:
+        return None
+    return round(sum((t - mt) * (v - mv) for t, v in series) / var * 1000, 2)
+
+
+def last_window_p99(series: list[tuple[float, float]], window_s: float) -> float | None:
+    if not series:
+        return None
+    end = max(t for t, _ in series)
+    tail = [v for t, v in series if t >= end - window_s]
+    return round(percentile(tail, 99) * 1000, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ms-per-row", type=float, default=2.0, help="sleep per row written")
+    p.add_argument("--rate", type=float, default=1500.0, help="records/s produced")
+    p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load per job")
+    p.add_argument("--lanes", type=int, default=2)
+    p.add_argument("--window", type=float, default=10.0, help="seconds of the last window")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to drain after the load")
+    p.add_argument("--seed", type=int, default=3)
+    args = p.parse_args(argv)
+
+    env = {
+        "FLOWCTL_BENCH_SLOW_SQLITE": "1",
+        "PYTHONPATH": f"{BENCH / 'inject'}:{PROJECT_ROOT}",
+    }
+    runs: dict[str, dict[str, Any]] = {}
+    with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
+        slow_down(plat.database_url, args.ms_per_row)
+        for kind in ("baseline", "flow"):
+            run = measure(
+                plat,
+                Path(tmp),
+                "pers",
+                args.lanes,
+                baseline=kind == "baseline",
+                rate=args.rate,
+                seconds=args.seconds,
+                seed=args.seed,
+                env=env,
+                timeout_s=args.timeout,
+            )
+            run["slope_ms_per_s"] = slope_ms_per_s(run["series"])
+            run["last_window_p99_ms"] = last_window_p99(run["series"], args.window)
+            runs[kind] = run
+            print(
+                f"{kind}: {run['records']}/{run['expected']} durable, p99 {run['p99_ms']} ms, "
+                f"last {args.window:.0f} s p99 {run['last_window_p99_ms']} ms, "
+                f"slope {run['slope_ms_per_s']} ms/s",
+                flush=True,
+            )
+
+    flow, base = runs["flow"], runs["baseline"]
+    last_ratio = ratio(flow["last_window_p99_ms"], base["last_window_p99_ms"])
+    summary = {
+        "metric": f"p99 latency of the last {args.window:.0f} s (send -> durable), slow database",
+        "unit": "ms",
+        "candidate": "flow-controlled topology, MRWQ in memcached, flushed in batches",
+        "baseline": "direct writes in foreachBatch (wordcount_baseline.py)",
+        "candidate_value": flow["last_window_p99_ms"],
+        "baseline_value": base["last_window_p99_ms"],
+        "ratio": last_ratio,
+        "slope_ms_per_s": {"flow": flow["slope_ms_per_s"], "baseline": base["slope_ms_per_s"]},
+        "records_durable": {k: f"{r['records']}/{r['expected']}" for k, r in runs.items()},
+        "target": f"last-window p99 ratio <= {TARGET} (flow flat, direct rising)",
+        "meets_target": bool(last_ratio is not None and last_ratio <= TARGET),
+        "params": vars(args),
+        "runs": runs,
+    }
+    write_result("persistence", summary)
+    plot_latency(
+        RESULTS / "persistence.png",
+        runs,
+        f"{args.ms_per_row:g} ms per row written, {args.rate:.0f} records/s",
+    )
+    print(f"last-window p99 ratio {last_ratio}; slopes {summary['slope_ms_per_s']}")
+    return 0 if summary["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Throughput of the fast word count: flow-controlled job vs baseline vs plain kafka-python.
+
+SPEC "Experiments to reproduce" 1 scaled to this machine: random strings of 50-100
+bytes, split into words, counted, for several lane counts. One topic is produced
+once; every run reads all of it under a pipeline name of its own (own offsets and
+results), so every candidate sees the same data in the same run:
+
+- ``flow``: the flow-controlled topology (``spark_jobs/wordcount_stream.py``, the
+  shipped ``[flow]`` settings);
+- ``baseline``: plain Structured Streaming with direct writes
+  (``spark_jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
+- ``kafka-python``: one consumer reading the topic and counting words in a loop, no
+  Spark, no database (the machine's upper bound for a Python reader).
+
+Metric: records/s made durable (sum of committed offsets) from the end of the first
+micro-batch to the last record, so Spark's 4-7 s first batch is excluded.
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/throughput.py \
+        [--records 300000] [--lanes 1,2,4] [--batch 50000]
+
+Writes bench/results/throughput.json and throughput.png; exits 1 if the target
+(flow >= 1.0x the baseline at every lane count) is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (
+    RESULTS,
+    platform_up,
+    pipeline_config,
+    produce,
+    random_lines,
+    ratio,
+    save_log,
+    stop,
+    submit,
+    unique_name,
+    watch_progress,
+    write_result,
+)
+
+TARGET = 1.0
+
+
+def kafka_python_loop(bootstrap: str, topic: str, total: int) -> float:
+    """Records/s of one kafka-python consumer reading ``topic`` and counting its words."""
+    from collections import Counter
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from flowctl.pipelines.wordcount import count_values
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts: Counter[str] = Counter()
+    seen = 0
+    t0 = time.monotonic()
+    while seen < total:
+        batch = consumer.poll(timeout_ms=1000, max_records=5000)
+        for records in batch.values():
+            counts.update(count_values(r.value for r in records))
+            seen += len(records)
+    elapsed = time.monotonic() - t0
+    consumer.close()
+    return seen / elapsed
+
+
+def run_job(plat, topic, partitions, lanes, *, baseline, batch, flow, total, work, timeout_s):
+    name = unique_name("tpb" if baseline else "tpf")
+    config = pipeline_config(
+        work,
+        name,
+        partitions=partitions,
+        stream={"max_records_per_batch": batch, "tuple_size": flow["tuple_size"]},
+        flow={"w_init": flow["w_init"], "w_max": flow["w_max"]},
+    )
+    text = config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"')
+    config.write_text(text)
+    job = submit(
+        plat,
+        config,
+        f"{name}-1",
+        lanes,
+        baseline=baseline,
+        max_records_per_batch=batch if baseline else None,
+    )
+    try:
+        progress = watch_progress(plat, job, name, topic, total, timeout_s=timeout_s)
+    finally:
+        code = stop(plat, job)
+        save_log(job, f"throughput-{'baseline' if baseline else 'flow'}-{lanes}")
+    rate, info = progress.throughput_after_first_batch(total)
+    info["exit_code"] = code
+    info["series"] = [(round(t - progress.samples[0][0], 2), n) for t, n in progress.samples]
+    return rate, info
+
+
+def plot(path: Path, lanes: list[int], flow: list, base: list, upper: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.38
+    xs = range(len(lanes))
+    ax.bar([x - width / 2 for x in xs], [v or 0 for v in flow], width, label="flow-controlled")
+    ax.bar([x + width / 2 for x in xs], [v or 0 for v in base], width, label="baseline")
+    ax.axhline(upper, color="grey", linestyle="--", label="kafka-python loop")
+    ax.set_xticks(list(xs), [f"{n} lanes" for n in lanes])
+    ax.set_ylabel("records/s (after the first batch)")
+    ax.set_title("Fast word count throughput")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=300_000)
+    p.add_argument("--lanes", default="1,2,4", help="comma-separated lane counts")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--batch", type=int, default=50_000, help="baseline records per batch")
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
+    p.add_argument("--tuple-size", type=int, default=2000, help="flow: records per tuple")
+    p.add_argument("--w-init", type=int, default=16, help="flow: initial window, tuples")
+    p.add_argument("--w-max", type=int, default=32, help="flow: largest window, tuples")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    lanes = [int(v) for v in args.lanes.split(",")]
+
+    with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        topic = unique_name("fastwc") + ".eden"
+        values = random_lines(args.records, args.seed)
+        t0 = time.monotonic()
+        produced = produce(plat, topic, args.partitions, values)
+        print(f"produced {produced} records in {time.monotonic() - t0:.1f} s", flush=True)
+        upper = kafka_python_loop(plat.bootstrap, topic, produced)
+        print(f"kafka-python loop: {upper:.0f} records/s", flush=True)
+        cases = []
+        for n in lanes:
+            row = {"lanes": n}
+            for kind in ("baseline", "flow"):
+                rate, info = run_job(
+                    plat,
+                    topic,
+                    args.partitions,
+                    n,
+                    baseline=kind == "baseline",
+                    batch=args.batch,
+                    flow={"tuple_size": args.tuple_size, "w_init": args.w_init, "w_max": args.w_max},
+                    total=produced,
+                    work=work,
+                    timeout_s=args.timeout,
+                )
+                row[kind] = None if rate is None else round(rate)
+                row[f"{kind}_run"] = info
+                print(f"lanes {n} {kind}: {row[kind]} records/s", flush=True)
+            row["ratio"] = ratio(row["flow"], row["baseline"])
+            cases.append(row)
+
+    ratios = [c["ratio"] for c in cases]
+    meets = all(r is not None and r >= TARGET for r in ratios)
+    best = max(cases, key=lambda c: c["flow"] or 0)
+    summary = {
+        "metric": "records/s durable, first micro-batch excluded",
+        "unit": "records/s",
+        "candidate": "flow-controlled topology (tuple_size/w_init/w_max from params)",
+        "baseline": "plain Structured Streaming, direct writes (wordcount_baseline.py)",
+        "candidate_value": best["flow"],
+        "baseline_value": best["baseline"],
+        "ratio": best["ratio"],
+        "ratio_per_lanes": {c["lanes"]: c["ratio"] for c in cases},
+        "upper_bound_kafka_python": round(upper),
+        "target": f"flow >= {TARGET}x baseline at every lane count",
+        "meets_target": meets,
+        "params": vars(args),
+        "cases": cases,
+    }
+    write_result("throughput", summary)
+    plot(
+        RESULTS / "throughput.png",
+        lanes,
+        [c["flow"] for c in cases],
+        [c["baseline"] for c in cases],
+        upper,
+    )
+    print("| lanes | flow rec/s | baseline rec/s | ratio | kafka-python rec/s |")
+    for c in cases:
+        print(f"| {c['lanes']} | {c['flow']} | {c['baseline']} | {c['ratio']} | {upper:.0f} |")
+    return 0 if meets else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
