@@ -32,16 +32,12 @@ from pathlib import Path
 
 from _common import (
     RESULTS,
+    drain_run,
     platform_up,
-    pipeline_config,
     produce,
     random_lines,
     ratio,
-    save_log,
-    stop,
-    submit,
     unique_name,
-    watch_progress,
     write_result,
 )
 
@@ -71,36 +67,6 @@ def kafka_python_loop(bootstrap: str, topic: str, total: int) -> float:
     elapsed = time.monotonic() - t0
     consumer.close()
     return seen / elapsed
-
-
-def run_job(plat, topic, partitions, lanes, *, baseline, batch, flow, total, work, timeout_s):
-    name = unique_name("tpb" if baseline else "tpf")
-    config = pipeline_config(
-        work,
-        name,
-        partitions=partitions,
-        stream={"max_records_per_batch": batch, "tuple_size": flow["tuple_size"]},
-        flow={"w_init": flow["w_init"], "w_max": flow["w_max"]},
-    )
-    text = config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"')
-    config.write_text(text)
-    job = submit(
-        plat,
-        config,
-        f"{name}-1",
-        lanes,
-        baseline=baseline,
-        max_records_per_batch=batch if baseline else None,
-    )
-    try:
-        progress = watch_progress(plat, job, name, topic, total, timeout_s=timeout_s)
-    finally:
-        code = stop(plat, job)
-        save_log(job, f"throughput-{'baseline' if baseline else 'flow'}-{lanes}")
-    rate, info = progress.throughput_after_first_batch(total)
-    info["exit_code"] = code
-    info["series"] = [(round(t - progress.samples[0][0], 2), n) for t, n in progress.samples]
-    return rate, info
 
 
 def plot(path: Path, lanes: list[int], flow: list, base: list, upper: float) -> None:
@@ -151,19 +117,21 @@ def main(argv: list[str] | None = None) -> int:
         for n in lanes:
             row = {"lanes": n}
             for kind in ("baseline", "flow"):
-                rate, info = run_job(
+                rate, info = drain_run(
                     plat,
+                    work,
                     topic,
-                    args.partitions,
+                    produced,
                     n,
+                    label=f"throughput-{kind}-{n}",
                     baseline=kind == "baseline",
+                    partitions=args.partitions,
                     batch=args.batch,
-                    flow={"tuple_size": args.tuple_size, "w_init": args.w_init, "w_max": args.w_max},
-                    total=produced,
-                    work=work,
+                    stream={"tuple_size": args.tuple_size},
+                    flow={"w_init": args.w_init, "w_max": args.w_max},
                     timeout_s=args.timeout,
                 )
-                row[kind] = None if rate is None else round(rate)
+                row[kind] = rate
                 row[f"{kind}_run"] = info
                 print(f"lanes {n} {kind}: {row[kind]} records/s", flush=True)
             row["ratio"] = ratio(row["flow"], row["baseline"])

@@ -1,0 +1,295 @@
+"""Replacement under overload: blue-green (the platform) vs stop-and-restart (rebalance).
+
+SPEC "Experiments to reproduce" 4 on this machine: the operator is slowed on purpose
+(``--ms-per-record`` per record in every lane, ``bench/inject/sitecustomize.py``), the
+topology runs with ``--from-lanes`` lanes while lines arrive faster than it can
+process them; ``--switch-after`` seconds into the load it is replaced by one with
+``--to-lanes`` lanes, in two ways on the same data (each on a pipeline of its own):
+
+- ``blue_green``: the control-plane protocol of the replace operator
+  (``plugins/flowctl_airflow/operators/blue_green.py``) driven directly: green is
+  started ``--standby``, waits READY; blue gets ``deactivate`` and reports DRAINED;
+  green gets ``activate``; blue gets ``stop``;
+- ``stop_restart``: blue gets ``stop``; when it has exited, the new topology is
+  started on the same pipeline (it resumes from the durable checkpoint).
+
+Measured from the durable record count (committed offsets, sampled every 0.2 s):
+output pause (longest span after the decision with no durable progress), time to
+recover (decision -> the 3 s durable rate first reaches the rate before the
+decision), and, after the backlog is drained, duplicates and loss of words (stored
+word counts vs the plain-Python count of every produced line).
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/replacement.py \
+        [--rate 2500] [--seconds 45] [--switch-after 15] [--ms-per-record 0.6]
+
+Writes bench/results/replacement.json and replacement.png; exits 1 if the target
+(blue-green output pause <= 0.5x stop-and-restart's, nothing lost, no duplicates)
+is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH,
+    RESULTS,
+    Job,
+    Platform,
+    committed_total,
+    pipeline_config,
+    platform_up,
+    ratio,
+    save_log,
+    stop,
+    submit,
+    unique_name,
+    write_result,
+)
+
+from flowctl.adapters import kafka_log, results
+from flowctl.config import PROJECT_ROOT
+from flowctl.pipelines.wordcount import count_words
+from flowctl.textgen import zipf_lines
+
+TARGET_PAUSE_RATIO = 0.5
+
+
+def wait_state(plat: Platform, topology_id: str, states: set[str], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if plat.plane.get_topology(topology_id).state in states:
+                return True
+        except Exception:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def steady_producer(plat: Platform, topic: str, lines: list[bytes], rate: float) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=plat.bootstrap, acks=1, linger_ms=5)
+    start = time.time()
+    for i, value in enumerate(lines):
+        delay = start + i / rate - time.time()
+        if delay > 0.02:
+            time.sleep(delay)
+        producer.send(topic, value)
+    producer.flush()
+    producer.close()
+
+
+def one_method(plat: Platform, work: Path, method: str, args: argparse.Namespace) -> dict:
+    env = {
+        "FLOWCTL_BENCH_LANE_DELAY": f"{args.ms_per_record},0,1",
+        "PYTHONPATH": f"{BENCH / 'inject'}:{PROJECT_ROOT}",
+    }
+    name = unique_name("rep")
+    config = pipeline_config(
+        work,
+        name,
+        partitions=args.partitions,
+        stream={"tuple_size": 100},
+        flow={"w_init": 8, "w_max": 64, "latency_target_s": 1.0},
+    )
+    topic = f"{name}.eden"
+    kafka_log.ensure_topics(plat.bootstrap, {topic: args.partitions})
+    total = int(args.rate * args.seconds)
+    lines = [line.encode() for line in zipf_lines(total, seed=args.seed)]
+    blue = submit(plat, config, f"{name}-blue", args.from_lanes, env=env)
+    jobs: list[Job] = [blue]
+    samples: list[tuple[float, int]] = []
+    events: dict[str, float] = {}
+    try:
+        if not wait_state(plat, blue.topology_id, {"ACTIVE"}, 180):
+            raise RuntimeError(f"blue not ACTIVE; log:\n{blue.log_tail()}")
+        producer = threading.Thread(
+            target=steady_producer, args=(plat, topic, lines, args.rate), daemon=True
+        )
+        t0 = time.monotonic()
+        producer.start()
+        switched = False
+        deadline = t0 + args.seconds + args.timeout
+        green: Job | None = None
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            samples.append((now - t0, committed_total(plat, name, topic)))
+            if samples[-1][1] >= total:
+                break
+            if not switched and now - t0 >= args.switch_after:
+                switched = True
+                events["decision"] = now - t0
+                threading.Thread(
+                    target=lambda: events.update(
+                        switch(plat, config, name, method, blue, jobs, args, env, t0)
+                    ),
+                    daemon=True,
+                ).start()
+            time.sleep(0.2)
+        producer.join(timeout=30)
+        green = jobs[-1]
+    finally:
+        for job in jobs:
+            stop(plat, job, timeout_s=60)
+        for i, job in enumerate(jobs):
+            save_log(job, f"replacement-{method}-{i}")
+    stored = results.word_counts(plat.database_url, name)
+    expected = count_words(lines)
+    missing = sum(max(0, n - stored.get(w, 0)) for w, n in expected.items())
+    extra = sum(max(0, n - expected.get(w, 0)) for w, n in stored.items())
+    return {
+        "samples": [(round(t, 2), n) for t, n in samples],
+        "events": {k: round(v, 2) for k, v in events.items()},
+        "words_missing": missing,
+        "words_duplicated": extra,
+        "complete": bool(samples) and samples[-1][1] >= total,
+        "records": total,
+        "green_log": None if green is None else str(green.log_path),
+        **analyse(samples, events.get("decision")),
+    }
+
+
+def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, float]:
+    """Replace ``blue`` by a topology of ``--to-lanes`` lanes; returns event times."""
+    ev: dict[str, float] = {}
+    if method == "blue_green":
+        green = submit(plat, config, f"{name}-green", args.to_lanes, extra=["--standby"], env=env)
+        jobs.append(green)
+        wait_state(plat, green.topology_id, {"READY"}, 180)
+        ev["green_ready"] = time.monotonic() - t0
+        plat.plane.send_signal(blue.topology_id, "deactivate")
+        if not wait_state(plat, blue.topology_id, {"DRAINED"}, 120):
+            plat.plane.send_signal(blue.topology_id, "stop")
+        ev["blue_drained"] = time.monotonic() - t0
+        plat.plane.send_signal(green.topology_id, "activate")
+        wait_state(plat, green.topology_id, {"ACTIVE"}, 120)
+        ev["green_active"] = time.monotonic() - t0
+        stop(plat, blue, timeout_s=60)
+        ev["blue_stopped"] = time.monotonic() - t0
+    else:
+        stop(plat, blue, timeout_s=120)
+        ev["old_stopped"] = time.monotonic() - t0
+        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env)
+        jobs.append(new)
+        wait_state(plat, new.topology_id, {"ACTIVE"}, 180)
+        ev["new_active"] = time.monotonic() - t0
+    return ev
+
+
+def analyse(samples: list[tuple[float, int]], decision: float | None) -> dict[str, Any]:
+    """Output pause and time to recover after ``decision``."""
+    if decision is None or not samples:
+        return {"pause_s": None, "recover_s": None, "rate_before": None}
+    before = [(t, n) for t, n in samples if decision - 8 <= t <= decision and n >= 0]
+    rate_before = (
+        (before[-1][1] - before[0][1]) / (before[-1][0] - before[0][0])
+        if len(before) > 1 and before[-1][0] > before[0][0]
+        else None
+    )
+    after = [(t, n) for t, n in samples if t >= decision and n >= 0]
+    pause = 0.0
+    last_t, last_n = after[0] if after else (decision, 0)
+    for t, n in after[1:]:
+        if n > last_n:
+            last_t, last_n = t, n
+        else:
+            pause = max(pause, t - last_t)
+    recover = None
+    if rate_before:
+        for i, (t, _n) in enumerate(after):
+            window = [(tt, nn) for tt, nn in after[: i + 1] if tt >= t - 3]
+            if t - decision >= 3 and len(window) > 1:
+                rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+                if rate >= rate_before:
+                    recover = round(t - decision, 2)
+                    break
+    return {
+        "pause_s": round(pause, 2),
+        "recover_s": recover,
+        "rate_before": None if rate_before is None else round(rate_before),
+    }
+
+
+def plot(path: Path, runs: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for method, run in runs.items():
+        pts = [(t, n) for t, n in run["samples"] if n >= 0]
+        line = ax.plot([t for t, _ in pts], [n for _, n in pts], label=method)[0]
+        if "decision" in run["events"]:
+            ax.axvline(run["events"]["decision"], color=line.get_color(), linestyle=":")
+    ax.set_xlabel("s since the load started")
+    ax.set_ylabel("records durable")
+    ax.set_title("Replacement under overload (dotted: decision)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", type=float, default=2500.0, help="records/s produced")
+    p.add_argument("--seconds", type=float, default=45.0, help="seconds of load")
+    p.add_argument("--switch-after", type=float, default=15.0)
+    p.add_argument("--ms-per-record", type=float, default=0.6)
+    p.add_argument("--from-lanes", type=int, default=1)
+    p.add_argument("--to-lanes", type=int, default=2)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to drain after load")
+    p.add_argument("--seed", type=int, default=5)
+    args = p.parse_args(argv)
+
+    runs: dict[str, dict[str, Any]] = {}
+    with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
+        for method in ("stop_restart", "blue_green"):
+            runs[method] = one_method(plat, Path(tmp), method, args)
+            r = runs[method]
+            print(
+                f"{method}: pause {r['pause_s']} s, recover {r['recover_s']} s, "
+                f"missing {r['words_missing']} words, duplicated {r['words_duplicated']}, "
+                f"events {r['events']}",
+                flush=True,
+            )
+
+    bg, sr = runs["blue_green"], runs["stop_restart"]
+    pause_ratio = ratio(bg["pause_s"], sr["pause_s"])
+    exact = all(r["words_missing"] == 0 and r["words_duplicated"] == 0 for r in runs.values())
+    summary = {
+        "metric": "output pause after the decision (longest span without durable progress)",
+        "unit": "s",
+        "candidate": "blue-green replacement (standby green, deactivate/drain, activate)",
+        "baseline": "stop and restart with the new parallelism",
+        "candidate_value": bg["pause_s"],
+        "baseline_value": sr["pause_s"],
+        "ratio": pause_ratio,
+        "recover_s": {"blue_green": bg["recover_s"], "stop_restart": sr["recover_s"]},
+        "words_missing": {k: r["words_missing"] for k, r in runs.items()},
+        "words_duplicated": {k: r["words_duplicated"] for k, r in runs.items()},
+        "target": f"pause ratio <= {TARGET_PAUSE_RATIO}, nothing lost or duplicated",
+        "meets_target": bool(
+            exact and pause_ratio is not None and pause_ratio <= TARGET_PAUSE_RATIO
+        ),
+        "params": vars(args),
+        "runs": runs,
+    }
+    write_result("replacement", summary)
+    plot(RESULTS / "replacement.png", runs)
+    print(f"pause ratio {pause_ratio}; recover {summary['recover_s']}")
+    return 0 if summary["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
