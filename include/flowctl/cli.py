@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flowctl.config import ConfigError, Settings
+from flowctl.pipelines.config import PipelineConfigError
 from flowctl.services.base import ServiceError
 
 COMMAND_MODULES: tuple[str, ...] = ("flowctl.services.cli", "flowctl.platform_cli")
 
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (ServiceError, ConfigError)
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (ServiceError, ConfigError, PipelineConfigError)
 """Failures shown as one line; anything else is a bug and keeps its traceback."""
 
 # flag -> Settings field it overrides
@@ -121,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except EXPECTED_ERRORS as exc:
-        print(f"flowctl: error: {exc}", file=sys.stderr)
+        # One line, even when a value in the message holds a line break.
+        message = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"flowctl: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flowctl: interrupted", file=sys.stderr)

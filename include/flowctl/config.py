@@ -73,7 +73,11 @@ class Settings:
         the embedded one).
         """
         env = os.environ if env is None else env
-        home = Path(env.get("FLOWCTL_HOME") or PROJECT_ROOT / ".flowctl").expanduser().resolve()
+        raw_home = env.get("FLOWCTL_HOME") or ""
+        try:
+            home = Path(raw_home or PROJECT_ROOT / ".flowctl").expanduser().resolve()
+        except (ValueError, RuntimeError) as exc:  # a NUL byte, an unknown ~user
+            raise ConfigError(f"FLOWCTL_HOME={raw_home!r} is not a usable path: {exc}") from None
         storage = env.get("FLOWCTL_TANSU_STORAGE", "memory") or "memory"
         if storage not in ("memory", "s3"):
             raise ConfigError(f"FLOWCTL_TANSU_STORAGE={storage!r} must be 'memory' or 's3'")
