@@ -26,6 +26,7 @@ from flowctl.services.base import ServiceError
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
+DEMO_SEED = 7
 
 
 def _airflow(settings: Settings, *args: str, timeout: float = 120.0) -> str:
@@ -79,7 +80,10 @@ def trigger(settings: Settings, dag_id: str, conf: dict[str, object] | None = No
 def word_total(settings: Settings, pipeline: str) -> tuple[int, int]:
     """(total words counted, distinct words) in the results database."""
     from flowctl.adapters import results
+    from flowctl.adapters.control_plane import ControlPlane
 
+    # The tables exist before the stream's first batch: 0 counted, not an error.
+    ControlPlane(settings.resolved_database_url).ensure_schema()
     counts = results.word_counts(settings.resolved_database_url, pipeline)
     return sum(counts.values()), len(counts)
 
@@ -125,7 +129,8 @@ def _feed(settings: Settings, pipeline: str, rate: int, stop: threading.Event) -
     seed = int(time.time())
     while not stop.is_set():
         started = time.monotonic()
-        kafka_log.produce(settings.kafka_bootstrap, topic, zipf_lines(rate, seed=seed))
+        lines = zipf_lines(rate, seed=seed, vocab_seed=DEMO_SEED)
+        kafka_log.produce(settings.kafka_bootstrap, topic, lines)
         seed += 1
         stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
 
@@ -153,7 +158,7 @@ def up(
 
     say(f"loading {lines:,d} lines of demo text into Kafka ...")
     result = ingest(
-        IngestRequest.parse(pipeline=pipeline, lines=lines, seed=7),
+        IngestRequest.parse(pipeline=pipeline, lines=lines, seed=DEMO_SEED),
         settings.kafka_bootstrap,
         on_progress=lambda n: say(f"  produced {n:,d}/{lines:,d}"),
         progress_every=max(lines // 5, 1),

@@ -37,6 +37,7 @@ def zipf_lines(
     count: int,
     *,
     seed: int = 7,
+    vocab_seed: int | None = None,
     vocab_size: int = 5000,
     exponent: float = 1.1,
     min_bytes: int = 50,
@@ -44,7 +45,9 @@ def zipf_lines(
 ) -> Iterator[str]:
     """Yield ``count`` lines whose words follow Zipf's law with ``exponent``.
 
-    Word of rank ``r`` (1-based) is drawn with probability proportional to
+    The vocabulary comes from ``vocab_seed`` (default ``seed``): a feeder that
+    varies ``seed`` per batch but keeps ``vocab_seed`` writes new text in the
+    same language. Word of rank ``r`` (1-based) is drawn with probability proportional to
     ``1 / r**exponent``. Each line's length is uniform in
     ``[min_bytes, max_bytes]`` (whole words only, separated by one space).
     """
@@ -58,7 +61,7 @@ def zipf_lines(
             f"need 1 <= min_bytes and max_bytes >= min_bytes + 10, got min_bytes={min_bytes!r}, "
             f"max_bytes={max_bytes!r}"
         )
-    words = vocabulary(vocab_size, seed)
+    words = vocabulary(vocab_size, seed if vocab_seed is None else vocab_seed)
     cum_weights = list(itertools.accumulate(1.0 / (r**exponent) for r in range(1, vocab_size + 1)))
     rng = random.Random(seed + 1)
     for _ in range(count):
