@@ -37,6 +37,7 @@ Two modes (option ``mode``):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ SCHEMA = StructType(
 )
 
 
-_KIND_NAMES = {int: "an integer", float: "a number"}
+_KIND_NAMES = {int: "an integer", float: "a finite number"}
 
 #: Source modes: ``plain`` (even split, records out) and ``flow`` (the spout, statuses out).
 MODES = ("plain", "flow")
@@ -115,16 +116,18 @@ class SourceOptions:
 
         def required(key: str) -> str:
             value = opts.get(key)
-            if not value:
+            if not value or not str(value).strip():
                 raise SourceOptionError(f"{SOURCE_NAME} option {key!r} is required, got {value!r}")
             return str(value)
 
         def number(key: str, default: str | None, kind: type) -> Any:
-            raw = opts.get(key, default)
-            if raw is None or raw == "":
+            raw = opts.get(key) or default  # an empty option is the default, as when absent
+            if raw is None:
                 return None
             try:
                 value = kind(raw)
+                if not math.isfinite(value):
+                    raise ValueError
             except ValueError:
                 raise SourceOptionError(
                     f"{SOURCE_NAME} option {key}={raw!r} is not {_KIND_NAMES[kind]}"
