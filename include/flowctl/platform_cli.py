@@ -54,7 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.set_defaults(func=_stream_stop)
     counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
     counts.add_argument("--pipeline", default="wordcount")
-    counts.add_argument("--top", type=int, default=10, help="show the N most frequent words")
+    counts.add_argument(
+        "--top", type=_at_least_one, default=10, help="show the N most frequent words"
+    )
     counts.set_defaults(func=_stream_counts)
     for sub in (listing, stop, counts):
         add_settings_arguments(sub, nested=True)
@@ -75,6 +77,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=_demo_down)
     for sub in (up, down):
         add_settings_arguments(sub, nested=True)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
 
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -232,12 +232,15 @@ def test_stream_counts_of_an_unknown_pipeline_fails_with_one_line_naming_it(
 
 @PROPERTY
 @given(value=argv_text)
-def test_stream_counts_with_a_non_integer_top_exits_2_naming_it(
+def test_stream_counts_with_a_top_that_is_not_a_positive_integer_exits_2_naming_it(
     capsys: pytest.CaptureFixture[str], home: str, value: str
 ) -> None:
-    if _integer(value) is not None:
+    number = _integer(value)
+    if number is not None and number >= 1:
         return
-    _exits_2_naming(capsys, ["stream", "counts", f"--home={home}", f"--top={value}"], "--top")
+    _exits_2_naming(
+        capsys, ["stream", "counts", f"--home={home}", f"--top={value}"], "--top", repr(value)
+    )
 
 
 def test_ingest_with_both_lines_and_file_exits_2_naming_both(
