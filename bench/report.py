@@ -1,0 +1,47 @@
+"""Print the markdown table of the latest results (bench/results/<experiment>.json).
+
+    .venv/bin/python bench/report.py
+
+One row per experiment: candidate vs baseline value, ratio, target, met or not, date and
+the command that produced it. Experiments without a result file are listed as not yet
+measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from _common import RESULTS
+
+EXPERIMENTS = ("throughput", "latency", "persistence", "heterogeneous", "replacement", "autoscale")
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def main() -> int:
+    print("| experiment | metric | candidate | baseline | ratio | target | met | date | command |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in EXPERIMENTS:
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            print(f"| {name} | not yet measured | | | | | | | |")
+            continue
+        d = json.loads(path.read_text())
+        met = "yes" if d.get("meets_target") else "**no**"
+        print(
+            f"| {name} | {d['metric']} ({d['unit']}) | {_fmt(d['candidate_value'])} | "
+            f"{_fmt(d['baseline_value'])} | {_fmt(d['ratio'])} | {d['target']} | {met} | "
+            f"{d['date'][:16]} | `{d['command']}` |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
