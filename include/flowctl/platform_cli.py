@@ -17,6 +17,31 @@ import sys
 from flowctl.services.base import ServiceError
 
 
+def _count(minimum: int):  # type: ignore[no-untyped-def]
+    """An argparse type: an integer >= ``minimum``, checked before anything starts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 and finite")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from flowctl.cli import add_settings_arguments
 
@@ -65,12 +90,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="services + Airflow + demo data + the stream")
     up.add_argument("--pipeline", default="wordcount")
-    up.add_argument("--lines", type=int, default=200_000, help="demo lines to load (200000)")
+    up.add_argument("--lines", type=_count(1), default=200_000, help="demo lines to load (200000)")
     up.add_argument(
-        "--watch-seconds", type=float, default=60.0, help="print live counts this long (60)"
+        "--watch-seconds",
+        type=_seconds,
+        default=60.0,
+        help="print live counts this long (60)",
     )
     up.add_argument(
-        "--feed-rate", type=int, default=2_000, help="lines/s fed while watching (2000; 0: off)"
+        "--feed-rate",
+        type=_count(0),
+        default=2_000,
+        help="lines/s fed while watching (2000; 0: off)",
     )
     up.set_defaults(func=_demo_up)
     down = actions.add_parser("down", help="stop topologies, Airflow and the services")

@@ -77,3 +77,21 @@ def test_stream_stop_needs_exactly_one_target(
 ) -> None:
     assert main(["stream", "stop"]) == 1
     assert "give either a topology id or --pipeline NAME" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lines", "0"], "argument --lines: 0 must be >= 1"),
+        (["--watch-seconds", "nan"], "argument --watch-seconds: 'nan' must be >= 0 and finite"),
+        (["--feed-rate", "-1"], "argument --feed-rate: -1 must be >= 0"),
+    ],
+)
+def test_demo_up_refuses_bad_numbers_before_starting_anything(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "up", "--home", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # no service was started
