@@ -153,6 +153,16 @@ def pipeline_config(
     return path
 
 
+def settings_of(config: Path) -> dict[str, str]:
+    """The config's settings as ``{key: value text}`` (comments dropped): kept with results."""
+    out = {}
+    for line in config.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(3)}"
 
@@ -509,6 +519,7 @@ def drain_run(
     rate, info = progress.throughput_after_first_batch(total)
     info["exit_code"] = code
     info["pipeline"] = name
+    info["settings"] = settings_of(config)
     t0 = progress.samples[0][0] if progress.samples else 0.0
     info["series"] = [(round(t - t0, 2), n) for t, n in progress.samples]
     return (None if rate is None else round(rate)), info

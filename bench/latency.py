@@ -36,6 +36,7 @@ from _common import (
     platform_up,
     ratio,
     save_log,
+    settings_of,
     stop,
     submit,
     unique_name,
@@ -111,6 +112,7 @@ def measure(
         "exit_code": code,
         "series": series,
         "pipeline": name,
+        "settings": settings_of(config),
     }
 
 
@@ -120,6 +122,31 @@ def windowed(series: list[tuple[float, float]], window_s: float) -> list[tuple[f
     for t, v in series:
         buckets.setdefault(int(t // window_s), []).append(v)
     return [((k + 1) * window_s, percentile(vs, 99)) for k, vs in sorted(buckets.items())]
+
+
+def compact(series: list[tuple[float, float]], step_s: float = 1.0) -> list[list[float]]:
+    """Per ``step_s`` of durable time: ``[end s, records, p50 ms, p99 ms, max ms]``."""
+    buckets: dict[int, list[float]] = {}
+    for t, v in series:
+        buckets.setdefault(int(t // step_s), []).append(v)
+    return [
+        [
+            round((k + 1) * step_s, 2),
+            len(vs),
+            round(percentile(vs, 50) * 1000, 1),
+            round(percentile(vs, 99) * 1000, 1),
+            round(max(vs) * 1000, 1),
+        ]
+        for k, vs in sorted(buckets.items())
+    ]
+
+
+def for_json(runs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``runs`` with each per-record series replaced by its per-second summary."""
+    return {
+        k: {**{f: v for f, v in r.items() if f != "series"}, "per_second": compact(r["series"])}
+        for k, r in runs.items()
+    }
 
 
 def plot_latency(path: Path, runs: Mapping[str, dict[str, Any]], title: str) -> None:
@@ -196,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": f"p99 ratio <= {TARGET}",
         "meets_target": bool(complete and p99_ratio is not None and p99_ratio <= TARGET),
         "params": vars(args),
-        "runs": runs,
+        "runs": for_json(runs),
     }
     write_result("latency", summary)
     plot_latency(RESULTS / "latency.png", runs, f"Word count at {args.rate:.0f} records/s")

@@ -30,7 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from _common import BENCH, RESULTS, percentile, platform_up, ratio, write_result
-from latency import measure, plot_latency
+from latency import for_json, measure, plot_latency
 
 from flowctl.config import PROJECT_ROOT
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": f"last-window p99 ratio <= {TARGET} (flow flat, direct rising)",
         "meets_target": bool(last_ratio is not None and last_ratio <= TARGET),
         "params": vars(args),
-        "runs": runs,
+        "runs": for_json(runs),
     }
     write_result("persistence", summary)
     plot_latency(
