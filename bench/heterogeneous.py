@@ -14,7 +14,7 @@ each job drains all of it under a pipeline of its own:
 Metric: records/s made durable after the first micro-batch.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/heterogeneous.py \
-        [--records 40000] [--lanes 2] [--ms-per-record 0.2] [--slow-factor 4]
+        [--records 60000] [--lanes 2] [--ms-per-record 0.2] [--slow-factor 4]
 
 Writes bench/results/heterogeneous.json and heterogeneous.png; exits 1 if the target
 (least_loaded >= 1.3x the baseline) is missed.
@@ -69,15 +69,15 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--records", type=int, default=40_000)
+    p.add_argument("--records", type=int, default=60_000)
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--ms-per-record", type=float, default=0.2)
     p.add_argument("--slow-factor", type=float, default=4.0)
     p.add_argument("--batch", type=int, default=10_000, help="baseline records per batch")
-    p.add_argument("--tuple-size", type=int, default=100, help="flow: records per tuple")
+    p.add_argument("--tuple-size", type=int, default=500, help="flow: records per tuple")
     p.add_argument("--w-max", type=int, default=64, help="flow: largest window, tuples")
-    p.add_argument("--w-init", type=int, default=8, help="flow: initial window, tuples")
+    p.add_argument("--w-init", type=int, default=6, help="flow: initial window, tuples")
     p.add_argument("--latency-target", type=float, default=1.0, help="flow: seconds")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     p.add_argument("--seed", type=int, default=4)
@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         topic = unique_name("het") + ".eden"
-        produced = produce(
-            plat, topic, args.partitions, random_lines(args.records, args.seed)
-        )
+        produced = produce(plat, topic, args.partitions, random_lines(args.records, args.seed))
         for kind in ("baseline", "round_robin", "least_loaded"):
             rate, info = drain_run(
                 plat,
