@@ -1010,18 +1010,23 @@ def _eden_tuple(
         now = time.time()
         routed: list[Routed] = []
         poison_at = exc.offset if isinstance(exc, PoisonRecord) else None
+        # Only a one-record tuple's poison goes to the DLQ at once. In a larger tuple the
+        # poison record goes to From with the others: replayed alone, it fails again and is
+        # dead-lettered under its own one-record ``dlq`` row, so the durable rows say where
+        # it went (a record sent to the DLQ from inside a ``replayed`` row would stay
+        # "pending replay" for the reconcile forever).
         single_poison = isinstance(exc, PoisonRecord) and len(records) == 1
         for r in records:
             payload = r.value if r.value is not None else b""
-            if single_poison or (poison_at is not None and r.offset == poison_at):
+            if single_poison:
                 dead = Envelope(
                     t.topic, r.partition, r.offset, payload, 1, f"poison: {error}", now, r.key
                 )
                 routed.append(Routed(backflow.topics.dlq, dead, True))
                 continue
-            why = (
-                error if poison_at is None else f"replayed with the poison record's tuple: {error}"
-            )
+            why = error
+            if poison_at is not None and r.offset != poison_at:
+                why = f"replayed with the poison record's tuple: {error}"
             routed.append(
                 backflow.fail_original(
                     partition=r.partition,
