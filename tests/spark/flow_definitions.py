@@ -7,8 +7,9 @@ file names the modules :mod:`tests.spark.flow_def_poison` and
 - :class:`Poisonous`: a record whose text contains ``POISON`` raises
   :class:`~flowctl.pipelines.base.PoisonRecord` (naming its offset), so it must end in
   the DLQ at once with its error; one containing ``BROKEN`` raises an ordinary error, so
-  it must be replayed until ``max_attempts`` and then reach the DLQ; every other record
-  is counted;
+  it must be replayed until ``max_attempts`` and then reach the DLQ; one containing
+  ``SLEEPY`` outlasts the tuple deadline every time (timed out, replayed, then the DLQ);
+  every other record is counted;
 - :class:`SlowLane`: lane 0 sleeps ``SLOW_S`` per tuple, the others do not, so lane 0's
   round-trip times exceed the latency target and its window must end smaller.
 """
@@ -23,8 +24,10 @@ from flowctl.pipelines.base import PoisonRecord, Record
 from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
 from flowctl.spark.flow import current_lane
 
-#: Seconds lane 0 of :data:`SLOW_LANE` spends on every tuple.
+#: Seconds lane 0 of :class:`SlowLane` spends on every tuple.
 SLOW_S = 0.25
+#: Seconds :class:`Poisonous` spends on a record containing ``SLEEPY``.
+SLEEPY_S = 2.0
 
 
 class _Wrapped:
@@ -53,6 +56,8 @@ class Poisonous(_Wrapped):
                 raise PoisonRecord(f"record at offset {r.offset} is poison", offset=r.offset)
             if r.value is not None and b"BROKEN" in r.value:
                 raise RuntimeError(f"cannot count the record at offset {r.offset}")
+            if r.value is not None and b"SLEEPY" in r.value:
+                time.sleep(SLEEPY_S)  # longer than the test's tuple_timeout_s
         return WORDCOUNT.process(records)
 
 

@@ -281,19 +281,27 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
     flow: Flow, tmp_path: Path
 ) -> None:
     config = flow_config(
-        tmp_path, "flowpoison", definition="tests.spark.flow_def_poison", tuple_size=20
+        tmp_path,
+        "flowpoison",
+        definition="tests.spark.flow_def_poison",
+        tuple_size=20,
+        flow={"tuple_timeout_s": 1.0},
     )
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowpoison.eden": 2})
     data = lines(2_000, seed=21)
     poisoned = {137, 1000, 1555}
     broken = {420, 1777}
+    sleepy = {888}
     for i in poisoned:
         data[i] = f"POISON pill number {i}"
     for i in broken:
         data[i] = f"BROKEN record number {i}"
+    for i in sleepy:
+        data[i] = f"SLEEPY record number {i}"
     kafka_log.produce(bootstrap, "flowpoison.eden", data)
-    good = [line for i, line in enumerate(data) if i not in poisoned | broken]
+    failing = poisoned | broken | sleepy
+    good = [line for i, line in enumerate(data) if i not in failing]
     expected = dict(count_words(good))
     job = flow.submit(config, "flowpoison-blue-1", 2)
     wait_for(
@@ -312,7 +320,7 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         what="the stream going on after the poison",
     )
     wait_for(
-        lambda: len(read_topic(bootstrap, "flowpoison.dlq")) >= len(poisoned | broken),
+        lambda: len(read_topic(bootstrap, "flowpoison.dlq")) >= len(failing),
         timeout_s=60,
         job=job,
         what="the poison records in the DLQ",
@@ -328,7 +336,7 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
     dead = {
         e.payload.decode(): e for e in map(decode_envelope, read_topic(bootstrap, "flowpoison.dlq"))
     }
-    assert sorted(dead) == sorted(data[i] for i in poisoned | broken)
+    assert sorted(dead) == sorted(data[i] for i in failing)
     for i in poisoned:  # straight to the DLQ: at most the one attempt of its own replay
         e = dead[data[i]]
         assert (
@@ -339,13 +347,18 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         e = dead[data[i]]
         assert e.attempt == 3, e
         assert e.error.startswith("gave up after 3 attempt(s): RuntimeError: cannot count"), e.error
+    for i in sleepy:  # past its deadline every time: timed out, replayed, given up
+        e = dead[data[i]]
+        assert e.attempt == 3, e
+        assert "TupleTimeout: process exceeded its deadline of 1 s" in e.error, e.error
     assert all(e.topic == "flowpoison.eden" for e in dead.values())
 
     assert counted(flow, "flowpoison") == expected
     windows = flow.plane.metrics_windows("flowpoison-blue-1")
-    assert sum(w.dlq for w in windows) >= len(poisoned | broken)
+    assert sum(w.dlq for w in windows) >= len(failing)
     assert sum(w.replayed for w in windows) > 0
     assert sum(w.failed for w in windows) >= len(poisoned | broken)
+    assert sum(w.timed_out for w in windows) >= 3  # the sleepy record's three attempts
     assert "PoisonRecord" in job.log()
 
 

@@ -136,3 +136,19 @@ def test_a_definition_module_without_definition_is_named(tmp_path: Path) -> None
     config = _pipeline(tmp_path, "flow", "flowctl.textgen")
     with pytest.raises(ValueError, match=r"definition='flowctl\.textgen' has no DEFINITION"):
         make_job(parse_args(["--pipeline-config", config]), settings)
+
+
+def test_a_tuple_past_its_deadline_raises_and_never_blocks_the_next() -> None:
+    import time
+
+    from flowctl.spark.flow import TupleTimeout, _run_with_deadline, current_lane
+
+    def slow(records: list[int]) -> int:
+        time.sleep(1.0)
+        return len(records)
+
+    with pytest.raises(TupleTimeout, match=r"deadline of 0\.05 s"):
+        _run_with_deadline(slow, [1, 2], 0.05, lane=3)
+    # a fresh helper thread: the abandoned call is still sleeping, this one is not behind it
+    assert _run_with_deadline(lambda rs: (current_lane(), len(rs)), [1], 0.5, lane=3) == (3, 1)
+    assert current_lane() is None  # the lane is set in the helper thread's context only
