@@ -1,0 +1,36 @@
+"""1% poison records: log-ETL lines from flowctl.loggen, the malformed ones in the DLQ."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.faults.conftest import FaultRun, Tally, check
+from tests.spark.test_flow_topology import wait_for
+
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.integration,
+]
+
+
+def test_one_percent_poison_records_end_in_the_dlq(
+    fault_run: Callable[..., FaultRun], spark: Any, tallies: list[Tally]
+) -> None:
+    from flowctl.loggen import labelled_lines
+
+    source = (line.text for line in labelled_lines(1_000_000, seed=505, malformed_fraction=0.01))
+    run = fault_run("faultpoison", shipped="logetl", source=source, partitions=2, tuple_size=25)
+    run.produce(1_500)
+    job = run.submit("faultpoison-blue-1", 2)
+    with run.feeding():
+        wait_for(lambda: run.counted() > 0, timeout_s=180, job=job, what="the first rows")
+        time.sleep(3.0)
+    run.settle(job, "faultpoison-blue-1")
+    tally = check(run, "1% poison records (logetl malformed lines)", spark, tallies)
+    assert tally.dlq > 0 and tally.reconcile["dlq"] == tally.dlq, tally
