@@ -17,6 +17,7 @@ import os
 
 if os.environ.get("FLOWCTL_BENCH_SLOW_SQLITE"):
     import sqlite3
+    import sqlite3.dbapi2
     import time
 
     _connect = sqlite3.connect
@@ -31,6 +32,7 @@ if os.environ.get("FLOWCTL_BENCH_SLOW_SQLITE"):
         return conn
 
     sqlite3.connect = _slow_connect
+    sqlite3.dbapi2.connect = _slow_connect  # what SQLAlchemy's pysqlite dialect calls
 
 if os.environ.get("FLOWCTL_BENCH_LANE_DELAY"):
     import sys
