@@ -185,7 +185,12 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, f
 
 
 def analyse(samples: list[tuple[float, int]], decision: float | None) -> dict[str, Any]:
-    """Output pause and time to recover after ``decision``."""
+    """Output pause and time to recover after ``decision``.
+
+    Pause: the longest span after the decision without durable progress. Recover: from
+    the decision until, after that pause, the durable rate over 3 s first reaches the
+    rate of the 8 s before the decision.
+    """
     if decision is None or not samples:
         return {"pause_s": None, "recover_s": None, "rate_before": None}
     before = [(t, n) for t, n in samples if decision - 8 <= t <= decision and n >= 0]
@@ -195,24 +200,25 @@ def analyse(samples: list[tuple[float, int]], decision: float | None) -> dict[st
         else None
     )
     after = [(t, n) for t, n in samples if t >= decision and n >= 0]
-    pause = 0.0
+    pause, pause_end = 0.0, decision
     last_t, last_n = after[0] if after else (decision, 0)
     for t, n in after[1:]:
         if n > last_n:
+            if t - last_t > pause:
+                pause, pause_end = t - last_t, t
             last_t, last_n = t, n
-        else:
-            pause = max(pause, t - last_t)
     recover = None
     if rate_before:
         for i, (t, _n) in enumerate(after):
             window = [(tt, nn) for tt, nn in after[: i + 1] if tt >= t - 3]
-            if t - decision >= 3 and len(window) > 1:
+            if t >= pause_end + 3 and len(window) > 1:
                 rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
                 if rate >= rate_before:
                     recover = round(t - decision, 2)
                     break
     return {
         "pause_s": round(pause, 2),
+        "pause_ended_at": round(pause_end, 2),
         "recover_s": recover,
         "rate_before": None if rate_before is None else round(rate_before),
     }
