@@ -332,6 +332,12 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         job=job,
         what="the durable checkpoint at the log's end",
     )
+    wait_for(  # the window of the last dead letter must be closed and written too
+        lambda: sum(w.dlq for w in flow.plane.metrics_windows("flowpoison-blue-1")) >= len(failing),
+        timeout_s=30,
+        job=job,
+        what="metrics windows counting every dead letter",
+    )
     flow.stop(job, "flowpoison-blue-1")
     dead = {
         e.payload.decode(): e for e in map(decode_envelope, read_topic(bootstrap, "flowpoison.dlq"))
