@@ -139,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ratios = [c["ratio"] for c in cases]
     meets = all(r is not None and r >= TARGET for r in ratios)
-    best = max(cases, key=lambda c: c["flow"] or 0)
+    # the headline is the lane count with the lowest ratio (the target holds at every one)
+    best = min(cases, key=lambda c: c["ratio"] if c["ratio"] is not None else -1.0)
     summary = {
-        "metric": "records/s durable, first micro-batch excluded",
+        "metric": "records/s durable, first micro-batch excluded (lowest-ratio lane count)",
         "unit": "records/s",
         "candidate": "flow-controlled topology (tuple_size/w_init/w_max from params)",
         "baseline": "plain Structured Streaming, direct writes (wordcount_baseline.py)",
