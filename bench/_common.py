@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +343,7 @@ def watch_progress(
     *,
     timeout_s: float,
     interval_s: float = 0.2,
+    on_first_batch: Callable[[Job], None] | None = None,
 ) -> Progress:
     """Sample the durable record count until ``total`` is reached, the job dies or time is up."""
     samples: list[tuple[float, int]] = []
@@ -350,6 +351,9 @@ def watch_progress(
     while time.monotonic() < deadline:
         n = committed_total(plat, pipeline, topic)
         samples.append((time.monotonic(), n))
+        if on_first_batch is not None and n > 0:
+            threading.Thread(target=on_first_batch, args=(job,), daemon=True).start()
+            on_first_batch = None
         if n >= total or not job.alive():
             break
         time.sleep(interval_s)
@@ -502,6 +506,7 @@ def drain_run(
     flow: Mapping[str, object] | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 240.0,
+    on_first_batch: Callable[[Job], None] | None = None,
 ) -> tuple[float | None, dict[str, Any]]:
     """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1."""
     name = unique_name(label)
@@ -512,7 +517,9 @@ def drain_run(
     config.write_text(config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"'))
     job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env)
     try:
-        progress = watch_progress(plat, job, name, topic, total, timeout_s=timeout_s)
+        progress = watch_progress(
+            plat, job, name, topic, total, timeout_s=timeout_s, on_first_batch=on_first_batch
+        )
     finally:
         code = stop(plat, job)
         save_log(job, label)
@@ -523,3 +530,84 @@ def drain_run(
     t0 = progress.samples[0][0] if progress.samples else 0.0
     info["series"] = [(round(t - t0, 2), n) for t, n in progress.samples]
     return (None if rate is None else round(rate)), info
+
+
+# -- profiling ------------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
+def job_python_processes(job: Job) -> dict[str, int]:
+    """``{"driver": pid, "daemon": pid}`` among the job's descendants (when found)."""
+    found: dict[str, int] = {}
+    todo = [job.process.pid]
+    while todo:
+        pid = todo.pop()
+        kids = _children(pid)
+        todo.extend(kids)
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if "spark_jobs/" in cmd and "python" in cmd and "java" not in cmd.split()[0]:
+                found.setdefault("driver", pid)
+            elif "pyspark.daemon" in cmd:
+                found.setdefault("daemon", pid)
+    return found
+
+
+def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]:
+    """Sample the job's driver and Spark Python workers with py-spy for ``seconds``.
+
+    Returns, per process kind, the number of samples and the top leaf frames (where
+    the time is spent) and top frames by inclusive share; raw stacks stay in
+    ``out_dir``.
+    """
+    pids = job_python_processes(job)
+    procs = {}
+    for kind, pid in pids.items():
+        raw = out_dir / f"{name}-{kind}.txt"
+        cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration"]
+        cmd += [str(int(seconds)), "--format", "raw", "--output", str(raw), "--nonblocking"]
+        if kind == "daemon":
+            cmd.append("--subprocesses")
+        procs[kind] = (
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT),
+            raw,
+        )
+    summary: dict[str, Any] = {}
+    for kind, (proc, raw) in procs.items():
+        proc.wait(timeout=seconds + 60)
+        summary[kind] = summarize_stacks(raw)
+    return summary
+
+
+def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
+    leaf: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    with contextlib.suppress(OSError):
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            frames = [f for f in stack.split(";") if f]
+            if not frames:
+                continue
+            total += n
+            leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
+            for f in set(frames):
+                inclusive[f] = inclusive.get(f, 0) + n
+
+    def ranked(d: dict[str, int]) -> list[list[Any]]:
+        rows = sorted(d.items(), key=lambda kv: -kv[1])[:top]
+        return [[f, round(n / total, 3)] for f, n in rows] if total else []
+
+    return {"samples": total, "top_leaf": ranked(leaf), "top_inclusive": ranked(inclusive)}

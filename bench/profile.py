@@ -1,0 +1,89 @@
+"""Where the flow-controlled job spends its time: py-spy on the driver and the Spark workers.
+
+Runs the throughput experiment's flow-controlled job alone (same data and settings as
+``bench/throughput.py``) and, from the end of its first micro-batch, samples its
+Python driver and its Spark Python workers with py-spy for ``--seconds``.
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/profile.py [--lanes 4]
+
+Writes bench/results/profile.json (top frames per process, by own time and by
+inclusive time); the raw stacks stay in bench/results/logs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    RESULTS,
+    Job,
+    drain_run,
+    platform_up,
+    produce,
+    py_spy,
+    random_lines,
+    unique_name,
+    write_result,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=300_000)
+    p.add_argument("--lanes", type=int, default=4)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--batch", type=int, default=50_000)
+    p.add_argument("--tuple-size", type=int, default=2000)
+    p.add_argument("--w-init", type=int, default=16)
+    p.add_argument("--w-max", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=8.0, help="seconds of sampling")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    logs = RESULTS / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    profile: dict[str, Any] = {}
+
+    def sample(job: Job) -> None:
+        profile.update(py_spy(job, args.seconds, logs, f"profile-flow-{args.lanes}"))
+
+    with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
+        topic = unique_name("prof") + ".eden"
+        produced = produce(plat, topic, args.partitions, random_lines(args.records, args.seed))
+        rate, info = drain_run(
+            plat,
+            Path(tmp),
+            topic,
+            produced,
+            args.lanes,
+            label=f"profile-flow-{args.lanes}",
+            baseline=False,
+            partitions=args.partitions,
+            batch=args.batch,
+            stream={"tuple_size": args.tuple_size},
+            flow={"w_init": args.w_init, "w_max": args.w_max},
+            on_first_batch=sample,
+        )
+    info.pop("series", None)
+    write_result(
+        "profile",
+        {
+            "metric": "py-spy samples of the flow-controlled job (not a comparison)",
+            "records_per_s": rate,
+            "params": vars(args),
+            "profile": profile,
+            "run": info,
+        },
+    )
+    for kind, data in profile.items():
+        print(f"== {kind}: {data['samples']} samples")
+        for frame, share in data["top_leaf"]:
+            print(f"  {share:6.1%}  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
