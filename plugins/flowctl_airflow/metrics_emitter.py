@@ -30,7 +30,7 @@ from typing import Any
 
 from airflow.sdk.observability.stats import Stats
 
-from flowctl.adapters.control_plane import MetricsWindow
+from flowctl.adapters.control_plane import MetricsWindow, lane_list
 from flowctl.core.metrics import LaneGauge, MetricsRow
 
 PREFIX = "flowctl"
@@ -53,7 +53,9 @@ def _lanes(raw: Any) -> list[dict[str, Any]]:
     """Lanes as dicts from either row type (``LaneGauge`` tuples or decoded JSON)."""
     if raw is None:
         return []
-    if isinstance(raw, Mapping):  # a single mapping of lane -> figures
+    if isinstance(raw, Mapping) and "lanes" in raw:  # the flow job's row: lanes + gauges
+        raw = lane_list(raw)
+    elif isinstance(raw, Mapping):  # a single mapping of lane -> figures
         raw = [{"lane": k, **v} if isinstance(v, Mapping) else {"lane": k} for k, v in raw.items()]
     out = []
     for lane in raw:

@@ -161,3 +161,45 @@ def test_other_objects_are_refused() -> None:
         emit_window({"topology": "x"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"pipeline='' must be a non-empty string"):
         emit_window(row(), pipeline="")
+
+
+def test_the_flow_jobs_lanes_object_gives_one_gauge_set_per_lane() -> None:
+    import datetime as dt
+
+    from flowctl.adapters.control_plane import MetricsWindow
+    from flowctl_airflow.metrics_emitter import emit_window
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    row = MetricsWindow(
+        id=1,
+        topology_id="wc-blue-1",
+        window_start=t0,
+        window_end=t0 + dt.timedelta(seconds=10),
+        admitted=4,
+        acked=4,
+        failed=0,
+        timed_out=0,
+        replayed=0,
+        dlq=0,
+        records=400,
+        records_per_s=40.0,
+        latency_p50_ms=None,
+        latency_p99_ms=None,
+        backlog=0,
+        backpressure_level=0.0,
+        lanes={
+            "lanes": [
+                {"lane": 0, "window": 8, "state": "NORMAL", "in_flight": 2},
+                {"lane": 1, "window": 3, "state": "SLOW", "in_flight": 1},
+            ],
+            "levels": {"source": 0},
+            "trigger_s": 1.0,
+        },
+    )
+    sent = emit_window(row)
+    windows = {e.tags["lane"]: e.value for e in sent if e.name == "flowctl.lane.window"}
+    assert windows == {"0": 8, "1": 3}
+    assert row.lane_list == [
+        {"lane": 0, "window": 8, "state": "NORMAL", "in_flight": 2},
+        {"lane": 1, "window": 3, "state": "SLOW", "in_flight": 1},
+    ]

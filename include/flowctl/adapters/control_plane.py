@@ -82,6 +82,26 @@ class MetricsWindow:
     backpressure_level: float
     lanes: Any  # decoded lanes_json (per-lane windows etc.), None if not recorded
 
+    @property
+    def lane_list(self) -> list[dict[str, Any]]:
+        """Per-lane figures, whichever shape the job wrote (see :func:`lane_list`)."""
+        return lane_list(self.lanes)
+
+
+def lane_list(lanes: Any) -> list[dict[str, Any]]:
+    """The per-lane figures of a metrics row's ``lanes``, as a list of dicts.
+
+    The flow job writes an object ``{"lanes": [...], "levels": ..., ...}`` (lanes
+    plus topology-wide gauges); a plain list of lane dicts is accepted too.
+    """
+    if lanes is None:
+        return []
+    if isinstance(lanes, Mapping):
+        lanes = lanes.get("lanes") or []
+    if not isinstance(lanes, list):
+        raise ValueError(f"lanes={lanes!r} must be a list of lane figures")
+    return [dict(lane) for lane in lanes if isinstance(lane, Mapping)]
+
 
 def _check_state(state: str) -> str:
     if state not in TOPOLOGY_STATES:

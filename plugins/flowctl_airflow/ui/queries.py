@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
-from flowctl.adapters.control_plane import TERMINAL_STATES
+from flowctl.adapters.control_plane import TERMINAL_STATES, lane_list
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.core.scaling import dispersion
@@ -313,5 +313,5 @@ def _with_dispersion(
             "s2": s2,
             "windows_in_history": len(ring),
             "signal": paper_signal(fail_num, mean, s2, threshold_c),
-            "lanes": None if row.lanes_json is None else json.loads(row.lanes_json),
+            "lanes": None if row.lanes_json is None else lane_list(json.loads(row.lanes_json)),
         }
