@@ -46,6 +46,7 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.results import lock_offsets
 from flowctl.adapters.schema import APPLIED_OUTCOMES, dialect_insert, utcnow
 from flowctl.core.tuples import TopicPartition, TupleRange
 
@@ -162,39 +163,8 @@ def _lock_checkpoints(
     :mod:`flowctl.adapters.results` does), so concurrent flushers serialise on the row
     (PostgreSQL: ``FOR UPDATE``; SQLite: the insert takes the database's write lock first).
     """
-    wanted = sorted(set(tps))
-    if not wanted:
-        return {}
-    o = schema.offsets
-    now = utcnow()
-    conn.execute(
-        dialect_insert(conn)(o)
-        .values(
-            [
-                {
-                    "pipeline": pipeline,
-                    "topic": t,
-                    "partition": p,
-                    "next_offset": 0,
-                    "updated_at": now,
-                }
-                for t, p in wanted
-            ]
-        )
-        .on_conflict_do_nothing(index_elements=["pipeline", "topic", "partition"])
-    )
-    found: dict[TopicPartition, int] = {}
-    for topic in sorted({tp.topic for tp in wanted}):
-        parts = sorted(tp.partition for tp in wanted if tp.topic == topic)
-        rows = conn.execute(
-            sa.select(o.c.partition, o.c.next_offset)
-            .where(o.c.pipeline == pipeline, o.c.topic == topic, o.c.partition.in_(parts))
-            .order_by(o.c.partition)
-            .with_for_update()
-        ).all()
-        for partition, next_offset in rows:
-            found[TopicPartition(topic, int(partition))] = int(next_offset)
-    return found
+    locked = lock_offsets(conn, pipeline, [(tp.topic, tp.partition) for tp in tps])
+    return {TopicPartition(t, p): n for (t, p), n in locked.items()}
 
 
 def ensure_checkpoint(

@@ -74,7 +74,7 @@ class BatchOutcome:
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-def _lock_offsets(
+def lock_offsets(
     conn: sa.Connection, pipeline: str, keys: Iterable[tuple[str, int]]
 ) -> dict[tuple[str, int], int]:
     """Read (and lock, where the database can) the checkpoint of ``keys``.
@@ -108,6 +108,7 @@ def _lock_offsets(
     rows = conn.execute(
         sa.select(o.c.topic, o.c.partition, o.c.next_offset)
         .where(o.c.pipeline == pipeline, o.c.topic.in_(topics))
+        .order_by(o.c.topic, o.c.partition)  # one lock order for every writer: no deadlock
         .with_for_update()
     ).all()
     stored = {(t, int(p)): int(n) for t, p, n in rows}
@@ -167,7 +168,7 @@ def apply_records(
     engine = engine_for(url_or_engine)
 
     def work(conn: sa.Connection) -> BatchOutcome:
-        stored = _lock_offsets(conn, pipeline, ((t, p) for t, p, _, _ in batch))
+        stored = lock_offsets(conn, pipeline, ((t, p) for t, p, _, _ in batch))
         counts: Counter[str] = Counter()
         last: dict[tuple[str, int], int] = {}
         applied = 0
@@ -212,7 +213,7 @@ def apply_counted_spans(
     total_records = sum(s.records for s in spans)
 
     def work(conn: sa.Connection) -> BatchOutcome:
-        stored = _lock_offsets(conn, pipeline, keys)
+        stored = lock_offsets(conn, pipeline, keys)
         new = [s for s in spans if stored[(s.topic, s.partition)] <= s.first_offset]
         done = [s for s in spans if stored[(s.topic, s.partition)] > s.last_offset]
         if len(done) == len(spans):
