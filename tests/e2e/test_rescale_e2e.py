@@ -8,7 +8,8 @@
 2. ``rescale_wordcount`` brings it back down to 2 by hand;
 3. the replace task of a third rescale is killed while blue is deactivated: afterwards
    exactly one topology consumes (blue, re-activated), green is stopped, the event is
-   ``rolled_back``.
+   ``rolled_back``; then ``reconcile_wordcount`` (the reconcile job over the whole log)
+   finds nothing lost and nothing counted twice.
 
 The pipeline is the word count with test-sized settings: its config is written to a
 temporary directory named by ``FLOWCTL_PIPELINES_DIR`` (the DAG factory, the operators and
@@ -381,3 +382,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     assert _wait("exactly one topology consuming", lambda: _active(plane) == [blue])
     ingest(500, seed=23)
     _wait("exact counts after the rollback", _counts_of(url, lines))
+
+    # -- the reconcile job (reconcile_wordcount) over the whole log: 0 lost, 0 counted twice --
+    run = dags[f"reconcile_{PIPELINE}"].test()
+    assert str(run.state).endswith("success"), run
