@@ -85,7 +85,7 @@ def test_flow_defaults_fix_the_latency_target_and_adaptive_stays_selectable(
     ("flow", "message"),
     [
         ('mode = "fast"', r"flow.mode='fast' must be one of flow, plain"),
-        ("w_init = 40", r"flow.w_init=40 must lie in \[w_min=1, w_max=32\]"),
+        ("w_init = 300", r"flow.w_init=300 must lie in \[w_min=1, w_max=256\]"),
         ("w_max = 0", r"flow.w_max=0 must be an integer >= 1"),
         ("load_factor = 0.4", r"flow.load_factor=0.4 must be a number > 0.5 and < 1"),
         ("backpressure_factor = 1", r"flow.backpressure_factor=1 must be a number > 1"),

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
+from flowctl.adapters.checks import check_int, check_text, check_time
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.schema import SIGNAL_KINDS, TOPOLOGY_STATES, utcnow
 
@@ -115,24 +116,6 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
-def _check_text(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field}={value!r} must be a non-empty string")
-    return value
-
-
-def _check_count(field: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}={value!r} must be an integer >= {minimum}")
-    return value
-
-
-def _check_time(field: str, value: object) -> dt.datetime:
-    if not isinstance(value, dt.datetime) or value.tzinfo is None:
-        raise ValueError(f"{field}={value!r} must be a timezone-aware datetime")
-    return value
-
-
 class ControlPlane:
     """The control database at ``url`` (SQLite or PostgreSQL SQLAlchemy URL, or an engine)."""
 
@@ -170,12 +153,12 @@ class ControlPlane:
         ``generation`` defaults to one more than the pipeline's highest so far.
         Registering an existing id again is an error (ids name one run).
         """
-        _check_text("topology_id", topology_id)
-        _check_text("pipeline", pipeline)
-        _check_text("colour", colour)
-        _check_count("parallelism", parallelism, 1)
+        check_text("topology_id", topology_id)
+        check_text("pipeline", pipeline)
+        check_text("colour", colour)
+        check_int("parallelism", parallelism, 1)
         if generation is not None:
-            _check_count("generation", generation, 0)
+            check_int("generation", generation, 0)
         t = schema.topologies
 
         def work(conn: sa.Connection) -> None:
@@ -237,7 +220,7 @@ class ControlPlane:
 
     def set_spark_app_id(self, topology_id: str, spark_app_id: str) -> None:
         """Record the Spark application id of the topology's driver (for the UI and logs)."""
-        _check_text("spark_app_id", spark_app_id)
+        check_text("spark_app_id", spark_app_id)
         self._update(topology_id, spark_app_id=spark_app_id, updated_at=utcnow())
 
     def heartbeat(self, topology_id: str) -> None:
@@ -375,9 +358,9 @@ class ControlPlane:
         lanes: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
     ) -> int:
         """Store one aggregated metrics row for the window and return its id."""
-        _check_text("topology_id", topology_id)
-        _check_time("window_start", window_start)
-        _check_time("window_end", window_end)
+        check_text("topology_id", topology_id)
+        check_time("window_start", window_start)
+        check_time("window_end", window_end)
         if window_end < window_start:
             raise ValueError(f"window_end={window_end!r} is before window_start={window_start!r}")
         counts = {
@@ -391,7 +374,7 @@ class ControlPlane:
             "backlog": backlog,
         }
         for field, value in counts.items():
-            _check_count(field, value)
+            check_int(field, value)
         floats = {
             "records_per_s": records_per_s,
             "latency_p50_ms": latency_p50_ms,
@@ -429,10 +412,10 @@ class ControlPlane:
         m = schema.metrics_windows
         query = sa.select(m).where(m.c.topology_id == topology_id)
         if since is not None:
-            query = query.where(m.c.window_end >= _check_time("since", since))
+            query = query.where(m.c.window_end >= check_time("since", since))
         query = query.order_by(m.c.window_end.desc(), m.c.id.desc())
         if limit is not None:
-            query = query.limit(_check_count("limit", limit, 1))
+            query = query.limit(check_int("limit", limit, 1))
         rows = self._tx(
             f"reading metrics windows of {topology_id!r}", lambda conn: conn.execute(query).all()
         )

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
+from flowctl.adapters.checks import check_int, check_text, check_time
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.schema import REPLACEMENT_OUTCOMES
 
@@ -94,24 +95,6 @@ class ReplacementEvent:
             out[name] = value.isoformat() if isinstance(value, dt.datetime) else value
         out["duration_s"] = self.duration_s
         return out
-
-
-def _check_text(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field}={value!r} must be a non-empty string")
-    return value
-
-
-def _check_int(field: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}={value!r} must be an integer >= {minimum}")
-    return value
-
-
-def _check_time(field: str, value: object) -> dt.datetime:
-    if not isinstance(value, dt.datetime) or value.tzinfo is None:
-        raise ValueError(f"{field}={value!r} must be a timezone-aware datetime")
-    return value
 
 
 def _check_pause(value: object) -> float:
@@ -212,18 +195,18 @@ class ReplacementLog:
         :class:`~flowctl.core.scaling.Decision` (or its ``to_dict()``) behind it.
         """
         values: dict[str, Any] = {
-            "pipeline": _check_text("pipeline", pipeline),
-            "old_topology_id": _check_text("old_topology_id", old_topology_id),
+            "pipeline": check_text("pipeline", pipeline),
+            "old_topology_id": check_text("old_topology_id", old_topology_id),
             "new_topology_id": None
             if new_topology_id is None
-            else _check_text("new_topology_id", new_topology_id),
-            "old_parallelism": _check_int("old_parallelism", old_parallelism, 1),
-            "new_parallelism": _check_int("new_parallelism", new_parallelism, 1),
-            "reason": _check_text("reason", reason),
+            else check_text("new_topology_id", new_topology_id),
+            "old_parallelism": check_int("old_parallelism", old_parallelism, 1),
+            "new_parallelism": check_int("new_parallelism", new_parallelism, 1),
+            "reason": check_text("reason", reason),
             "decision_json": _decision_json(decision),
             "outcome": _check_outcome(outcome),
             "pause_ms": None if pause_ms is None else _check_pause(pause_ms),
-            "duplicates": None if duplicates is None else _check_int("duplicates", duplicates, 0),
+            "duplicates": None if duplicates is None else check_int("duplicates", duplicates, 0),
             "error": error,
         }
         times = {
@@ -235,10 +218,10 @@ class ReplacementLog:
         }
         for name, value in times.items():
             if value is not None or name == "started_at":
-                _check_time(name, value)
+                check_time(name, value)
         values.update(times)
         if error is not None:
-            _check_text("error", error)
+            check_text("error", error)
         _check_consistent(values)
         r = schema.replacement_events
 
@@ -256,7 +239,7 @@ class ReplacementLog:
         ``finished_at``, ``pause_ms``, ``duplicates``, ``outcome`` and ``error`` can
         change; an event with a final outcome is never changed again (it is history).
         """
-        _check_int("event_id", event_id, 1)
+        check_int("event_id", event_id, 1)
         unknown = sorted(set(changes) - set(_UPDATABLE))
         if unknown:
             raise ValueError(
@@ -265,17 +248,17 @@ class ReplacementLog:
             )
         for name in ("ready_at", "deactivated_at", "drained_at", "finished_at"):
             if changes.get(name) is not None:
-                _check_time(name, changes[name])
+                check_time(name, changes[name])
         if "outcome" in changes:
             _check_outcome(changes["outcome"])
         if changes.get("pause_ms") is not None:
             changes["pause_ms"] = _check_pause(changes["pause_ms"])
         if changes.get("duplicates") is not None:
-            _check_int("duplicates", changes["duplicates"], 0)
+            check_int("duplicates", changes["duplicates"], 0)
         if changes.get("new_topology_id") is not None:
-            _check_text("new_topology_id", changes["new_topology_id"])
+            check_text("new_topology_id", changes["new_topology_id"])
         if changes.get("error") is not None:
-            _check_text("error", changes["error"])
+            check_text("error", changes["error"])
         r = schema.replacement_events
 
         def work(conn: sa.Connection) -> None:
@@ -314,14 +297,14 @@ class ReplacementLog:
         limit: int | None = None,
     ) -> list[ReplacementEvent]:
         """The pipeline's replacements in start order; ``limit`` keeps the most recent ones."""
-        _check_text("pipeline", pipeline)
+        check_text("pipeline", pipeline)
         r = schema.replacement_events
         query = sa.select(r).where(r.c.pipeline == pipeline)
         if since is not None:
-            query = query.where(r.c.started_at >= _check_time("since", since))
+            query = query.where(r.c.started_at >= check_time("since", since))
         query = query.order_by(r.c.started_at.desc(), r.c.id.desc())
         if limit is not None:
-            query = query.limit(_check_int("limit", limit, 1))
+            query = query.limit(check_int("limit", limit, 1))
         rows = in_transaction(
             self.engine,
             lambda conn: conn.execute(query).all(),

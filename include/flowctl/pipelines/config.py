@@ -84,8 +84,8 @@ class FlowConfig:
 
     mode: str = "flow"
     w_min: int = 1
-    w_max: int = 32
-    w_init: int = 2
+    w_max: int = 256
+    w_init: int = 48
     rtt: str = "fixed"
     latency_target_s: float = 2.0
     rtt_min_threshold_s: float = 0.05
