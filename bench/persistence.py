@@ -9,6 +9,10 @@ the same cost per row. The same steady load as ``bench/latency.py`` (Zipf text l
 with their send time) is produced for each job; a record's latency is send -> offset
 durable in the database.
 
+The jobs' own metrics windows are kept beside (``job_metrics``: end, records, p50,
+p99 in ms): the baseline's latency there is to its commit (durable), the flow job's
+to the tuple's processed ack (the result in the MRWQ), the latency the paper plots.
+
 Metric: p99 latency of the last ``--window`` seconds of durable records, flow vs
 baseline, and the slope of latency over time (ms per s, least squares): direct
 writes fall behind and their latency keeps rising, the MRWQ should stay flat.
@@ -101,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                 env=env,
                 timeout_s=args.timeout,
             )
+            run["job_metrics"] = [
+                [w.window_end.isoformat(), w.records, w.latency_p50_ms, w.latency_p99_ms]
+                for w in plat.plane.metrics_windows(f"{run['pipeline']}-1")
+            ]
             run["slope_ms_per_s"] = slope_ms_per_s(run["series"])
             run["last_window_p99_ms"] = last_window_p99(run["series"], args.window)
             runs[kind] = run

@@ -4,7 +4,7 @@ Runs the throughput experiment's flow-controlled job alone (same data and settin
 ``bench/throughput.py``) and, from the end of its first micro-batch, samples its
 Python driver and its Spark Python workers with py-spy for ``--seconds``.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/profile.py [--lanes 4]
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/pyspy_profile.py [--lanes 4]
 
 Writes bench/results/profile.json (top frames per process, by own time and by
 inclusive time); the raw stacks stay in bench/results/logs/.
