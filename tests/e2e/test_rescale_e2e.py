@@ -279,6 +279,12 @@ def stream_runs(
             print(scheduler.tails())
 
 
+def _backlog_growing(plane: ControlPlane, topology_id: str) -> bool:
+    """The last three metrics windows have a backlog, growing."""
+    backlog = [w.backlog for w in plane.metrics_windows(topology_id, limit=3)]
+    return len(backlog) == 3 and 0 < backlog[0] < backlog[1] < backlog[2]
+
+
 def _active(plane: ControlPlane) -> list[str]:
     return [t.topology_id for t in plane.topologies(PIPELINE, states=["ACTIVE"])]
 
@@ -326,6 +332,9 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
+        # The sensor judges the last `history_windows` windows: let them show the overload
+        # first, or on a fast machine it may still see blue idle after the first data.
+        _wait("blue overloaded", lambda: _backlog_growing(plane, "wc-blue-1"))
         run = dags[f"autoscale_{PIPELINE}"].test()
     finally:
         feeder_stop.set()
