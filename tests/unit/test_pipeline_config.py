@@ -82,6 +82,19 @@ def test_bad_fields_name_the_file_field_and_value(
     assert str(path) in str(info.value)
 
 
+def test_auto_initial_window_is_each_lanes_share_of_the_batch_budget(tmp_path: Path) -> None:
+    config = load_pipeline_config(_write(tmp_path, VALID))  # 1000 records, tuples of 10
+    assert config.flow.w_init is None
+    assert [config.initial_window(lanes) for lanes in (1, 3, 4, 200)] == [100, 34, 25, 1]
+    wide = load_pipeline_config(_write(tmp_path, VALID.replace("= 1000", "= 100000")))
+    assert wide.initial_window(1) == wide.flow.w_max == 256
+    fixed = load_pipeline_config(_write(tmp_path, VALID + "[flow]\nw_init = 7\n"))
+    assert [fixed.initial_window(lanes) for lanes in (1, 4)] == [7, 7]
+    for bad in ('"big"', "2.5", "true", "0"):
+        with pytest.raises(PipelineConfigError, match=r"flow.w_init="):
+            load_pipeline_config(_write(tmp_path, VALID + f"[flow]\nw_init = {bad}\n"))
+
+
 def test_missing_and_broken_files(tmp_path: Path) -> None:
     with pytest.raises(PipelineConfigError, match=r"'nosuchpipeline'.*does not exist"):
         load_pipeline_config("nosuchpipeline")

@@ -85,7 +85,9 @@ class FlowConfig:
     mode: str = "flow"
     w_min: int = 1
     w_max: int = 256
-    w_init: int = 48
+    #: ``None`` = "auto": each lane starts at its fair share of the batch budget
+    #: (see :meth:`PipelineConfig.initial_window`).
+    w_init: int | None = None
     rtt: str = "fixed"
     latency_target_s: float = 2.0
     rtt_min_threshold_s: float = 0.05
@@ -139,6 +141,22 @@ class PipelineConfig:
     def dlq_topic(self) -> str:
         """Where records go after their last replay attempt."""
         return f"{self.name}.dlq"
+
+    def initial_window(self, lanes: int) -> int:
+        """The window (tuples) each of ``lanes`` lanes starts with.
+
+        An explicit ``flow.w_init`` wins. "auto" gives each lane its fair share of
+        the batch budget, ``ceil(max_records_per_batch / tuple_size / lanes)``,
+        within ``[w_min, w_max]``: the window grows by one tuple per round (no slow
+        start, SPEC A), so a smaller start would keep a topology with few lanes
+        under the plain job's batch size for dozens of micro-batches, and a larger
+        one is cut by the budget anyway.
+        """
+        flow = self.flow
+        if flow.w_init is not None:
+            return flow.w_init
+        share = -(-self.max_records_per_batch // (self.tuple_size * max(1, lanes)))
+        return min(max(share, flow.w_min), flow.w_max)
 
     def load_definition(self) -> ModuleType:
         """Import the definition module."""
@@ -353,11 +371,15 @@ def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
 
     w_min = integer("w_min", 1)
     w_max = integer("w_max", 1)
-    w_init = integer("w_init", 1)
     if w_max < w_min:
         raise fail("flow.w_max", w_max, f"must be >= w_min={w_min}")
-    if not w_min <= w_init <= w_max:
-        raise fail("flow.w_init", w_init, f"must lie in [w_min={w_min}, w_max={w_max}]")
+    w_init: int | None = None
+    if table.get("w_init", "auto") != "auto":
+        w_init = table["w_init"]
+        if isinstance(w_init, bool) or not isinstance(w_init, int):
+            raise fail("flow.w_init", w_init, 'must be "auto" or an integer')
+        if not w_min <= w_init <= w_max:
+            raise fail("flow.w_init", w_init, f"must lie in [w_min={w_min}, w_max={w_max}]")
     initial = number("replay_backoff_initial_s", lo=0)
     most = number("replay_backoff_max_s", lo=0)
     if most < initial:

@@ -152,7 +152,7 @@ def spout_config(settings: FlowSettings, config: Any) -> SpoutConfig:
         tuple_size=config.tuple_size,
         w_min=f.w_min,
         w_max=f.w_max,
-        w_init=f.w_init,
+        w_init=config.initial_window(settings.lanes),
         rtt_threshold_s=f.rtt_threshold_s,
         rtt_min_threshold_s=f.rtt_min_threshold_s,
         policy=f.dispatch,

@@ -96,7 +96,7 @@ class FlowStreamJob(StreamJob):
             self.flow.dispatch,
             self.flow.w_min,
             self.flow.w_max,
-            self.flow.w_init,
+            self.config.initial_window(self.parallelism),
             f"fixed latency target {self.flow.latency_target_s:g} s"
             if self.flow.rtt == "fixed"
             else "adaptive RTT threshold",
