@@ -505,9 +505,11 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
 
 
 def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:
-    """The states of docs/flow-control.md on one topology: READY admits nothing; activate
-    processes; deactivate drains (nothing in flight, MRWQ flushed) to DRAINED and admits
-    nothing; a second activate (a rollback) resumes exactly where the checkpoint is."""
+    """The states of docs/flow-control.md on one topology: a standby topology warms up
+    (a batch that processes real records and stores nothing) before READY; READY admits
+    nothing; activate processes; deactivate drains (nothing in flight, MRWQ flushed) to
+    DRAINED and admits nothing; a second activate (a rollback) resumes exactly where the
+    checkpoint is."""
     config = flow_config(tmp_path, "flowsig")
     bootstrap = flow.settings.kafka_bootstrap
     kafka_log.ensure_topics(bootstrap, {"flowsig.eden": 2})
@@ -516,8 +518,10 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     tid = "flowsig-green-1"
     job = flow.submit(config, tid, 2, "--standby", "--colour", "green")
     wait_for(lambda: flow.state(tid) == "READY", timeout_s=120, job=job, what="READY")
+    assert "warm-up, 100 record(s) read and processed on 2 lane(s)" in job.log()
     time.sleep(3.0)  # several triggers: a READY topology must admit nothing
     assert counted(flow, "flowsig") == {}
+    assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == {}
     flow.plane.send_signal(tid, "activate")
     expected = dict(count_words(data))
     wait_for(lambda: counted(flow, "flowsig") == expected, timeout_s=120, job=job, what="counts")
@@ -539,6 +543,7 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     assert flow.plane.pending_signals(tid) == []
     log = job.log()
     for step in (
+        "STARTING -> READY",
         "READY -> ACTIVE",
         "ACTIVE -> DRAINING",
         "DRAINING -> DRAINED",

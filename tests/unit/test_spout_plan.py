@@ -15,6 +15,7 @@ from flowctl.spark.flow import (
     _result_from_json,
     decode_plan,
     encode_plan,
+    encode_warmup,
     initial_offset,
     spout_config,
 )
@@ -37,6 +38,17 @@ def test_the_plan_round_trips_through_json_grouped_by_lane() -> None:
     ]
     assert parts[0].entries[0].replay and parts[0].entries[0].tuple.id == "p.replay.b:2:7-8"
     assert decode_plan(initial_offset("p.eden"), "p.eden", "p") == []
+
+
+def test_a_warmup_offset_gives_each_lane_one_range_and_admits_nothing() -> None:
+    ranges = [TupleRange("p.eden", 0, 50, 100), TupleRange("p.eden", 1, 0, 30)]
+    offset = json.loads(json.dumps(encode_warmup("p.eden", 3, 2, ranges)))
+    assert offset["plan"] == [] and offset["seq"] == 3
+    assert offset != encode_warmup("p.eden", 3, 3, ranges)  # a new batch for Spark each time
+    parts = decode_plan(offset, "p.eden", "p")
+    assert [(p.lane, p.seq, p.warmup) for p in parts] == [(0, 3, True), (1, 3, True)]
+    assert [p.entries[0].tuple for p in parts] == ranges
+    assert not any(p.warmup for p in decode_plan(encode_plan("p.eden", 1, [], "p"), "p.eden", "p"))
 
 
 def test_a_plain_mode_offset_is_refused_by_name() -> None:

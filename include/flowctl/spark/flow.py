@@ -81,6 +81,15 @@ MAX_HOLD_WAIT_S = 1.0
 #: Seconds between log lines about windows that only grew (or backpressure levels that
 #: only moved, without a stage entering or leaving backpressure).
 WINDOW_LOG_EVERY_S = 5.0
+#: Seconds between warm-up batches of a standby topology (before its first activation).
+#: A warm-up batch reads one tuple's worth of the newest Eden records per lane and runs
+#: the pipeline's ``process`` on them, discarding the results: Spark's Python workers,
+#: the lanes' imports and connections are then warm when ``activate`` comes, so the
+#: first real batch is not a 4-7 s first batch. Spark ends a Python worker idle for a
+#: minute, hence well under that.
+WARMUP_EVERY_S = 20.0
+#: The status rows' outcome of a warm-up batch's tuples (never fed to the spout).
+WARMUP = "warmup"
 #: Latency samples a lane reports per acked tuple (evenly spread over its records).
 LATENCY_SAMPLES = 8
 _CACHE_MODULE = "flowctl._flow_lane_cache"
@@ -199,14 +208,35 @@ class PlanEntry:
 class FlowPartition(InputPartition):
     """One lane's share of one micro-batch: its tuples, in dispatch order."""
 
-    def __init__(self, lane: int, seq: int, entries: tuple[PlanEntry, ...]) -> None:
+    def __init__(
+        self, lane: int, seq: int, entries: tuple[PlanEntry, ...], *, warmup: bool = False
+    ) -> None:
         super().__init__(lane)
         self.lane = lane
         self.seq = seq
         self.entries = entries
+        self.warmup = warmup
 
     def __repr__(self) -> str:
-        return f"FlowPartition(lane={self.lane}, seq={self.seq}, tuples={len(self.entries)})"
+        kind = ", warm-up" if self.warmup else ""
+        return f"FlowPartition(lane={self.lane}, seq={self.seq}, tuples={len(self.entries)}{kind})"
+
+
+def encode_warmup(topic: str, seq: int, number: int, ranges: Sequence[TupleRange]) -> dict:
+    """A warm-up batch's offset: ``ranges[i]`` is read by lane ``i``; nothing is admitted.
+
+    ``number`` makes each warm-up a new offset (Spark runs a batch only when the end
+    offset differs from the start); ``seq`` stays the last admitted batch's.
+    """
+    rows = [[lane, r.topic, r.partition, r.start, r.end] for lane, r in enumerate(ranges)]
+    return {
+        "v": PLAN_VERSION,
+        "topic": topic,
+        "seq": seq,
+        "plan": [],
+        "warmup": number,
+        "ranges": rows,
+    }
 
 
 def decode_plan(offset: Mapping[str, Any], topic: str, pipeline: str) -> list[FlowPartition]:
@@ -217,6 +247,17 @@ def decode_plan(offset: Mapping[str, Any], topic: str, pipeline: str) -> list[Fl
             f"(a checkpoint of another source mode or topic?)"
         )
     topics = ReplayTopics(pipeline)
+    seq = int(offset["seq"])
+    if offset.get("warmup"):
+        return [
+            FlowPartition(
+                int(lane),
+                seq,
+                (PlanEntry(TupleRange(t, int(p), int(s), int(e)), 0, False, topics.replay_a),),
+                warmup=True,
+            )
+            for lane, t, p, s, e in offset["ranges"]
+        ]
     lanes: dict[int, list[PlanEntry]] = {}
     for row in offset["plan"]:
         lane, t, p, start, end, edge, replay, from_idx = row
@@ -228,7 +269,6 @@ def decode_plan(offset: Mapping[str, Any], topic: str, pipeline: str) -> list[Fl
                 topics.replay_a if from_idx == 0 else topics.replay_b,
             )
         )
-    seq = int(offset["seq"])
     return [FlowPartition(lane, seq, tuple(es)) for lane, es in sorted(lanes.items())]
 
 
@@ -270,6 +310,9 @@ class FlowPlanner:
         self.seq = 0
         self.pending: dict[int, tuple[set[int], float]] = {}
         self.admit = not settings.standby
+        self.activated = self.admit
+        self.warmups = 0
+        self._last_warmup = -1e9
         self.rebuild_seen: int | None = None
         self.metrics = MetricsWindow(
             settings.topology_id, self.clock, window_s=self.flow.metrics_window_s
@@ -465,11 +508,39 @@ class FlowPlanner:
         self._record_metrics(dispatches, persist_len, levels)
         self._publish_state(persist_len, levels)
         if not dispatches:
-            return dict(start)
+            warmup = self._warmup_plan() if not self.activated else None
+            return dict(start) if warmup is None else warmup
         self.seq += 1
         self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
         self._log_windows(len(dispatches))
         return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
+
+    def _warmup_plan(self) -> dict[str, Any] | None:
+        """A standby topology's warm-up batch, every ``WARMUP_EVERY_S`` (``None``: not due,
+        or the log is empty: nothing to warm up with)."""
+        now = self.clock.now()
+        if now - self._last_warmup < WARMUP_EVERY_S:
+            return None
+        filled = sorted(tp for tp, end in self._latest.items() if end > 0)
+        if not filled:
+            return None
+        self._last_warmup = now
+        self.warmups += 1
+        size = self.config.tuple_size
+        ranges = []
+        for lane in range(self.settings.lanes):
+            tp = filled[lane % len(filled)]
+            end = self._latest[tp]
+            ranges.append(TupleRange(tp.topic, tp.partition, max(0, end - size), end))
+        log.info(
+            "flow %s: standby warm-up %d: %d lane(s) read and process %d record(s) each, "
+            "results discarded",
+            self.settings.topology_id,
+            self.warmups,
+            len(ranges),
+            size,
+        )
+        return encode_warmup(self.settings.topic, self.seq, self.warmups, ranges)
 
     def _read_control(self) -> None:
         try:
@@ -483,6 +554,7 @@ class FlowPlanner:
         if admit != self.admit:
             log.info("flow %s: admission %s", self.settings.topology_id, "on" if admit else "off")
             self.admit = admit
+            self.activated = self.activated or admit
         rebuild = ctl.get("rebuild")
         if rebuild is not None and rebuild != self.rebuild_seen:
             if self.rebuild_seen is not None and self.spout is not None:
@@ -683,6 +755,8 @@ class FlowPlanner:
             "counters": dict(self.spout.counters),
             "at_risk": self.spout.at_risk(),
             "seq": self.seq,
+            "warmups": self.warmups,
+            "log_empty": not any(self._latest.values()),
         }
         try:
             store = self.store()
@@ -841,6 +915,9 @@ def run_lane(settings: FlowSettings, part: FlowPartition) -> Iterator[tuple[Any,
     config = load_config(settings.config_path)
     flow = config.flow
     definition = importlib.import_module(config.definition).DEFINITION
+    if part.warmup:
+        yield from _warm_up(settings, part, definition, flow.tuple_timeout_s)
+        return
     topics = ReplayTopics(config.name)
     backflow = Backflow(
         topics,
@@ -943,6 +1020,40 @@ def run_lane(settings: FlowSettings, part: FlowPartition) -> Iterator[tuple[Any,
             float(d.rt),
             d.error[:300] or None,
         )
+
+
+def _warm_up(
+    settings: FlowSettings, part: FlowPartition, definition: Any, timeout_s: float
+) -> Iterator[tuple[Any, ...]]:
+    """A warm-up tuple: read its records, run ``process``, discard the results.
+
+    Touches what a real batch touches (Kafka, the pipeline code, memcached) and nothing
+    durable: no MRWQ item, no replay, no feedback. Errors are reported, never raised.
+    """
+    from flowctl.pipelines.base import Record
+
+    started = time.monotonic()
+    entry = part.entries[0]
+    error = ""
+    records: list[Any] = []
+    try:
+        _store(settings.memcached).get_json(f"{settings.ns}:ctl")
+        raw = _prefetch(part.entries, settings)[entry.tuple.id]
+        if isinstance(raw, Exception):
+            raise raw
+        records = [Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw]
+        _run_with_deadline(definition.process, records, timeout_s, part.lane)
+    except Exception as exc:  # a poison record or a slow read: the warm-up did its job
+        error = f"{type(exc).__name__}: {exc}"
+    yield (
+        part.lane,
+        part.seq,
+        entry.tuple.id,
+        WARMUP,
+        len(records),
+        time.monotonic() - started,
+        error[:300] or None,
+    )
 
 
 def _prefetch(

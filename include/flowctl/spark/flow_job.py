@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from flowctl.config import Settings
-from flowctl.spark.flow import namespace
+from flowctl.spark.flow import WARMUP, namespace
 from flowctl.spark.job import JobArgs, StreamJob
 
 log = logging.getLogger("flowctl.job")
@@ -41,6 +41,10 @@ log = logging.getLogger("flowctl.job")
 FLUSH_ALL_TIMEOUT_S = 120.0
 #: Seconds between status lines in the log.
 STATUS_EVERY_S = 10.0
+#: A standby topology reports READY after its first warm-up batch (see
+#: ``flowctl.spark.flow.WARMUP_EVERY_S``), at once when the log is empty (nothing to
+#: warm up with), and after this many seconds in any case (a warm-up that fails).
+WARMUP_READY_TIMEOUT_S = 60.0
 
 
 class FlowStreamJob(StreamJob):
@@ -76,6 +80,8 @@ class FlowStreamJob(StreamJob):
         self._warned: dict[str, float] = {}
         self.totals: dict[str, int] = {}
         self._batch_ends: collections.deque[float] = collections.deque(maxlen=500)
+        self._warming_since: float | None = None
+        self._warmed: str | None = None  # why the warm-up is over (set by _on_batch)
 
     # -- start ------------------------------------------------------------------------------
 
@@ -109,8 +115,28 @@ class FlowStreamJob(StreamJob):
         )
 
     def _initial_state(self) -> str:
-        self.state = "READY" if self.standby else "ACTIVE"
+        """ACTIVE, or for a standby topology STARTING until it has warmed up (then READY)."""
+        if self.standby:
+            self._warming_since = time.monotonic()
+            log.info("topology %s: standby, warming up before READY", self.topology_id)
+        self.state = "STARTING" if self.standby else "ACTIVE"
         return self.state
+
+    def _check_warm(self, state: dict[str, Any] | None) -> None:
+        """STARTING -> READY once a warm-up batch ran (or there is nothing to warm up with)."""
+        since = self._warming_since
+        if since is None:
+            return
+        why = self._warmed
+        if why is None and state is not None and state.get("log_empty"):
+            why = "the log is empty, nothing to warm up with"
+        if why is None and time.monotonic() - since > WARMUP_READY_TIMEOUT_S:
+            why = f"no warm-up batch within {WARMUP_READY_TIMEOUT_S:g} s"
+        if why is None:
+            return
+        self._warming_since = None
+        log.info("topology %s: warm-up over (%s)", self.topology_id, why)
+        self._set_state("READY")
 
     def _start_query(self, spark: Any) -> Any:
         from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
@@ -316,6 +342,8 @@ class FlowStreamJob(StreamJob):
         self._write_ctl()
         self._publish_metrics()
         state = self._spout_state()
+        if self.state == "STARTING":
+            self._check_warm(state)
         if self.state == "DRAINING":
             self._check_drained(state)
         now = time.monotonic()
@@ -374,7 +402,7 @@ class FlowStreamJob(StreamJob):
                 self.state,
             )
             if sig.kind == "activate":
-                if self.state in ("READY", "DRAINED", "DRAINING"):
+                if self.state in ("STARTING", "READY", "DRAINED", "DRAINING"):
                     self._activate()
                 self.control.mark_signal_handled(sig.id)
             elif sig.kind in ("deactivate", "drain"):
@@ -383,7 +411,7 @@ class FlowStreamJob(StreamJob):
                     self._write_ctl()
                     self._draining_since = time.time()
                     self._set_state("DRAINING")
-                if self.state in ("DRAINED", "READY"):
+                if self.state in ("DRAINED", "READY", "STARTING"):
                     self.control.mark_signal_handled(sig.id)
                 else:
                     self._drain_signals.add(sig.id)
@@ -399,11 +427,26 @@ class FlowStreamJob(StreamJob):
             self.control.mark_signal_handled(signal_id)
         self._drain_signals.clear()
         self._draining_since = None
+        self._warming_since = None
         self._set_state("ACTIVE")
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         """Count the lanes' status rows (one per tuple) and log the batch in one line."""
         rows = df.collect()
+        if rows and all(row["outcome"] == WARMUP for row in rows):
+            errors = {row["error"] for row in rows if row["error"]}
+            log.info(
+                "batch %d: warm-up, %d record(s) read and processed on %d lane(s) in %.2f s, "
+                "results discarded%s",
+                batch_id,
+                sum(int(row["records"] or 0) for row in rows),
+                len(rows),
+                max(float(row["rt"] or 0.0) for row in rows),
+                f"; errors: {'; '.join(sorted(errors))}" if errors else "",
+            )
+            if self._warmed is None:
+                self._warmed = f"warm-up batch {batch_id} ran"
+            return
         counts: dict[str, int] = {}
         records = 0
         rt_max = 0.0
