@@ -1,5 +1,9 @@
 """The core is pure: every module of flowctl.core imports only the standard library.
 
+And the layers above it leave I/O to the adapters: no module of
+flowctl.pipelines or flowctl.services imports a database, cache, Kafka or
+Spark client (one adapter per real thing wraps each of those).
+
 Parsed with ``ast`` (no import side effects), so a forbidden import fails the
 test even inside a function body or an ``if TYPE_CHECKING`` block.
 """
@@ -12,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[2] / "include" / "flowctl" / "core"
+FLOWCTL = Path(__file__).resolve().parents[2] / "include" / "flowctl"
+CORE = FLOWCTL / "core"
+#: Packages whose modules call the adapters for I/O instead of importing its clients.
+ADAPTER_USERS = (FLOWCTL / "pipelines", FLOWCTL / "services")
+#: The clients only flowctl.adapters (and flowctl.spark, for pyspark) may import.
+IO_CLIENTS = frozenset({"sqlalchemy", "pymemcache", "kafka", "pyspark", "psycopg2"})
 ALLOWED_FIRST_PARTY = "flowctl.core"
 _DYNAMIC = {"import_module", "__import__"}
 
@@ -65,3 +74,53 @@ def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     )
     names = [m for _, m in _imported_modules(sample) if not _is_allowed(m)]
     assert names == ["pyspark", "kafka"]
+
+
+def _adapter_user_modules() -> list[Path]:
+    return sorted(p for package in ADAPTER_USERS for p in package.rglob("*.py"))
+
+
+def _io_client_imports(path: Path) -> list[str]:
+    return [
+        f"line {line}: {mod}"
+        for line, mod in _imported_modules(path)
+        if mod.split(".")[0] in IO_CLIENTS
+    ]
+
+
+def test_pipelines_and_services_have_modules() -> None:
+    for package in ADAPTER_USERS:
+        assert list(package.glob("*.py")), f"no modules found under {package}"
+
+
+@pytest.mark.parametrize(
+    "path", _adapter_user_modules(), ids=lambda p: p.relative_to(FLOWCTL).as_posix()
+)
+def test_pipelines_and_services_leave_io_clients_to_the_adapters(path: Path) -> None:
+    bad = _io_client_imports(path)
+    assert not bad, (
+        f"{path.relative_to(FLOWCTL)} imports an I/O client (move that code into an adapter "
+        f"of flowctl.adapters and call it): {bad}"
+    )
+
+
+def test_the_layer_check_catches_nested_client_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from flowctl.adapters import kafka_log\n"
+        "if TYPE_CHECKING:\n"
+        "    import sqlalchemy as sa\n"
+        "class C:\n"
+        "    def f(self):\n"
+        "        from kafka.errors import KafkaError\n"
+        "        import pymemcache.client.base, psycopg2\n"
+        "        from pyspark.sql import SparkSession\n"
+    )
+    assert _io_client_imports(sample) == [
+        "line 4: sqlalchemy",
+        "line 7: kafka.errors",
+        "line 8: pymemcache.client.base",
+        "line 8: psycopg2",
+        "line 9: pyspark.sql",
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -26,6 +27,10 @@ _lock = threading.Lock()
 
 class DatabaseUnavailable(RuntimeError):
     """The database kept failing with operational errors after every retry."""
+
+
+class DatabaseCheckFailed(RuntimeError):
+    """A health check found the URL malformed, its driver missing, or the database silent."""
 
 
 def _on_sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -76,3 +81,48 @@ def in_transaction(
     except RetriesExhausted as exc:
         url = engine.url.render_as_string(hide_password=True)
         raise DatabaseUnavailable(f"{exc} (database {url})") from exc
+
+
+def masked_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, safe for logs and errors."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url.split("@")[-1] if "@" in url else url
+
+
+def _connect_args(dialect: str, timeout: float) -> dict[str, object]:
+    if dialect == "sqlite":
+        return {"timeout": timeout}
+    if dialect in ("postgresql", "mysql", "mariadb"):
+        return {"connect_timeout": max(int(timeout), 1)}
+    return {}
+
+
+def check_database(url: str, timeout: float = 5.0) -> None:
+    """Open the database and run ``SELECT 1`` on a throwaway engine, no retry.
+
+    The health check of ``flowctl services``: a SQLite file's directory is
+    created first; any failure raises :class:`DatabaseCheckFailed` naming the
+    URL with its password masked.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError:
+        raise DatabaseCheckFailed(f"{masked_url(url)!r} is not a valid SQLAlchemy URL") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = sa.create_engine(
+            parsed, connect_args=_connect_args(parsed.get_backend_name(), timeout)
+        )
+    except (sa.exc.NoSuchModuleError, ImportError) as exc:
+        raise DatabaseCheckFailed(f"no driver for {masked_url(url)}: {exc}") from None
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1")).scalar_one()
+    except sa.exc.SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise DatabaseCheckFailed(f"cannot reach {masked_url(url)}: {reason}") from None
+    finally:
+        engine.dispose()

@@ -47,6 +47,10 @@ class KafkaProduceError(RuntimeError):
     """Records could not be produced after all retries."""
 
 
+class KafkaUnavailable(ConnectionError):
+    """A health check found no Kafka broker answering, or a failed metadata request."""
+
+
 def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
@@ -98,6 +102,30 @@ def drop_cached_consumer(bootstrap: str) -> None:
             consumer.close()
         except Exception:  # closing a broken consumer must not mask the original error
             log.debug("closing a dropped consumer failed", exc_info=True)
+
+
+def check_broker(bootstrap: str, timeout: float) -> None:
+    """A Kafka-protocol round trip (metadata via ``list_topics``) within ``timeout``, no retry.
+
+    The health check of ``flowctl services``: raises :class:`KafkaUnavailable`
+    naming the bootstrap servers and the reason.
+    """
+    ms = max(int(timeout * 1000), 100)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="flowctl-health",
+            request_timeout_ms=ms,
+            bootstrap_timeout_ms=ms,
+        )
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}: {exc}") from None
+    try:
+        admin.list_topics()
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"Kafka at {bootstrap} failed a metadata request: {exc}") from None
+    finally:
+        admin.close()
 
 
 def ensure_topics(

@@ -42,7 +42,7 @@ from pymemcache.exceptions import MemcacheServerError, MemcacheUnexpectedCloseEr
 
 from flowctl.core.backoff import BackoffPolicy, HadoopBackoff, RetryError, retry
 
-__all__ = ["LaneFeedback", "MemcachedStore", "MemcachedUnavailable", "wire_key"]
+__all__ = ["LaneFeedback", "MemcachedStore", "MemcachedUnavailable", "check_server", "wire_key"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ _NOT_SENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionRefusedError, soc
 
 
 class MemcachedUnavailable(ConnectionError):
-    """memcached could not be reached for an operation, after every retry."""
+    """memcached could not be reached for an operation (after every retry) or a health check."""
 
 
 def _default_policy() -> BackoffPolicy:
@@ -92,6 +92,23 @@ def _parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"memcached address must be 'host:port', got {address!r}")
     return host.strip("[]"), int(port)
+
+
+def check_server(address: str, timeout: float) -> None:
+    """A protocol round trip (``version``) to ``address`` within ``timeout``, no retry.
+
+    The health check of ``flowctl services``: raises :class:`MemcachedUnavailable`
+    naming the address and the reason when nothing answers.
+    """
+    client = Client(_parse_address(address), connect_timeout=timeout, timeout=timeout)
+    try:
+        client.version()
+    except Exception as exc:
+        raise MemcachedUnavailable(
+            f"no memcached answers at {address}: {exc or type(exc).__name__}"
+        ) from None
+    finally:
+        client.close()
 
 
 class MemcachedStore:

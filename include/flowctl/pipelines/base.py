@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    import sqlalchemy as sa
+#: The database connection :meth:`PipelineDefinition.apply` and
+#: :meth:`PipelineDefinition.stored` get: a SQLAlchemy ``Connection`` inside the
+#: caller's transaction. Typed loosely so a pipeline module needs no SQLAlchemy:
+#: it hands the connection to :mod:`flowctl.adapters.results`, which runs the SQL.
+Connection = Any
 
 
 class PoisonRecord(ValueError):
@@ -61,7 +64,7 @@ class PipelineDefinition(Protocol):
         """Run the pipeline's operators over one tuple; return its JSON-serialisable result."""
         ...
 
-    def apply(self, conn: sa.Connection, pipeline: str, results: Sequence[Any]) -> int:
+    def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
         """Persist tuple results in ``conn``'s transaction; return the rows touched."""
         ...
 
@@ -69,6 +72,6 @@ class PipelineDefinition(Protocol):
         """The plain-Python result of the whole input, for reconciliation."""
         ...
 
-    def stored(self, conn: sa.Connection, pipeline: str) -> Mapping[str, Any]:
+    def stored(self, conn: Connection, pipeline: str) -> Mapping[str, Any]:
         """What the database holds, in the shape :meth:`reference` returns."""
         ...

@@ -40,12 +40,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from flowctl.pipelines.base import PoisonRecord, Record
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
+from flowctl.pipelines.base import Connection, PoisonRecord, Record
 
 NAME = "logetl"
 
@@ -423,10 +420,8 @@ class LogEtlDefinition:
             rows.append(event.to_json(record.topic, record.partition, record.offset))
         return rows
 
-    def apply(self, conn: sa.Connection, pipeline: str, results: Sequence[Any]) -> int:
+    def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
         """Insert the rows of ``results``, ignoring keys already stored; return rows inserted."""
-        from flowctl.adapters.schema import dialect_insert, log_events
-
         rows: dict[tuple[str, int, int], dict[str, Any]] = {}
         for result in results:
             if not isinstance(result, list):
@@ -436,12 +431,9 @@ class LogEtlDefinition:
                 rows.setdefault((params["topic"], params["partition"], params["offset"]), params)
         if not rows:
             return 0
-        stmt = (
-            dialect_insert(conn)(log_events)
-            .on_conflict_do_nothing(index_elements=["pipeline", "topic", "partition", "offset"])
-            .returning(log_events.c.offset)
-        )
-        return len(conn.execute(stmt, list(rows.values())).all())
+        from flowctl.adapters import results as sink
+
+        return sink.apply_log_events(conn, list(rows.values()))
 
     def reference(self, values: Iterable[bytes | None]) -> dict[str, Any]:
         """Rows per status class of the lines that parse (malformed ones go to the DLQ)."""
@@ -451,18 +443,11 @@ class LogEtlDefinition:
                 classes[outcome.status_class] += 1
         return _summary(classes)
 
-    def stored(self, conn: sa.Connection, pipeline: str) -> dict[str, Any]:
+    def stored(self, conn: Connection, pipeline: str) -> dict[str, Any]:
         """Rows per status class in ``log_events``, shaped like :meth:`reference`."""
-        import sqlalchemy as sa
+        from flowctl.adapters import results as sink
 
-        from flowctl.adapters.schema import log_events
-
-        query = (
-            sa.select(log_events.c.status_class, sa.func.count())
-            .where(log_events.c.pipeline == pipeline)
-            .group_by(log_events.c.status_class)
-        )
-        return _summary({cls: int(n) for cls, n in conn.execute(query).all()})
+        return _summary(sink.stored_log_events(conn, pipeline))
 
 
 DEFINITION = LogEtlDefinition()

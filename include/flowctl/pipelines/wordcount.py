@@ -24,9 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from flowctl.pipelines.base import Record
+    from flowctl.pipelines.base import Connection, Record
 
 NAME = "wordcount"
 
@@ -99,7 +97,7 @@ class WordCountDefinition:
         """
         return dict(count_values(r.value for r in records))
 
-    def apply(self, conn: sa.Connection, pipeline: str, results: Sequence[Any]) -> int:
+    def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
         """Add the results' counts to ``word_counts``; return the number of words touched.
 
         The results are summed first, so each word is one upsert (PostgreSQL
@@ -118,16 +116,11 @@ class WordCountDefinition:
         """Word counts of the whole input (what ``word_counts`` must hold)."""
         return dict(count_values(values))
 
-    def stored(self, conn: sa.Connection, pipeline: str) -> dict[str, int]:
+    def stored(self, conn: Connection, pipeline: str) -> dict[str, int]:
         """``word_counts`` of ``pipeline``, shaped like :meth:`reference`."""
-        import sqlalchemy as sa
+        from flowctl.adapters import results as sink
 
-        from flowctl.adapters.schema import word_counts
-
-        query = sa.select(word_counts.c.word, word_counts.c.count).where(
-            word_counts.c.pipeline == pipeline
-        )
-        return {word: int(n) for word, n in conn.execute(query).all()}
+        return sink.stored_word_counts(conn, pipeline)
 
 
 DEFINITION = WordCountDefinition()

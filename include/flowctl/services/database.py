@@ -8,7 +8,6 @@ within a connect timeout. Errors name the URL with its password masked.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from flowctl.config import Settings
 from flowctl.services.base import UNREACHABLE, UP, ServiceError, ServiceStatus
@@ -18,48 +17,23 @@ NAME = "db"
 
 def masked(url: str) -> str:
     """The URL with its password replaced by ``***``, safe for logs and errors."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from flowctl.adapters.db import masked_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url.split("@")[-1] if "@" in url else url
-
-
-def _connect_args(dialect: str, timeout: float) -> dict[str, object]:
-    if dialect == "sqlite":
-        return {"timeout": timeout}
-    if dialect in ("postgresql", "mysql", "mariadb"):
-        return {"connect_timeout": max(int(timeout), 1)}
-    return {}
+    return masked_url(url)
 
 
 def check(url: str, timeout: float = 5.0) -> None:
-    """Open the database and run ``SELECT 1``; raise :class:`ServiceError` naming the URL."""
-    import sqlalchemy as sa
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+    """Open the database and run ``SELECT 1``; raise :class:`ServiceError` naming the URL.
+
+    The check is the database adapter's; it is imported here, not at the top,
+    so the CLI starts without loading SQLAlchemy.
+    """
+    from flowctl.adapters.db import DatabaseCheckFailed, check_database
 
     try:
-        parsed = sa.make_url(url)
-    except ArgumentError:
-        raise ServiceError(f"db: {masked(url)!r} is not a valid SQLAlchemy URL") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    try:
-        engine = sa.create_engine(
-            parsed, connect_args=_connect_args(parsed.get_backend_name(), timeout)
-        )
-    except (NoSuchModuleError, ImportError) as exc:
-        raise ServiceError(f"db: no driver for {masked(url)}: {exc}") from None
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1")).scalar_one()
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise ServiceError(f"db: cannot reach {masked(url)}: {reason}") from None
-    finally:
-        engine.dispose()
+        check_database(url, timeout)
+    except DatabaseCheckFailed as exc:
+        raise ServiceError(f"{NAME}: {exc}") from None
 
 
 class DatabaseService:
