@@ -250,8 +250,6 @@ def submit(
         topology_id,
         "--parallelism",
         str(lanes),
-        "--poll-seconds",
-        "0.5",
     ]
     if baseline and max_records_per_batch:
         args += ["--max-records-per-batch", str(max_records_per_batch)]

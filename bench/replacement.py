@@ -76,7 +76,7 @@ def wait_state(plat: Platform, topology_id: str, states: set[str], timeout_s: fl
                 return True
         except Exception:
             pass
-        time.sleep(0.2)
+        time.sleep(0.25)  # the replace operator's default poll interval
     return False
 
 

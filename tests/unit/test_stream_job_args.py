@@ -16,7 +16,7 @@ def test_defaults() -> None:
         "wordcount",
         "blue",
         None,
-        1.0,
+        0.25,
     )
     assert args.topology_id is None and args.checkpoint_dir is None
 

@@ -46,6 +46,8 @@ from flowctl.config import Settings
 log = logging.getLogger("flowctl.job")
 
 COLOURS = ("blue", "green")
+#: Seconds between two heartbeats of the driver (written by the control loop).
+HEARTBEAT_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,12 @@ def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
     parser.add_argument(
         "--poll-seconds",
         type=_positive_float,
-        default=1.0,
-        help="how often to heartbeat and check control signals (default 1)",
+        default=0.25,
+        help=(
+            "how often to check control signals and run the control loop (default 0.25: a "
+            "signal's delay is part of a replacement's output pause); the heartbeat is "
+            f"written at most every {HEARTBEAT_EVERY_S:g} s"
+        ),
     )
     parser.add_argument(
         "--standby",
@@ -362,6 +368,7 @@ class StreamJob:
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
         last_db_warning = -1e9
+        last_heartbeat = -1e9
         while True:
             if not query.isActive:
                 error = query.exception()
@@ -371,7 +378,9 @@ class StreamJob:
                 return 1
             stop_id = None
             try:
-                self.control.heartbeat(self.topology_id)
+                if time.monotonic() - last_heartbeat >= HEARTBEAT_EVERY_S:
+                    self.control.heartbeat(self.topology_id)
+                    last_heartbeat = time.monotonic()
                 stop_id = self._handle_signals()
             except Exception as exc:  # the database may be away; the stream goes on
                 if time.monotonic() - last_db_warning > 10:
