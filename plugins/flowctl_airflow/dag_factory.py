@@ -55,6 +55,34 @@ def _default_args() -> dict[str, object]:
     return {"owner": OWNER, "retries": 0, "retry_delay": timedelta(seconds=30)}
 
 
+def _pipeline_dag(
+    config: PipelineConfig,
+    kind: str,
+    *,
+    description: str,
+    doc_md: str,
+    schedule: str | None = None,
+    max_active_runs: int | None = 1,
+    params: dict[str, Param] | None = None,
+) -> DAG:
+    """``<kind>_<pipeline>``: what every generated DAG shares (start, no catchup, tags)."""
+    extra: dict[str, object] = (
+        {} if max_active_runs is None else {"max_active_runs": max_active_runs}
+    )
+    return DAG(
+        dag_id=f"{kind}_{config.name}",
+        description=description,
+        doc_md=doc_md,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        tags=["flowctl", config.name, kind],
+        default_args=_default_args(),
+        params=params or {},
+        **extra,
+    )
+
+
 def powers_of_two(lo: int, hi: int) -> list[int]:
     """The allowed parallelisms: powers of two within ``[lo, hi]``."""
     out, p = [], 1
@@ -66,19 +94,16 @@ def powers_of_two(lo: int, hi: int) -> list[int]:
 
 
 def ingest_dag(config: PipelineConfig) -> DAG:
-    with DAG(
-        dag_id=f"ingest_{config.name}",
+    with _pipeline_dag(
+        config,
+        "ingest",
         description=f"Load text into Kafka topic {config.eden_topic}",
         doc_md=(
             f"Loads lines into `{config.eden_topic}`: `source=synthetic` generates "
             "`lines` lines of seeded Zipf text (the same seed gives the same text); "
             "`source=file` loads the text file at `path` (on the worker)."
         ),
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        tags=["flowctl", config.name, "ingest"],
-        default_args=_default_args(),
+        max_active_runs=None,
         params={
             "source": Param(
                 "synthetic", enum=list(SOURCES), description="where the text comes from"
@@ -101,19 +126,15 @@ def ingest_dag(config: PipelineConfig) -> DAG:
 
 def stream_dag(config: PipelineConfig) -> DAG:
     allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
-    with DAG(
-        dag_id=f"stream_{config.name}",
+    with _pipeline_dag(
+        config,
+        "stream",
         description=f"The {config.name} topology: reads {config.eden_topic} until stopped",
         doc_md=(
             "Runs the pipeline's streaming topology until a `stop` signal "
             f"(`flowctl stream stop <topology id>`). Parallelism: one of {allowed}."
         ),
-        schedule=None,
-        start_date=START,
-        catchup=False,
         max_active_runs=2,  # blue and green side by side during a replacement
-        tags=["flowctl", config.name, "stream"],
-        default_args=_default_args(),
         params={
             "parallelism": Param(
                 config.parallelism, type="integer", enum=allowed, description="number of lanes"
@@ -150,8 +171,9 @@ def stream_dag(config: PipelineConfig) -> DAG:
 
 def autoscale_dag(config: PipelineConfig) -> DAG:
     s = config.scaling
-    with DAG(
-        dag_id=f"autoscale_{config.name}",
+    with _pipeline_dag(
+        config,
+        "autoscale",
         description=f"Rescale {config.name} from its failure-rate windows ({s.policy} policy)",
         doc_md=(
             f"Every run, `decide` reads the last {s.history_windows} metrics windows of the "
@@ -164,11 +186,6 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             f"`{config.source.name}`."
         ),
         schedule=s.schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["flowctl", config.name, "autoscale"],
-        default_args=_default_args(),
     ) as dag:
         decide = FailureRateWindowSensor(
             task_id="decide",
@@ -199,8 +216,9 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
 
 def rescale_dag(config: PipelineConfig) -> DAG:
     allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
-    with DAG(
-        dag_id=f"rescale_{config.name}",
+    with _pipeline_dag(
+        config,
+        "rescale",
         description=f"Replace the {config.name} topology blue-green with another parallelism",
         doc_md=(
             "Give either `direction` (`up` doubles, `down` halves the ACTIVE topology's "
@@ -208,12 +226,6 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             "the replacement event). The replacement is blue-green (docs/flow-control.md); "
             "it is refused while another replacement of the pipeline runs."
         ),
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["flowctl", config.name, "rescale"],
-        default_args=_default_args(),
         params={
             "direction": Param(
                 None,
@@ -247,8 +259,9 @@ def rescale_dag(config: PipelineConfig) -> DAG:
 
 
 def reconcile_dag(config: PipelineConfig) -> DAG:
-    with DAG(
-        dag_id=f"reconcile_{config.name}",
+    with _pipeline_dag(
+        config,
+        "reconcile",
         description=f"Check {config.name}'s stored results against its durable Kafka log",
         doc_md=(
             "A PySpark batch job reads the pipeline's Kafka log up to the durable checkpoint, "
@@ -258,11 +271,6 @@ def reconcile_dag(config: PipelineConfig) -> DAG:
             "records and records waiting in a replay topic are excluded and reported."
         ),
         schedule=RECONCILE_SCHEDULE,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["flowctl", config.name, "reconcile"],
-        default_args=_default_args(),
         params={
             "max_differences": Param(
                 20, type="integer", minimum=1, description="differing keys to report"
