@@ -15,8 +15,8 @@ import shutil
 import subprocess
 
 from flowctl.config import Settings
-from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
-from flowctl.services.process import Daemon
+from flowctl.services.base import ServiceError
+from flowctl.services.process import Daemon, EmbeddedService
 
 NAME = "memcached"
 INSTALL_HINT = "install it with `sudo apt-get install memcached` (Debian/Ubuntu)"
@@ -108,28 +108,20 @@ def daemon(settings: Settings, for_start: bool = False) -> Daemon:
     )
 
 
-class MemcachedService:
+class MemcachedService(EmbeddedService):
     """The embedded memcached, or a health check of an external one."""
 
     name = NAME
+    kind = "memcached"
 
-    def up(self, settings: Settings) -> str:
-        if is_external(settings):
-            memcached_health(settings.memcached_address, timeout=5.0)
-            return f"{NAME}: using external memcached at {settings.memcached_address} (reachable)"
-        return daemon(settings, for_start=True).up()
+    def is_external(self, settings: Settings) -> bool:
+        return is_external(settings)
 
-    def down(self, settings: Settings) -> str:
-        if is_external(settings):
-            return f"{NAME}: external memcached at {settings.memcached_address} is not ours to stop"
-        return daemon(settings).down()
+    def address(self, settings: Settings) -> str:
+        return settings.memcached_address
 
-    def status(self, settings: Settings) -> ServiceStatus:
-        if is_external(settings):
-            address = settings.memcached_address
-            try:
-                memcached_health(address, timeout=3.0)
-            except ServiceError as exc:
-                return ServiceStatus(NAME, UNREACHABLE, None, address, str(exc))
-            return ServiceStatus(NAME, EXTERNAL, None, address, "external memcached")
-        return daemon(settings).status()
+    def health(self, address: str, timeout: float) -> None:
+        memcached_health(address, timeout)
+
+    def daemon(self, settings: Settings, for_start: bool = False) -> Daemon:
+        return daemon(settings, for_start)

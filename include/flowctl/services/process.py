@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowctl.config import Settings
-from flowctl.services.base import DOWN, UNHEALTHY, UP, PortInUseError, ServiceError, ServiceStatus
+from flowctl.services.base import (
+    DOWN,
+    EXTERNAL,
+    UNHEALTHY,
+    UNREACHABLE,
+    UP,
+    PortInUseError,
+    ServiceError,
+    ServiceStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -386,3 +395,49 @@ class Daemon:
         self.pid_file.unlink(missing_ok=True)
         took = time.monotonic() - started
         return f"{self.name} down (was pid {record.pid}) in {took:.2f} s"
+
+
+class EmbeddedService:
+    """A daemon we run, or, when the settings name another server, a health check of it.
+
+    Subclasses say what the server is (``kind``, for messages), where the settings put
+    it and how to check and run it; ``up``/``down``/``status`` are the same for all.
+    """
+
+    name: str
+    kind: str
+
+    def is_external(self, settings: Settings) -> bool:
+        raise NotImplementedError
+
+    def address(self, settings: Settings) -> str:
+        raise NotImplementedError
+
+    def health(self, address: str, timeout: float) -> None:
+        raise NotImplementedError
+
+    def daemon(self, settings: Settings, for_start: bool = False) -> Daemon:
+        raise NotImplementedError
+
+    def up(self, settings: Settings) -> str:
+        if self.is_external(settings):
+            address = self.address(settings)
+            self.health(address, 5.0)
+            return f"{self.name}: using external {self.kind} at {address} (reachable)"
+        return self.daemon(settings, for_start=True).up()
+
+    def down(self, settings: Settings) -> str:
+        if self.is_external(settings):
+            address = self.address(settings)
+            return f"{self.name}: external {self.kind} at {address} is not ours to stop"
+        return self.daemon(settings).down()
+
+    def status(self, settings: Settings) -> ServiceStatus:
+        if self.is_external(settings):
+            address = self.address(settings)
+            try:
+                self.health(address, 3.0)
+            except ServiceError as exc:
+                return ServiceStatus(self.name, UNREACHABLE, None, address, str(exc))
+            return ServiceStatus(self.name, EXTERNAL, None, address, f"external {self.kind}")
+        return self.daemon(settings).status()

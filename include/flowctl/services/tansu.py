@@ -17,8 +17,8 @@ from pathlib import Path
 
 from flowctl.config import Settings
 from flowctl.services import s3
-from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError, ServiceStatus
-from flowctl.services.process import Daemon, check_tcp
+from flowctl.services.base import ServiceError
+from flowctl.services.process import Daemon, EmbeddedService, check_tcp
 
 NAME = "tansu"
 S3_ENV = ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
@@ -130,27 +130,20 @@ def daemon(settings: Settings, for_start: bool = False) -> Daemon:
     )
 
 
-class TansuService:
+class TansuService(EmbeddedService):
     """The embedded broker, or a health check of an external Kafka."""
 
     name = NAME
+    kind = "Kafka"
 
-    def up(self, settings: Settings) -> str:
-        if is_external(settings):
-            kafka_health(settings.kafka_bootstrap, timeout=5.0)
-            return f"{NAME}: using external Kafka at {settings.kafka_bootstrap} (reachable)"
-        return daemon(settings, for_start=True).up()
+    def is_external(self, settings: Settings) -> bool:
+        return is_external(settings)
 
-    def down(self, settings: Settings) -> str:
-        if is_external(settings):
-            return f"{NAME}: external Kafka at {settings.kafka_bootstrap} is not ours to stop"
-        return daemon(settings).down()
+    def address(self, settings: Settings) -> str:
+        return settings.kafka_bootstrap
 
-    def status(self, settings: Settings) -> ServiceStatus:
-        if is_external(settings):
-            try:
-                kafka_health(settings.kafka_bootstrap, timeout=3.0)
-            except ServiceError as exc:
-                return ServiceStatus(NAME, UNREACHABLE, None, settings.kafka_bootstrap, str(exc))
-            return ServiceStatus(NAME, EXTERNAL, None, settings.kafka_bootstrap, "external Kafka")
-        return daemon(settings).status()
+    def health(self, address: str, timeout: float) -> None:
+        kafka_health(address, timeout)
+
+    def daemon(self, settings: Settings, for_start: bool = False) -> Daemon:
+        return daemon(settings, for_start)
