@@ -146,20 +146,7 @@ class BaselineJob(StreamJob):
         self._cycle_started = dt.datetime.now(dt.UTC)
 
     def _start_query(self, spark: Any) -> Any:
-        """``flowctl_kafka`` (plain, ``max_rows`` fixed) -> ``foreachBatch`` direct writes."""
-        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
-
-        spark.dataSource.register(FlowctlKafkaDataSource)
-        stream = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("bootstrap", self.settings.kafka_bootstrap)
-            .option("topic", self.config.eden_topic)
-            .option("pipeline", self.config.name)
-            .option("database_url", self.database_url)
-            .option("lanes", str(self.parallelism))
-            .option("max_rows", str(self.max_rows))
-            .load()
-        )
+        """The stream job's plain query (``max_rows`` fixed) -> this ``_on_batch``."""
         log.info(
             "baseline %s: %d tasks per batch, at most %d records per batch",
             self.topology_id,
@@ -167,13 +154,7 @@ class BaselineJob(StreamJob):
             self.max_rows,
         )
         self._cycle_started = dt.datetime.now(dt.UTC)
-        return (
-            stream.writeStream.queryName(self.topology_id)
-            .foreachBatch(self._on_batch)
-            .option("checkpointLocation", self.checkpoint_dir)
-            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
-            .start()
-        )
+        return super()._start_query(spark)
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         """Apply the batch to the database now, in this thread: the direct write under test."""

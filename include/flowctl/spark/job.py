@@ -184,6 +184,8 @@ class StreamJob:
         self.database_url = settings.resolved_database_url
         self.control = ControlPlane(self.database_url)
         self.parallelism = args.parallelism or self.config.parallelism
+        #: Records per micro-batch of the plain query (the baseline may set its own).
+        self.max_rows = self.config.max_records_per_batch
         if not self.config.min_parallelism <= self.parallelism <= self.config.max_parallelism:
             raise ValueError(
                 f"--parallelism={self.parallelism} is outside [{self.config.min_parallelism}, "
@@ -279,7 +281,7 @@ class StreamJob:
             .option("pipeline", self.config.name)
             .option("database_url", self.database_url)
             .option("lanes", str(self.parallelism))
-            .option("max_rows", str(self.config.max_records_per_batch))
+            .option("max_rows", str(self.max_rows))
             .load()
         )
         return (
