@@ -55,6 +55,53 @@ def test_slow_decreases_at_most_once_per_round() -> None:
     assert sizes == [4, 4, 4, 4, 4]
 
 
+def _to_target(clock: FakeClock, w_init: int, w_max: int = 64) -> AdaptiveWindow:
+    return AdaptiveWindow(
+        0,
+        clock,
+        w_max=w_max,
+        w_init=w_init,
+        rtt=RttEstimator(fixed_threshold=1.0),
+        slow_decrease="to_target",
+    )
+
+
+def _acks(win: AdaptiveWindow, ids: list[str], rts: list[float]) -> list[int]:
+    outs = [win.on_ack(tid, rt=rt) for tid, rt in zip(ids, rts, strict=True)]
+    return [out.window for out in outs if out is not None]
+
+
+def test_to_target_ends_a_slow_round_at_what_the_lane_serves_within_the_threshold() -> None:
+    """A micro-batch lane reports cumulative rt: tuple k of a batch ends at 0.1 + k * 0.25 s
+    (0.1 s of reading first), threshold 1 s. The seed's -1 comes at the first SLOW ack;
+    at the round's end the window is cut to floor(50 * 1 / 12.6) = 3 (the longest queue's
+    Little's-law window), where the seed's rule would need 46 more batches."""
+    clock = FakeClock()
+    win = _to_target(clock, w_init=50)
+    ids = fill(win)
+    sizes = _acks(win, ids, [0.1 + 0.25 * (k + 1) for k in range(50)])
+    assert sizes[:3] == [50] * 3 and set(sizes[3:-1]) == {49} and sizes[-1] == 3
+    assert win.state is LaneState.SLOW
+    ids = fill(win, "b")  # 3 tuples: 0.85 s, within the threshold: the window grows again
+    assert _acks(win, ids, [0.1 + 0.25 * (k + 1) for k in range(3)]) == [3, 3, 4]
+
+
+def test_to_target_just_over_the_threshold_is_the_seeds_minus_one() -> None:
+    clock = FakeClock()
+    win = _to_target(clock, w_init=6, w_max=10)
+    ids = fill(win)
+    assert _acks(win, ids, [1.01] * 6) == [5] * 6  # longest queue 6: floor(6 / 1.01) = 5
+
+
+def test_the_seeds_rule_is_still_selectable_and_named_when_wrong() -> None:
+    clock = FakeClock()
+    seed = AdaptiveWindow(0, clock, w_max=64, w_init=50, rtt=RttEstimator(fixed_threshold=1.0))
+    ids = fill(seed)
+    assert _acks(seed, ids, [0.1 + 0.25 * (k + 1) for k in range(50)])[-1] == 49
+    with pytest.raises(ValueError, match=r"slow_decrease must be one of one, to_target, got 'x'"):
+        AdaptiveWindow(0, clock, slow_decrease="x")
+
+
 def test_one_slow_ack_spoils_the_rounds_increase() -> None:
     clock = FakeClock()
     win = make(clock, w_init=3)
@@ -210,16 +257,28 @@ events = st.lists(
     extra=st.integers(0, 6),
     init_off=st.integers(0, 6),
     fixed=st.booleans(),
+    decrease=st.sampled_from(["one", "to_target"]),
     script=events,
 )
 def test_window_stays_in_bounds_under_any_events(
-    w_min: int, extra: int, init_off: int, fixed: bool, script: list[tuple[str, float]]
+    w_min: int,
+    extra: int,
+    init_off: int,
+    fixed: bool,
+    decrease: str,
+    script: list[tuple[str, float]],
 ) -> None:
     w_max = w_min + extra
     clock = FakeClock()
     rtt = RttEstimator(fixed_threshold=1.0) if fixed else RttEstimator()
     win = AdaptiveWindow(
-        0, clock, w_min=w_min, w_max=w_max, w_init=min(w_max, w_min + init_off), rtt=rtt
+        0,
+        clock,
+        w_min=w_min,
+        w_max=w_max,
+        w_init=min(w_max, w_min + init_off),
+        rtt=rtt,
+        slow_decrease=decrease,
     )
     n = 0
     for kind, dt in script:

@@ -51,7 +51,7 @@ from .dispatch import LaneLoad, make_policy
 from .replay import ReplaySnapshot, ReplayStateMachine
 from .rtt import RttEstimator
 from .tuples import TopicPartition, TupleRange
-from .window import AdaptiveWindow, LaneState
+from .window import SLOW_DECREASES, AdaptiveWindow, LaneState
 
 __all__ = [
     "Dispatch",
@@ -111,6 +111,7 @@ class SpoutConfig:
     policy: str = "round_robin"
     tuple_timeout_s: float = 60.0
     linger_s: float = 1.0
+    slow_decrease: str = "one"
 
     def __post_init__(self) -> None:
         for name in ("lanes", "tuple_size", "w_min", "w_max", "w_init"):
@@ -130,6 +131,11 @@ class SpoutConfig:
         if self.linger_s < 0:
             raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
         make_policy(self.policy)  # a clear error for an unknown name
+        if self.slow_decrease not in SLOW_DECREASES:
+            raise ValueError(
+                f"SpoutConfig.slow_decrease must be one of {', '.join(SLOW_DECREASES)}, "
+                f"got {self.slow_decrease!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,7 @@ class Spout:
                 w_max=config.w_max,
                 w_init=config.w_init,
                 rtt=self._estimator(),
+                slow_decrease=config.slow_decrease,
             )
             for lane in range(config.lanes)
         ]

@@ -17,6 +17,16 @@ of every in-flight tuple:
   queued behind the larger window, so its rt is an echo of the congestion
   already acted on (TCP's "one reduction per window of data"). Without this
   rule the window overshoots by one round of feedback delay each way.
+  **beyond** the seed, selectable (``slow_decrease="to_target"``, the platform's
+  default; ``"one"`` is the seed's rule): besides the -1, a round with SLOW acks
+  ends with the window cut to what the lane could have served within the
+  threshold, by Little's law ``floor((ahead + 1) * threshold / rt)`` of the slow
+  ack with the longest queue (``ahead + 1``: the lane's queue when it was sent,
+  itself included; the longest queue amortises any fixed cost in ``rt`` best).
+  In a micro-batch source a round is one batch, so the seed's -1 per round
+  needs as many batches as the window is too large: measured under a 2x
+  overload (bench/overload.py), a window of 50 tuples came down by one per
+  12 s batch. Acks just over the threshold give the seed's -1 alone.
 * fail or timeout -> BUSY, the window shrinks by one at once and the tuple is
   handed back so the caller requeues it at the front of the send buffer for a
   *different* lane (see :mod:`flowctl.core.dispatch`).
@@ -57,6 +67,10 @@ class LaneState(StrEnum):
     NORMAL = "NORMAL"
     SLOW = "SLOW"
     BUSY = "BUSY"
+
+
+#: How far one SLOW signal shrinks a window: the seed's one tuple, or to the target.
+SLOW_DECREASES = ("one", "to_target")
 
 
 class WindowFullError(RuntimeError):
@@ -117,6 +131,8 @@ class WindowSnapshot:
     sends: int
     decreased_at_send: int
     rtt: RttSnapshot
+    slow_decrease: str = "one"
+    round_target: tuple[int, int] | None = None
 
 
 def validate_bounds(w_min: int, w_max: int, w_init: int) -> None:
@@ -144,9 +160,16 @@ class AdaptiveWindow:
         w_max: int = 64,
         w_init: int | None = None,
         rtt: RttEstimator | None = None,
+        slow_decrease: str = "one",
     ) -> None:
         w_init = w_min if w_init is None else w_init
         validate_bounds(w_min, w_max, w_init)
+        if slow_decrease not in SLOW_DECREASES:
+            raise ValueError(
+                f"AdaptiveWindow: slow_decrease must be one of {', '.join(SLOW_DECREASES)}, "
+                f"got {slow_decrease!r}"
+            )
+        self._slow_decrease = slow_decrease
         self.lane = lane
         self._clock = clock
         self._w_min = w_min
@@ -245,6 +268,7 @@ class AdaptiveWindow:
             return None
         if rt is None:
             rt = max(0.0, self._clock.now() - sent.sent_at)
+        threshold = self._rtt.threshold()
         slow = self._rtt.is_slow(rt)
         self._rtt.observe(rt)
         self._round_acks += 1
@@ -254,11 +278,17 @@ class AdaptiveWindow:
             if not self._round_decreased and sent.send_no >= self._decreased_at_send:
                 self._decrease()
                 self._round_decreased = True
+            if self._slow_decrease == "to_target":  # a clamp, not a step: echoes may count
+                target = (sent.ahead, int((sent.ahead + 1) * threshold / rt))
+                if self._round_target is None or target[0] > self._round_target[0]:
+                    self._round_target = target
         else:
             self._state = LaneState.NORMAL
         if self._round_acks >= self._round_len:
             if self._round_all_normal and self._round_limited:
                 self._size = min(self._w_max, self._size + 1)
+            if self._round_target is not None:
+                self._size = max(self._w_min, min(self._size, self._round_target[1]))
             self._rounds += 1
             self._start_round(decreased=False)
         return AckOutcome(tuple_id, rt, slow, sent.ahead, self._size)
@@ -298,6 +328,8 @@ class AdaptiveWindow:
             sends=self._sends,
             decreased_at_send=self._decreased_at_send,
             rtt=self._rtt.snapshot(),
+            slow_decrease=self._slow_decrease,
+            round_target=self._round_target,
         )
 
     @classmethod
@@ -311,6 +343,7 @@ class AdaptiveWindow:
             w_max=snap.w_max,
             w_init=snap.size,
             rtt=RttEstimator.from_snapshot(snap.rtt),
+            slow_decrease=snap.slow_decrease,
         )
         win._state = LaneState(snap.state)
         now = clock.now()
@@ -326,6 +359,7 @@ class AdaptiveWindow:
         win._rounds = snap.rounds
         win._sends = snap.sends
         win._decreased_at_send = snap.decreased_at_send
+        win._round_target = snap.round_target
         return win
 
     # -- internals -------------------------------------------------------
@@ -335,6 +369,7 @@ class AdaptiveWindow:
         self._round_all_normal = True
         self._round_decreased = decreased
         self._round_limited = len(self._in_flight) >= self._size
+        self._round_target: tuple[int, int] | None = None  # (ahead, Little's-law window)
 
     def _decrease(self) -> None:
         self._size = max(self._w_min, self._size - 1)

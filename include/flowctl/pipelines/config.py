@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.window import SLOW_DECREASES
 
 #: Where a bare pipeline name is looked up.
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
@@ -89,6 +90,7 @@ class FlowConfig:
     #: (see :meth:`PipelineConfig.initial_window`).
     w_init: int | None = None
     rtt: str = "fixed"
+    slow_decrease: str = "to_target"
     latency_target_s: float = 2.0
     rtt_min_threshold_s: float = 0.05
     dispatch: str = "round_robin"
@@ -394,6 +396,7 @@ def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
         w_max=w_max,
         w_init=w_init,
         rtt=choice("rtt", RTT_MODES),
+        slow_decrease=choice("slow_decrease", SLOW_DECREASES),
         latency_target_s=number("latency_target_s", lo=0),
         rtt_min_threshold_s=number("rtt_min_threshold_s", lo=0, lo_open=False),
         dispatch=choice("dispatch", DISPATCH_POLICIES),

@@ -164,6 +164,7 @@ def spout_config(settings: FlowSettings, config: Any) -> SpoutConfig:
         w_init=config.initial_window(settings.lanes),
         rtt_threshold_s=f.rtt_threshold_s,
         rtt_min_threshold_s=f.rtt_min_threshold_s,
+        slow_decrease=f.slow_decrease,
         policy=f.dispatch,
         tuple_timeout_s=f.ack_timeout_s,
         linger_s=f.linger_s,
