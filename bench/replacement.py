@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
 import tempfile
 import threading
@@ -76,7 +77,7 @@ def wait_state(plat: Platform, topology_id: str, states: set[str], timeout_s: fl
                 return True
         except Exception:
             pass
-        time.sleep(0.25)  # the replace operator's default poll interval
+        time.sleep(0.1)  # the replace operator's default poll interval
     return False
 
 
@@ -174,7 +175,7 @@ def batch_commits(plat: Platform, topologies: list[str], t0_wall: float) -> list
     Read from each job's Spark checkpoint: ``commits/<id>`` is written when the batch
     has committed; a flow batch exists only when tuples were admitted, a plain one only
     when new records arrived, so every committed batch had output. Warm-up batches of
-    a standby topology (``"warmup": true`` in the batch's offsets) are left out.
+    a standby topology (a ``"warmup"`` number in the batch's offsets) are left out.
     """
     out = []
     for topology in topologies:
@@ -185,10 +186,11 @@ def batch_commits(plat: Platform, topologies: list[str], t0_wall: float) -> list
             if not f.name.isdigit():
                 continue
             try:
-                if '"warmup":true' in (root / "offsets" / f.name).read_text().replace(" ", ""):
-                    continue
-            except OSError:
-                pass
+                source = json.loads((root / "offsets" / f.name).read_text().splitlines()[2])
+            except (OSError, IndexError, ValueError):
+                source = {}
+            if isinstance(source, dict) and source.get("warmup"):
+                continue
             out.append([round(f.stat().st_mtime - t0_wall, 2), topology, int(f.name)])
     return sorted(out)
 

@@ -16,7 +16,7 @@ def test_defaults() -> None:
         "wordcount",
         "blue",
         None,
-        0.25,
+        0.1,
     )
     assert args.topology_id is None and args.checkpoint_dir is None
 

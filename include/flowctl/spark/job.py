@@ -110,9 +110,9 @@ def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
     parser.add_argument(
         "--poll-seconds",
         type=_positive_float,
-        default=0.25,
+        default=0.1,
         help=(
-            "how often to check control signals and run the control loop (default 0.25: a "
+            "how often to check control signals and run the control loop (default 0.1: a "
             "signal's delay is part of a replacement's output pause); the heartbeat is "
             f"written at most every {HEARTBEAT_EVERY_S:g} s"
         ),

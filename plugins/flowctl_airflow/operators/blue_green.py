@@ -154,7 +154,7 @@ class BlueGreenReplaceOperator(BaseOperator):
         ready_timeout_s: float | None = None,
         drain_timeout_s: float | None = None,
         stop_timeout_s: float | None = None,
-        poll_interval_s: float = 0.25,
+        poll_interval_s: float = 0.1,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
