@@ -35,12 +35,17 @@ from flowctl.pipelines.config import resolve_path
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
 from flowctl.services.process import free_port
+from flowctl.spark.submit import (
+    BASELINE_SCRIPT,
+    STREAM_SCRIPT,
+    VENV_BIN,
+    LocalJob,
+    job_env,
+    spark_submit,
+)
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-VENV_BIN = Path(sys.executable).parent
-FLOW_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"
-BASELINE_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"
 
 
 # -- services -----------------------------------------------------------------------------
@@ -66,18 +71,7 @@ class Platform:
         return ControlPlane(self.database_url)
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.settings.to_env())
-        env.update(
-            FLOWCTL_DATABASE_URL=self.database_url,
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
-            PYTHONPATH=str(PROJECT_ROOT),  # bench definitions are importable as bench.*
-            PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        )
-        env.update(extra or {})
-        return env
+        return job_env(self.settings, self.database_url, extra)
 
 
 def _start(settings: Settings, service: str, port_field: str) -> Settings:
@@ -204,30 +198,8 @@ def produce(plat: Platform, topic: str, partitions: int, values: Sequence[bytes]
 # -- jobs -----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Job:
-    """A running ``spark-submit`` of a stream job in its own process group."""
-
-    process: subprocess.Popen
-    log_path: Path
-    topology_id: str
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+#: A running ``spark-submit`` of a stream job in its own process group.
+Job = LocalJob
 
 
 def submit(
@@ -242,7 +214,7 @@ def submit(
     env: Mapping[str, str] | None = None,
 ) -> Job:
     """``spark-submit`` the flow-controlled job (or the baseline) on ``local[2]``."""
-    script = BASELINE_SCRIPT if baseline else FLOW_SCRIPT
+    script = BASELINE_SCRIPT if baseline else STREAM_SCRIPT
     args = [
         "--pipeline-config",
         str(config),
@@ -253,28 +225,13 @@ def submit(
     ]
     if baseline and max_records_per_batch:
         args += ["--max-records-per-batch", str(max_records_per_batch)]
-    log_path = plat.work_dir / f"{topology_id}.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                str(VENV_BIN / "spark-submit"),
-                "--master",
-                "local[2]",
-                "--conf",
-                "spark.ui.enabled=false",
-                "--driver-memory",
-                "768m",
-                str(script),
-                *args,
-                *extra,
-            ],
-            cwd=PROJECT_ROOT,
-            env=plat.env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return Job(process, log_path, topology_id)
+    return spark_submit(
+        script,
+        [*args, *extra],
+        env=plat.env(env),
+        log_path=plat.work_dir / f"{topology_id}.log",
+        topology_id=topology_id,
+    )
 
 
 def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int:
@@ -285,7 +242,7 @@ def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int:
         try:
             return job.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            job.kill()
+            job.terminate()
     return job.process.returncode
 
 

@@ -43,7 +43,8 @@ from flowctl.adapters.db import engine_for
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
 from flowctl.pipelines.wordcount import count_words
-from tests.spark.test_flow_topology import WORDS, Flow, Job, flow_config, read_topic, wait_for
+from flowctl.spark.submit import LocalJob
+from tests.spark.flow_harness import WORDS, Flow, flow_config, read_topic, wait_for
 
 #: Seconds to wait for a drained stream: exact results, then the checkpoint at the end.
 SETTLE_S = 180
@@ -132,7 +133,7 @@ class FaultRun:
         assert not thread.is_alive(), "the feeder did not stop"
         assert not errors, f"producing failed: {errors[0]!r}"
 
-    def submit(self, topology_id: str, lanes: int) -> Job:
+    def submit(self, topology_id: str, lanes: int) -> LocalJob:
         return self.flow.submit(self.config, topology_id, lanes)
 
     def expected(self) -> dict[str, Any]:
@@ -159,7 +160,7 @@ class FaultRun:
             return sum(n for word, n in stored.items() if word.startswith("rec"))
         return int(stored["rows"])
 
-    def settle(self, job: Job, topology_id: str) -> None:
+    def settle(self, job: LocalJob, topology_id: str) -> None:
         """Wait for exact results and the checkpoint at the log's end, then stop the job."""
         expected = self.expected()
         wait_for(lambda: self.stored() == expected, timeout_s=SETTLE_S, job=job, what="exact")

@@ -15,7 +15,7 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.process import free_port
 from tests.faults.conftest import FaultRun, Tally, check
-from tests.spark.test_flow_topology import wait_for
+from tests.spark.flow_harness import wait_for
 
 pytestmark = [
     pytest.mark.faults,

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.faults.conftest import FaultRun, Tally, check
-from tests.spark.test_flow_topology import _rename_database, wait_for
+from tests.spark.flow_harness import rename_database, wait_for
 
 pytestmark = [
     pytest.mark.faults,
@@ -40,14 +40,14 @@ def test_database_unreachable_for_20_s(
     away = f"{url.database}_away"
     try:
         with run.feeding():
-            _rename_database(admin, url.database, away)
+            rename_database(admin, url.database, away)
             try:
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     assert job.process.poll() is None, job.log_tail()
                     time.sleep(0.5)
             finally:
-                _rename_database(admin, away, url.database)
+                rename_database(admin, away, url.database)
     finally:
         admin.dispose()
     run.settle(job, "faultdb-blue-1")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import FaultRun, Tally, check
-from tests.spark.test_flow_topology import wait_for
+from tests.spark.flow_harness import wait_for
 
 pytestmark = [
     pytest.mark.faults,

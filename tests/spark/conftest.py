@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.config import Settings
+from tests.spark.flow_harness import Flow
 from tests.spark.stream_jobs import StreamJobRunner
 
 
@@ -17,3 +18,9 @@ def stream_job_runner(
 ) -> Iterator[StreamJobRunner]:
     """Submits stream jobs against the session's broker and a fresh SQLite database."""
     yield StreamJobRunner(flowctl_settings, sqlite_url, tmp_path)
+
+
+@pytest.fixture
+def flow(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path) -> Flow:
+    """Starts flow-controlled topologies against the session's services and a fresh SQLite."""
+    return Flow(flowctl_settings, sqlite_url, tmp_path)

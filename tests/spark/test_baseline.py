@@ -10,19 +10,20 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
-from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.config import Settings
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
 from flowctl.pipelines.wordcount import count_words
 from flowctl.spark.baseline import BaselineJob, _latency_ms, parse_baseline_args
+from flowctl.spark.submit import BASELINE_SCRIPT
 from flowctl.textgen import zipf_lines
-from tests.spark.stream_jobs import VENV_BIN, StreamJobRunner, SubmittedJob, wait_for
+from tests.spark.flow_harness import wait_for
+from tests.spark.stream_jobs import StreamJobRunner
 
 LINES = 9_000
 MAX_ROWS = 2_500
@@ -39,29 +40,6 @@ def _pipeline_config(tmp_path: Path) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     return path
-
-
-def _submit(runner: StreamJobRunner, *args: str, name: str) -> SubmittedJob:
-    log_path = runner.work_dir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                str(VENV_BIN / "spark-submit"),
-                "--master",
-                "local[2]",
-                "--conf",
-                "spark.ui.enabled=false",
-                "--driver-memory",
-                "768m",
-                str(PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"),
-                *args,
-            ],
-            cwd=PROJECT_ROOT,
-            env=runner.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    return SubmittedJob(process, log_path)
 
 
 def test_the_command_line_is_the_stream_jobs_plus_a_batch_budget() -> None:
@@ -124,8 +102,7 @@ def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
     plane.ensure_schema()  # so the test can poll the counts before the job has started
 
     topology_id = f"{config.name}-baseline-1"
-    job = _submit(
-        stream_job_runner,
+    job = stream_job_runner.submit(
         "--pipeline-config",
         str(config_path),
         "--topology-id",
@@ -137,6 +114,7 @@ def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
         "--poll-seconds",
         "0.5",
         name=topology_id,
+        script=BASELINE_SCRIPT,
     )
     wait_for(
         lambda: results.total(url, config.name) >= sum(expected.values()),

@@ -10,225 +10,29 @@ database outage for what it shows inside the topology (MRWQ growth, backpressure
 
 from __future__ import annotations
 
-import os
-import random
 import re
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import kafka_log, results
-from flowctl.adapters.control_plane import ControlPlane
-from flowctl.adapters.db import DatabaseUnavailable
-from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.adapters import kafka_log
+from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
-from flowctl.pipelines.config import resolve_path
 from flowctl.pipelines.wordcount import count_words
+from tests.spark.flow_harness import (
+    Flow,
+    counted,
+    flow_config,
+    lines,
+    mrwq_length,
+    read_topic,
+    rename_database,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
-
-VENV_BIN = Path(sys.executable).parent
-WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
-
-#: [flow] values every test config starts from: small tuples and windows, quick windows.
-FLOW_DEFAULTS = {
-    "w_init": 4,
-    "w_max": 24,
-    "latency_target_s": 2.0,
-    "linger_s": 0.5,
-    "flush_update_time_s": 0.5,
-    "metrics_window_s": 2.0,
-    "tuple_timeout_s": 10.0,
-    "gap_grace_s": 2.0,
-    "replay_backoff_initial_s": 0.2,
-    "replay_backoff_max_s": 0.5,
-}
-
-
-def lines(n: int, seed: int, prefix: str = "") -> list[str]:
-    rng = random.Random(seed)
-    return [
-        f"{prefix}" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f", {i}!"
-        for i in range(n)
-    ]
-
-
-def flow_config(
-    tmp_path: Path,
-    name: str,
-    *,
-    definition: str = "flowctl.pipelines.wordcount",
-    partitions: int = 3,
-    tuple_size: int = 50,
-    flow: Mapping[str, object] | None = None,
-    shipped: str = "wordcount",
-) -> Path:
-    """The shipped ``shipped`` config renamed ``name``, with test-sized settings."""
-    text = resolve_path(shipped).read_text()
-    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
-    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
-    if shipped == "wordcount":
-        text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
-    text = text.replace("partitions = 4", f"partitions = {partitions}")
-    text = text.replace("trigger_interval_s = 1.0", "trigger_interval_s = 0.5")
-    text = re.sub(r"(?m)^tuple_size = \d+$", f"tuple_size = {tuple_size}", text)
-    head, _, section = text.partition("[flow]")
-    for key, value in {**FLOW_DEFAULTS, **(flow or {})}.items():
-        shown = f'"{value}"' if isinstance(value, str) else str(value)
-        section, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", section)
-        assert n == 1, key
-    path = tmp_path / f"{name}.toml"
-    path.write_text(head + "[flow]" + section)
-    return path
-
-
-@dataclass
-class Job:
-    """A running spark-submit of a stream job in its own process group."""
-
-    process: subprocess.Popen
-    log_path: Path
-
-    def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill_hard()
-            pytest.fail(f"job did not exit within {timeout_s} s; log:\n{self.log_tail()}")
-
-    def kill_hard(self) -> None:
-        """SIGKILL the whole job (driver, JVM, Python workers): a crash, no cleanup."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill_hard()
-
-
-@dataclass
-class Flow:
-    """Starts flow-controlled jobs against the session's broker and memcached."""
-
-    settings: Settings
-    database_url: str
-    work_dir: Path
-
-    def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> Job:
-        self.plane.ensure_schema()  # so the test can read results before the job is up
-        env = dict(os.environ)
-        env.update(self.settings.to_env())
-        env.update(
-            FLOWCTL_DATABASE_URL=self.database_url,
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
-            PYTHONPATH=str(PROJECT_ROOT),  # the test definitions live in tests/
-            PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        )
-        log_path = self.work_dir / f"{topology_id}.log"
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                [
-                    str(VENV_BIN / "spark-submit"),
-                    "--master",
-                    "local[2]",
-                    "--conf",
-                    "spark.ui.enabled=false",
-                    "--driver-memory",
-                    "768m",
-                    str(PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"),
-                    "--pipeline-config",
-                    str(config),
-                    "--topology-id",
-                    topology_id,
-                    "--parallelism",
-                    str(lanes),
-                    "--poll-seconds",
-                    "0.5",
-                    *extra,
-                ],
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return Job(process, log_path)
-
-    @property
-    def plane(self) -> ControlPlane:
-        return ControlPlane(self.database_url)
-
-    def state(self, topology_id: str) -> str | None:
-        try:
-            return self.plane.get_topology(topology_id).state
-        except Exception:  # not registered yet, or the database is away on purpose
-            return None
-
-    def stop(self, job: Job, topology_id: str) -> None:
-        self.plane.send_signal(topology_id, "stop")
-        code = job.wait(timeout_s=120)
-        assert code == 0, job.log_tail()
-        assert self.state(topology_id) == "STOPPED"
-
-
-def wait_for(condition: Callable[[], bool], *, timeout_s: float, job: Job, what: str) -> None:
-    """Poll ``condition()``; fail with the job's log if it exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (sa.exc.OperationalError, DatabaseUnavailable):
-            pass  # the job has not created the schema yet, or the database is away on purpose
-        if job.process.poll() is not None:
-            pytest.fail(
-                f"job exited ({job.process.returncode}) waiting for {what}; log:\n{job.log_tail()}"
-            )
-        time.sleep(0.5)
-    job.kill_hard()
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}; log:\n{job.log_tail()}")
-
-
-def read_topic(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record value of ``topic`` (all partitions)."""
-    consumer = kafka_log.new_consumer(bootstrap)
-    try:
-        latest = kafka_log.latest_offsets(consumer, topic)
-        values: list[bytes] = []
-        for partition, end in latest.items():
-            values.extend(r.value for r in kafka_log.read_range(consumer, topic, partition, 0, end))
-        return values
-    finally:
-        consumer.close()
-
-
-@pytest.fixture
-def flow(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path) -> Flow:
-    return Flow(flowctl_settings, sqlite_url, tmp_path)
-
-
-def counted(flow: Flow, pipeline: str) -> dict[str, int]:
-    return results.word_counts(flow.database_url, pipeline)
 
 
 def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
@@ -407,38 +211,6 @@ def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_
     assert "SLOW" in job.log()
 
 
-def mrwq_length(settings: Settings, pipeline: str) -> int:
-    """Items waiting in the pipeline's MRWQ, read from memcached like the planner does."""
-    from flowctl.adapters.memcached_store import MemcachedStore
-
-    store = MemcachedStore(settings.memcached_address)
-    ns = f"mrwq.{pipeline}"
-    tail = store.incr(f"{ns}:tail", 0)
-    head = store.get_many([f"{ns}:head"]).get(f"{ns}:head")
-    return 0 if tail is None or head is None else max(0, tail - int(head) + 1)
-
-
-def _rename_database(admin: sa.Engine, old: str, new: str) -> None:
-    """Rename a PostgreSQL database, terminating the sessions that keep it busy."""
-    deadline = time.monotonic() + 30
-    while True:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": old},
-            )
-            try:
-                conn.execute(sa.text(f'ALTER DATABASE "{old}" RENAME TO "{new}"'))
-                return
-            except sa.exc.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-        time.sleep(0.05)
-
-
 def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     flowctl_settings: Settings, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -464,7 +236,7 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     away = f"{name}_away"
     more = lines(5_000, seed=62)
     try:
-        _rename_database(admin, name, away)
+        rename_database(admin, name, away)
         kafka_log.produce(bootstrap, "flowdb.eden", more)
         peak = 0
         deadline = time.monotonic() + 20
@@ -473,7 +245,7 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
             assert job.process.poll() is None, job.log_tail()
             time.sleep(0.5)
     finally:
-        _rename_database(admin, away, name)
+        rename_database(admin, away, name)
         admin.dispose()
     assert peak > 0, "nothing was processed into the MRWQ while the database was away"
     expected = dict(count_words(data + more))

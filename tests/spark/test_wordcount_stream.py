@@ -17,7 +17,8 @@ from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
 from flowctl.pipelines.wordcount import count_words
-from tests.spark.stream_jobs import StreamJobRunner, wait_for
+from tests.spark.flow_harness import wait_for
+from tests.spark.stream_jobs import StreamJobRunner
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
 

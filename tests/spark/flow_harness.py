@@ -1,0 +1,189 @@
+"""Helpers of the flow-controlled topology tests (tests/spark and tests/faults).
+
+A module of its own, not a test module: the fault suite imports these, and importing a
+test module would collect its tests a second time under another name.
+
+:class:`Flow` starts topologies with ``spark-submit`` (:mod:`flowctl.spark.submit`, what
+the benchmarks use too); :func:`flow_config` gives each test a pipeline of its own (a
+renamed copy of a shipped config, so its topics never meet another test's on the
+session's broker) with test-sized settings.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.db import DatabaseUnavailable
+from flowctl.config import Settings
+from flowctl.pipelines.config import resolve_path
+from flowctl.spark.submit import STREAM_SCRIPT, LocalJob, job_env, spark_submit
+
+WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
+
+#: [flow] values every test config starts from: small tuples and windows, quick windows.
+FLOW_DEFAULTS = {
+    "w_init": 4,
+    "w_max": 24,
+    "latency_target_s": 2.0,
+    "linger_s": 0.5,
+    "flush_update_time_s": 0.5,
+    "metrics_window_s": 2.0,
+    "tuple_timeout_s": 10.0,
+    "gap_grace_s": 2.0,
+    "replay_backoff_initial_s": 0.2,
+    "replay_backoff_max_s": 0.5,
+}
+
+
+def lines(n: int, seed: int, prefix: str = "") -> list[str]:
+    rng = random.Random(seed)
+    return [
+        f"{prefix}" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f", {i}!"
+        for i in range(n)
+    ]
+
+
+def flow_config(
+    tmp_path: Path,
+    name: str,
+    *,
+    definition: str = "flowctl.pipelines.wordcount",
+    partitions: int = 3,
+    tuple_size: int = 50,
+    flow: Mapping[str, object] | None = None,
+    shipped: str = "wordcount",
+) -> Path:
+    """The shipped ``shipped`` config renamed ``name``, with test-sized settings."""
+    text = resolve_path(shipped).read_text()
+    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
+    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
+    if shipped == "wordcount":
+        text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
+    text = text.replace("partitions = 4", f"partitions = {partitions}")
+    text = text.replace("trigger_interval_s = 1.0", "trigger_interval_s = 0.5")
+    text = re.sub(r"(?m)^tuple_size = \d+$", f"tuple_size = {tuple_size}", text)
+    head, _, section = text.partition("[flow]")
+    for key, value in {**FLOW_DEFAULTS, **(flow or {})}.items():
+        shown = f'"{value}"' if isinstance(value, str) else str(value)
+        section, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", section)
+        assert n == 1, key
+    path = tmp_path / f"{name}.toml"
+    path.write_text(head + "[flow]" + section)
+    return path
+
+
+@dataclass
+class Flow:
+    """Starts flow-controlled jobs against the session's broker and memcached."""
+
+    settings: Settings
+    database_url: str
+    work_dir: Path
+
+    def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> LocalJob:
+        self.plane.ensure_schema()  # so the test can read results before the job is up
+        args = ["--pipeline-config", str(config), "--topology-id", topology_id]
+        return spark_submit(
+            STREAM_SCRIPT,
+            [*args, "--parallelism", str(lanes), *extra],
+            env=job_env(self.settings, self.database_url),  # test definitions live in tests/
+            log_path=self.work_dir / f"{topology_id}.log",
+            topology_id=topology_id,
+        )
+
+    @property
+    def plane(self) -> ControlPlane:
+        return ControlPlane(self.database_url)
+
+    def state(self, topology_id: str) -> str | None:
+        try:
+            return self.plane.get_topology(topology_id).state
+        except Exception:  # not registered yet, or the database is away on purpose
+            return None
+
+    def stop(self, job: LocalJob, topology_id: str) -> None:
+        self.plane.send_signal(topology_id, "stop")
+        code = job.wait(timeout_s=120)
+        assert code == 0, job.log_tail()
+        assert self.state(topology_id) == "STOPPED"
+
+
+def wait_for(condition: Callable[[], bool], *, timeout_s: float, job: LocalJob, what: str) -> None:
+    """Poll ``condition()``; fail with the job's log if it exits or time runs out.
+
+    A database error while polling counts as "not yet": the job has not created the
+    schema yet, or the test has taken the database away on purpose.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (sa.exc.OperationalError, DatabaseUnavailable):
+            pass
+        if job.process.poll() is not None:
+            pytest.fail(
+                f"job exited ({job.process.returncode}) waiting for {what}; log:\n{job.log_tail()}"
+            )
+        time.sleep(0.5)
+    job.kill_hard()
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}; log:\n{job.log_tail()}")
+
+
+def read_topic(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record value of ``topic`` (all partitions)."""
+    consumer = kafka_log.new_consumer(bootstrap)
+    try:
+        latest = kafka_log.latest_offsets(consumer, topic)
+        values: list[bytes] = []
+        for partition, end in latest.items():
+            values.extend(r.value for r in kafka_log.read_range(consumer, topic, partition, 0, end))
+        return values
+    finally:
+        consumer.close()
+
+
+def counted(flow: Flow, pipeline: str) -> dict[str, int]:
+    return results.word_counts(flow.database_url, pipeline)
+
+
+def mrwq_length(settings: Settings, pipeline: str) -> int:
+    """Items waiting in the pipeline's MRWQ, read from memcached like the planner does."""
+    from flowctl.adapters.memcached_store import MemcachedStore
+
+    store = MemcachedStore(settings.memcached_address)
+    ns = f"mrwq.{pipeline}"
+    tail = store.incr(f"{ns}:tail", 0)
+    head = store.get_many([f"{ns}:head"]).get(f"{ns}:head")
+    return 0 if tail is None or head is None else max(0, tail - int(head) + 1)
+
+
+def rename_database(admin: sa.Engine, old: str, new: str) -> None:
+    """Rename a PostgreSQL database, terminating the sessions that keep it busy."""
+    deadline = time.monotonic() + 30
+    while True:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": old},
+            )
+            try:
+                conn.execute(sa.text(f'ALTER DATABASE "{old}" RENAME TO "{new}"'))
+                return
+            except sa.exc.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.05)
