@@ -298,8 +298,10 @@ def tallies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Tally]]:
 @pytest.fixture
 def fault_run(
     flowctl_settings: Settings, sqlite_url: str, tmp_path: Path
-) -> Callable[..., FaultRun]:
-    """Makes the test's :class:`FaultRun` (defaults: the session's services, SQLite)."""
+) -> Iterator[Callable[..., FaultRun]]:
+    """Makes the test's :class:`FaultRun` (defaults: the session's services, SQLite); kills
+    whatever job a failed test left running."""
+    harnesses: list[Flow] = []
 
     def make(
         name: str,
@@ -312,6 +314,7 @@ def fault_run(
         **config: Any,
     ) -> FaultRun:
         flow = Flow(settings or flowctl_settings, database_url or sqlite_url, tmp_path)
+        harnesses.append(flow)
         flow.plane.ensure_schema()  # results are read before the first job is up
         path = flow_config(tmp_path, name, shipped=shipped, **config)
         run = FaultRun(flow, name, path, source or tagged_lines(seed), shipped=shipped)
@@ -319,4 +322,6 @@ def fault_run(
         kafka_log.ensure_topics(run.bootstrap, {run.eden: partitions})
         return run
 
-    return make
+    yield make
+    for flow in harnesses:
+        flow.kill_leftovers()

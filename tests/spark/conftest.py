@@ -17,10 +17,14 @@ def stream_job_runner(
     flowctl_settings: Settings, sqlite_url: str, tmp_path: Path
 ) -> Iterator[StreamJobRunner]:
     """Submits stream jobs against the session's broker and a fresh SQLite database."""
-    yield StreamJobRunner(flowctl_settings, sqlite_url, tmp_path)
+    runner = StreamJobRunner(flowctl_settings, sqlite_url, tmp_path)
+    yield runner
+    runner.kill_leftovers()
 
 
 @pytest.fixture
-def flow(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path) -> Flow:
+def flow(flowctl_settings: Settings, sqlite_url: str, tmp_path: Path) -> Iterator[Flow]:
     """Starts flow-controlled topologies against the session's services and a fresh SQLite."""
-    return Flow(flowctl_settings, sqlite_url, tmp_path)
+    harness = Flow(flowctl_settings, sqlite_url, tmp_path)
+    yield harness
+    harness.kill_leftovers()

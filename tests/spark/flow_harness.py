@@ -15,7 +15,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -89,17 +89,26 @@ class Flow:
     settings: Settings
     database_url: str
     work_dir: Path
+    jobs: list[LocalJob] = field(default_factory=list)
 
     def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> LocalJob:
         self.plane.ensure_schema()  # so the test can read results before the job is up
         args = ["--pipeline-config", str(config), "--topology-id", topology_id]
-        return spark_submit(
+        job = spark_submit(
             STREAM_SCRIPT,
             [*args, "--parallelism", str(lanes), *extra],
             env=job_env(self.settings, self.database_url),  # test definitions live in tests/
             log_path=self.work_dir / f"{topology_id}.log",
             topology_id=topology_id,
         )
+        self.jobs.append(job)
+        return job
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL every job this harness started that still runs (a test that failed
+        before stopping its job must not leave Spark running on the machine)."""
+        for job in self.jobs:
+            job.kill_hard()
 
     @property
     def plane(self) -> ControlPlane:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowctl.config import Settings
@@ -16,13 +16,21 @@ class StreamJobRunner:
     settings: Settings
     database_url: str
     work_dir: Path
+    jobs: list[LocalJob] = field(default_factory=list)
 
     def submit(self, *args: str, name: str, script: Path = STREAM_SCRIPT) -> LocalJob:
         """``spark-submit script args...``, its log ``<work_dir>/<name>.log``."""
-        return spark_submit(
+        job = spark_submit(
             script,
             args,
             env=job_env(self.settings, self.database_url),
             log_path=self.work_dir / f"{name}.log",
             topology_id=name,
         )
+        self.jobs.append(job)
+        return job
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL every job still running (a failed test must not leave Spark running)."""
+        for job in self.jobs:
+            job.kill_hard()
