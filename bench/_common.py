@@ -332,6 +332,7 @@ class OffsetLatency:
         self.poll_s = poll_s
         self.sent: dict[tuple[int, int], float] = {}
         self.latencies: list[tuple[float, float]] = []  # (durable at, latency s)
+        self.durable: dict[tuple[int, int], float] = {}  # (partition, offset) -> durable at
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._committed: dict[int, int] = {}
@@ -370,7 +371,9 @@ class OffsetLatency:
             with self._lock:
                 self.sent[(md.partition, md.offset)] = sent_at
 
-    def poll_until(self, total: int, timeout_s: float, job: Job) -> None:
+    def poll_until(self, total: int | None, timeout_s: float, job: Job) -> None:
+        """Poll until ``total`` sent records are durable (``None``: until the timeout), the
+        timeout passes or the job exits. ``durable`` keeps every offset's durable time."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and job.alive():
             try:
@@ -382,12 +385,13 @@ class OffsetLatency:
                 for p, n in committed.items():
                     before = self._committed.get(p, 0)
                     for off in range(before, n):
+                        self.durable[(p, off)] = now
                         sent_at = self.sent.get((p, off))
                         if sent_at is not None:
                             self.latencies.append((now, now - sent_at))
                     if n > before:
                         self._committed[p] = n
-                if len(self.latencies) >= total:
+                if total is not None and len(self.latencies) >= total:
                     return
             time.sleep(self.poll_s)
 

@@ -126,29 +126,6 @@ class AdmissionWatch:
             time.sleep(self.poll_s)
 
 
-class DurableMeter(OffsetLatency):
-    """:class:`OffsetLatency` that also keeps each record's durable time by offset."""
-
-    def __init__(self, plat: Platform, pipeline: str, topic: str) -> None:
-        super().__init__(plat, pipeline, topic)
-        self.durable: dict[tuple[int, int], float] = {}
-
-    def poll_for(self, seconds: float, job: Any) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and job.alive():
-            try:
-                committed = self.plat.plane.committed_offsets(self.pipeline, self.topic)
-            except Exception:
-                committed = {}
-            now = time.time()
-            with self._lock:
-                for p, n in committed.items():
-                    for off in range(self._committed.get(p, 0), n):
-                        self.durable[(p, off)] = now
-                    self._committed[p] = max(self._committed.get(p, 0), n)
-            time.sleep(self.poll_s)
-
-
 def curves(
     sent: dict[tuple[int, int], float],
     admitted: dict[tuple[int, int], float],
@@ -194,7 +171,7 @@ def measure(plat: Platform, work: Path, lanes: int, *, baseline: bool, args: Any
     }
     topology = f"{name}-1"
     job = submit(plat, config, topology, lanes, baseline=baseline, env=env)
-    meter = DurableMeter(plat, name, topic)
+    meter = OffsetLatency(plat, name, topic)
     watch = AdmissionWatch(plat.settings.home / "checkpoints" / topology / "offsets", topic)
     rate = args.overload * lanes * 1000.0 / args.ms
     total = int(rate * args.seconds)
@@ -209,7 +186,7 @@ def measure(plat: Platform, work: Path, lanes: int, *, baseline: bool, args: Any
             producer = threading.Thread(target=meter.produce_steady, args=(lines, rate))
             started = time.time()
             producer.start()
-            meter.poll_for(args.seconds, job)
+            meter.poll_until(None, args.seconds, job)
             producer.join(timeout=120)
             watch.scan()
     finally:
