@@ -14,7 +14,15 @@ import sys
 
 from _common import RESULTS
 
-EXPERIMENTS = ("throughput", "latency", "persistence", "heterogeneous", "replacement", "autoscale")
+EXPERIMENTS = (
+    "throughput",
+    "latency",
+    "persistence",
+    "heterogeneous",
+    "overload",
+    "replacement",
+    "autoscale",
+)
 
 
 def _fmt(value: object) -> str:
