@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from flowctl.adapters import kafka_log
 from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
@@ -70,6 +71,9 @@ def _session_tansu(_session_services: _SessionServices) -> Iterator[None]:
     try:
         yield
     finally:
+        # A cached consumer left open would keep reconnecting to the stopped broker and
+        # log errors into closed streams at interpreter exit.
+        kafka_log.drop_cached_consumer(_session_services.settings.kafka_bootstrap)
         _session_services.stop("tansu")
 
 
