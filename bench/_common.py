@@ -396,6 +396,25 @@ class OffsetLatency:
             time.sleep(self.poll_s)
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (benchmarks run without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, write at the size every benchmark uses, and free the figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None

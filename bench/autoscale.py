@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ratio, write_result
+from _common import RESULTS, pyplot, ratio, save_figure, write_result
 
 from flowctl.core.clock import FakeClock
 from flowctl.core.scaling import AdaptiveConfig, Autoscaler, WindowStats
@@ -148,10 +148,7 @@ def run_policy(policy: str, args: argparse.Namespace, lane_rate: float) -> dict[
 
 
 def plot(path: Path, runs: dict[str, dict[str, Any]], step_at: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for policy, run in runs.items():
@@ -168,9 +165,7 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], step_at: int) -> None:
     ax1.set_ylabel("lanes")
     ax1.set_title("Parallelism after a load step")
     ax2.set_ylabel("backlog (records)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

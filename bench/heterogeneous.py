@@ -34,8 +34,10 @@ from _common import (
     drain_run,
     platform_up,
     produce,
+    pyplot,
     random_lines,
     ratio,
+    save_figure,
     unique_name,
     write_result,
 )
@@ -46,10 +48,7 @@ TARGET = 1.3
 
 
 def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     names = list(runs)
@@ -62,9 +61,7 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
     ax2.set_xlabel("s since the job was submitted")
     ax2.set_ylabel("records durable")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

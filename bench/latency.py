@@ -34,7 +34,9 @@ from _common import (
     percentile,
     pipeline_config,
     platform_up,
+    pyplot,
     ratio,
+    save_figure,
     save_log,
     settings_of,
     stop,
@@ -150,10 +152,7 @@ def for_json(runs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def plot_latency(path: Path, runs: Mapping[str, dict[str, Any]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label, run in runs.items():
@@ -173,9 +172,7 @@ def plot_latency(path: Path, runs: Mapping[str, dict[str, Any]], title: str) -> 
     ax2.set_ylabel("share of records")
     ax2.set_title("CDF")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

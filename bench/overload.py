@@ -47,7 +47,9 @@ from _common import (
     percentile,
     pipeline_config,
     platform_up,
+    pyplot,
     ratio,
+    save_figure,
     save_log,
     settings_of,
     stop,
@@ -214,10 +216,7 @@ def worst(rows: list[dict[str, Any]], field: str, lo: float, hi: float) -> float
 
 
 def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for label, run in runs.items():
@@ -237,9 +236,7 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
         ax.set_ylabel("latency s")
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

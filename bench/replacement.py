@@ -50,7 +50,9 @@ from _common import (
     committed_total,
     pipeline_config,
     platform_up,
+    pyplot,
     ratio,
+    save_figure,
     save_log,
     stop,
     submit,
@@ -279,10 +281,7 @@ def analyse(samples: list[tuple[float, int]], decision: float | None) -> dict[st
 
 
 def plot(path: Path, runs: dict[str, dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method, run in runs.items():
@@ -294,9 +293,7 @@ def plot(path: Path, runs: dict[str, dict[str, Any]]) -> None:
     ax.set_ylabel("records durable")
     ax.set_title("Replacement under overload (dotted: decision)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,8 +35,10 @@ from _common import (
     drain_run,
     platform_up,
     produce,
+    pyplot,
     random_lines,
     ratio,
+    save_figure,
     unique_name,
     write_result,
 )
@@ -76,10 +78,7 @@ def given(settings: dict[str, int | None]) -> dict[str, int]:
 
 
 def plot(path: Path, lanes: list[int], flow: list, base: list, upper: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.38
@@ -91,9 +90,7 @@ def plot(path: Path, lanes: list[int], flow: list, base: list, upper: float) -> 
     ax.set_ylabel("records/s (after the first batch)")
     ax.set_title("Fast word count throughput")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
