@@ -41,6 +41,9 @@ log = logging.getLogger("flowctl.job")
 FLUSH_ALL_TIMEOUT_S = 120.0
 #: Seconds between status lines in the log.
 STATUS_EVERY_S = 10.0
+#: Seconds between rewrites of the control key (it survives a memcached restart that
+#: way) and copies of the planner's closed metrics windows to the database.
+UPKEEP_EVERY_S = 1.0
 #: A standby topology reports READY after its first warm-up batch (see
 #: ``flowctl.spark.flow.WARMUP_EVERY_S``), at once when the log is empty (nothing to
 #: warm up with), and after this many seconds in any case (a warm-up that fails).
@@ -77,6 +80,7 @@ class FlowStreamJob(StreamJob):
         self._draining_since: float | None = None
         self._drain_signals: set[int] = set()
         self._last_status = 0.0
+        self._last_upkeep = -1e9
         self._warned: dict[str, float] = {}
         self.totals: dict[str, int] = {}
         self._batch_ends: collections.deque[float] = collections.deque(maxlen=500)
@@ -339,8 +343,13 @@ class FlowStreamJob(StreamJob):
             self._warn("the control loop's work", exc)
 
     def _tick_once(self) -> None:
-        self._write_ctl()
-        self._publish_metrics()
+        # Signals are checked every poll (0.1 s); rewriting the control key (every change
+        # is written at once) and copying closed metrics windows can wait a second.
+        now = time.monotonic()
+        if now - self._last_upkeep >= UPKEEP_EVERY_S:
+            self._last_upkeep = now
+            self._write_ctl()
+            self._publish_metrics()
         state = self._spout_state()
         if self.state == "STARTING":
             self._check_warm(state)
