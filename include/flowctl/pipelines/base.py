@@ -19,12 +19,20 @@ Contracts:
   instead of being retried ``max_attempts`` times.
 - :meth:`apply` writes a list of tuple results in the caller's transaction;
   the caller guarantees each result is applied at most once.
+- :meth:`combine` (optional) merges the results of consecutive parts of one
+  tuple into the result of the whole: the lane processes the parts of a tuple
+  around its poison records separately (``flowctl.core.isolation``) and
+  stores one result per tuple. ``combine([process(a), process(b)])`` must equal
+  ``process(a + b)`` whenever both succeed. Without the method,
+  :func:`combine_results` is used: lists concatenate, mappings of numbers add
+  key by key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Number
 from typing import Any, Protocol
 
 #: The database connection :meth:`PipelineDefinition.apply` and
@@ -68,6 +76,10 @@ class PipelineDefinition(Protocol):
         """Persist tuple results in ``conn``'s transaction; return the rows touched."""
         ...
 
+    def combine(self, results: Sequence[Any]) -> Any:
+        """Optional: the result of a tuple from its consecutive parts' results, in order."""
+        ...
+
     def reference(self, values: Iterable[bytes | None]) -> Mapping[str, Any]:
         """The plain-Python result of the whole input, for reconciliation."""
         ...
@@ -75,3 +87,36 @@ class PipelineDefinition(Protocol):
     def stored(self, conn: Connection, pipeline: str) -> Mapping[str, Any]:
         """What the database holds, in the shape :meth:`reference` returns."""
         ...
+
+
+def combine_results(results: Sequence[Any]) -> Any:
+    """The default merge of consecutive parts' results (see :meth:`PipelineDefinition.combine`).
+
+    Lists (rows) concatenate in order; mappings whose values are numbers (counts) add key
+    by key. Any other shape cannot be merged without knowing the pipeline: the error names
+    the result, so the definition can declare its own ``combine``.
+    """
+    if all(isinstance(r, list) for r in results):
+        return [row for r in results for row in r]
+    if all(isinstance(r, Mapping) for r in results):
+        total: dict[Any, Any] = {}
+        for r in results:
+            for key, value in r.items():
+                if isinstance(value, bool) or not isinstance(value, Number):
+                    raise TypeError(
+                        f"combine_results: value of key={key!r} is {value!r}, not a number; "
+                        "give the definition a combine(results) method"
+                    )
+                total[key] = total.get(key, 0) + value
+        return total
+    shapes = sorted({type(r).__name__ for r in results})
+    raise TypeError(
+        f"combine_results: results of types {shapes} are neither all lists nor all mappings "
+        "of numbers; give the definition a combine(results) method"
+    )
+
+
+def combiner_of(definition: Any) -> Any:
+    """``definition.combine`` when the definition has one, else :func:`combine_results`."""
+    combine = getattr(definition, "combine", None)
+    return combine if callable(combine) else combine_results

@@ -420,6 +420,15 @@ class LogEtlDefinition:
             rows.append(event.to_json(record.topic, record.partition, record.offset))
         return rows
 
+    def combine(self, results: Sequence[Any]) -> list[dict[str, Any]]:
+        """The rows of consecutive parts of a tuple, in order: the rows of the whole."""
+        rows: list[dict[str, Any]] = []
+        for result in results:
+            if not isinstance(result, list):
+                raise ValueError(f"logetl result={result!r} is not a list of rows")
+            rows.extend(result)
+        return rows
+
     def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
         """Insert the rows of ``results``, ignoring keys already stored; return rows inserted."""
         rows: dict[tuple[str, int, int], dict[str, Any]] = {}

@@ -97,6 +97,13 @@ class WordCountDefinition:
         """
         return dict(count_values(r.value for r in records))
 
+    def combine(self, results: Sequence[Any]) -> dict[str, int]:
+        """The counts of consecutive parts of a tuple, added: the count of the whole."""
+        total: Counter[str] = Counter()
+        for result in results:
+            total.update(_checked_counts(result))
+        return dict(total)
+
     def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
         """Add the results' counts to ``word_counts``; return the number of words touched.
 
