@@ -78,10 +78,16 @@ class Outcome(StrEnum):
     TIMED_OUT = "timed_out"  # exceeded its deadline: records went to From (or the DLQ)
     FAILED = "failed"  # no outcome stored at all (read or store failed): dispatch again
     HELD = "held"  # a replayed record not eligible yet (backoff): read it again later
+    POISON = "poison"  # every record proven poison (failed alone): all went to the DLQ
 
 
 #: Outcomes whose records were routed by the lane (the tuple is resolved, not requeued).
-ROUTED = frozenset({Outcome.REPLAYED, Outcome.DLQ, Outcome.TIMED_OUT})
+ROUTED = frozenset({Outcome.REPLAYED, Outcome.DLQ, Outcome.TIMED_OUT, Outcome.POISON})
+
+#: Outcomes that judge the lane like an ack (window, rate): the tuple was resolved without
+#: a sign of load. A record proven poison is a property of the data, not of the lane, so
+#: dead-lettering it must not cut the window nor count as a failure for scaling.
+NOT_LOAD = frozenset({Outcome.ACKED, Outcome.POISON})
 
 
 def _positive(name: str, value: float) -> float:
@@ -187,6 +193,7 @@ class ReportSummary:
     timed_out: int = 0
     requeued: int = 0
     held: int = 0
+    poison: int = 0
     stale: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -364,16 +371,23 @@ class Spout:
                 if key not in holds or t.start < holds[key][0]:
                     holds[key] = (t.start, nb)
                 continue
-            if r.outcome is Outcome.ACKED:
+            if r.outcome in NOT_LOAD:
                 outcome = window.on_ack(r.tuple_id, r.rt)
                 if outcome is not None and outcome.rt > 0:
                     sample = (outcome.ahead + 1) / outcome.rt
                     old = self._rates[lane]
                     self._rates[lane] = sample if old is None else 0.8 * old + 0.2 * sample
+            if r.outcome is Outcome.ACKED:
+                # ``records`` counts the good records; an isolated tuple's poison records
+                # went to the DLQ (``dead_records``), and its transient ones are not here:
+                # a tuple with any is REPLAYED or TIMED_OUT.
                 self.counters["acked"] += 1
                 self.counters["records"] += r.records
+                self.counters["dlq"] += r.dead_records
                 self.latencies.extend(r.latencies)
                 summary.acked += 1
+            elif r.outcome is Outcome.POISON:
+                summary.poison += 1
             elif r.outcome is Outcome.TIMED_OUT:
                 window.on_timeout(r.tuple_id)
                 self._halve_rate(lane)
@@ -389,8 +403,8 @@ class Spout:
                 dead = min(routed, r.dead_records)
                 self.counters["dlq"] += dead
                 self.counters["replayed"] += routed - dead
-                if flight.dispatch.replay:  # a record failing again: poison, not load
-                    self.counters["repeat_failures"] += 1
+                if flight.dispatch.replay and r.outcome is not Outcome.POISON:
+                    self.counters["repeat_failures"] += 1  # failing again: poison, not load
             if flight.dispatch.replay:
                 durable_now = r.outcome is not Outcome.ACKED or r.mrwq_seq is None
                 if durable_now:
