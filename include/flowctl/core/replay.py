@@ -49,6 +49,7 @@ __all__ = [
     "Routed",
     "decode_envelope",
     "encode_envelope",
+    "replay_quota",
 ]
 
 EDEN_SUFFIX = ".eden"
@@ -72,6 +73,32 @@ def _check_time(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
+
+
+def replay_quota(room: int, eden_demand: int, share: float) -> int:
+    """How many of this batch's ``room`` free slots the To replay topic may take (beyond).
+
+    SPEC D reads To before Eden. With every slot a one-record replay, a storm of failures
+    would then starve fresh input: Eden waits while lanes work through replays one record
+    per slot. The window is shared instead:
+
+    * Eden idle (``eden_demand`` = 0 tuples it could use now): To may take every slot;
+    * Eden with input: To takes at most ``floor(share * room)`` slots (at least one when
+      ``room`` is 2 or more, so replays always progress), plus whatever Eden cannot use
+      (``room - eden_demand``).
+
+    Eden is never starved by replays (it keeps ``room - floor(share * room)`` slots) and
+    To is never starved by Eden; a single free slot goes to Eden (replayed records already
+    wait out a backoff, fresh input has not been delayed yet).
+    """
+    _check_int("room", room, 0)
+    _check_int("eden_demand", eden_demand, 0)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ValueError(f"share must be a number in (0, 1], got {share!r}")
+    if eden_demand == 0:
+        return room
+    reserved = max(1, math.floor(share * room)) if room >= 2 else 0
+    return min(room, max(reserved, room - eden_demand))
 
 
 @dataclass(frozen=True)

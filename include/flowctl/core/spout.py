@@ -48,7 +48,7 @@ from .acker import AckerEventKind, XorAcker
 from .checkpoint import AckLedger, CheckpointError, ContiguousAck
 from .clock import Clock
 from .dispatch import LaneLoad, make_policy
-from .replay import ReplaySnapshot, ReplayStateMachine
+from .replay import ReplaySnapshot, ReplayStateMachine, replay_quota
 from .rtt import RttEstimator
 from .tuples import TopicPartition, TupleRange
 from .window import SLOW_DECREASES, AdaptiveWindow, LaneState
@@ -118,6 +118,7 @@ class SpoutConfig:
     tuple_timeout_s: float = 60.0
     linger_s: float = 1.0
     slow_decrease: str = "one"
+    replay_share: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("lanes", "tuple_size", "w_min", "w_max", "w_init"):
@@ -136,6 +137,14 @@ class SpoutConfig:
             raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
         if self.linger_s < 0:
             raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
+        if (
+            isinstance(self.replay_share, bool)
+            or not isinstance(self.replay_share, int | float)
+            or not 0 < self.replay_share <= 1
+        ):
+            raise ValueError(
+                f"SpoutConfig.replay_share must be a number in (0, 1], got {self.replay_share!r}"
+            )
         make_policy(self.policy)  # a clear error for an unknown name
         if self.slow_decrease not in SLOW_DECREASES:
             raise ValueError(
@@ -467,7 +476,8 @@ class Spout:
         *,
         budget: int | None = None,
     ) -> list[Dispatch]:
-        """This micro-batch's dispatches: retries, then To, then gaps, then fresh Eden tuples.
+        """This micro-batch's dispatches: retries, then To (its share of the room while Eden
+        has input, :func:`~flowctl.core.replay.replay_quota`), then gaps, then fresh Eden.
 
         ``latest`` are Eden's end offsets, ``replay_ends`` the end offsets of both replay
         topics' partitions (From's decide whether a swap is worth it), ``budget`` an upper
@@ -497,8 +507,11 @@ class Spout:
             out.append(self._send(t, lane, replay=self._is_replay(t), from_topic=from_topic))
         waiting.extend(self._retry)
         self._retry = waiting
-        # 2. the To replay topic before Eden (SPEC D); its records are one-record tuples
-        left = room - len(out)
+        # 2. the To replay topic before Eden (SPEC D); its records are one-record tuples.
+        # While Eden has input, To gets only its share of the room (replay_quota).
+        left = replay_quota(
+            room - len(out), self._eden_demand(latest, now), self.config.replay_share
+        )
         unread = sum(
             max(0, end - self._replay.position(topic, partition))
             for (topic, partition), end in replay_ends.items()
@@ -546,6 +559,24 @@ class Spout:
 
     def _is_replay(self, t: TupleRange) -> bool:
         return t.topic in (self._replay.topics.replay_a, self._replay.topics.replay_b)
+
+    def _eden_demand(self, latest: Mapping[TopicPartition, int], now: float) -> int:
+        """Tuples gaps and Eden could fill this batch: what :meth:`_cut` would cut with no
+        budget (a partial tail only once its partition is idle), plus the buffered gaps."""
+        size = self.config.tuple_size
+        demand = len(self._gaps)
+        for tp, end in latest.items():
+            key = TopicPartition(*tp)
+            start = self._next.get(key, 0)
+            if end <= start:
+                continue
+            demand += (end - 1) // size - start // size + 1
+            if end % size:
+                idle = self._seen_end.get(key) == end and (
+                    now - self._changed_at.get(key, now) >= self.config.linger_s
+                )
+                demand -= 0 if idle else 1
+        return demand
 
     def _aligned(self, tp: TopicPartition, start: int, end: int) -> list[TupleRange]:
         size = self.config.tuple_size
