@@ -126,22 +126,25 @@ def pipeline_config(
     directory: Path,
     name: str,
     *,
-    definition: str = "flowctl.pipelines.wordcount",
+    shipped: str = "wordcount",
+    definition: str | None = None,
     partitions: int = 4,
     stream: Mapping[str, object] | None = None,
     flow: Mapping[str, object] | None = None,
 ) -> Path:
-    """The shipped word-count config renamed ``name``, with ``[stream]``/``[flow]`` overrides."""
-    text = resolve_path("wordcount").read_text()
-    text = text.replace('name = "wordcount"', f'name = "{name}"')
-    text = text.replace('eden = "wordcount.eden"', f'eden = "{name}.eden"')
-    text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
+    """The shipped config ``shipped`` (word count by default) renamed ``name``, with another
+    ``definition`` module if given and ``[stream]``/``[flow]`` overrides."""
+    text = resolve_path(shipped).read_text()
+    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
+    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
+    if definition is not None:
+        text = text.replace(f'"flowctl.pipelines.{shipped}"', f'"{definition}"')
     text = text.replace("partitions = 4", f"partitions = {partitions}")
     for key, value in {**(stream or {}), **(flow or {})}.items():
         shown = f'"{value}"' if isinstance(value, str) else str(value)
         text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", text)
         if n != 1:
-            raise ValueError(f"{key!r} is not a setting of the word-count config")
+            raise ValueError(f"{key!r} is not a setting of the {shipped} config")
     path = directory / f"{name}.toml"
     path.write_text(text)
     return path
