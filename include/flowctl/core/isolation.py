@@ -28,12 +28,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .spout import Outcome
+from .tuples import TupleRange
+
 __all__ = [
     "Failure",
     "Isolation",
+    "Item",
     "Poisoned",
+    "Route",
+    "Verdict",
     "isolate",
     "locate_by_offset",
+    "verdict",
 ]
 
 T = TypeVar("T")
@@ -164,3 +171,104 @@ def _split(
         return [(a, b) for a, b in ((lo, at), (at, at + 1), (at + 1, hi)) if a < b]
     mid = (lo + hi) // 2
     return [(lo, mid), (mid, hi)]
+
+
+# -- what becomes of an isolated tuple ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One MRWQ outcome item of the tuple: the range it claims, its outcome and value.
+
+    ``outcome`` is ``applied`` (``value``: the result), ``replayed`` or ``dlq`` (``value``:
+    ``{"error": ...}``); ``replay`` marks a one-record claim nested in the tuple's
+    ``replayed`` row (``mrwq_result(..., replay=True)``).
+    """
+
+    range: TupleRange
+    outcome: str
+    value: Any
+    replay: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one record of the tuple goes: the DLQ now (``dead``) or the From replay topic."""
+
+    index: int
+    dead: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The lane's outcome for one isolated Eden tuple: what to report, store and route.
+
+    Items are in the order to append them (the covering row first, so the flusher claims
+    it before the one-record rows nested in it); routes are produced before the items.
+    """
+
+    outcome: Outcome
+    items: tuple[Item, ...]
+    routes: tuple[Route, ...]
+    good: int
+    error: str
+
+    @property
+    def dead(self) -> int:
+        return sum(1 for r in self.routes if r.dead)
+
+
+def verdict(
+    t: TupleRange,
+    offsets: Sequence[int],
+    found: Isolation[Any],
+    *,
+    is_timeout: Callable[[BaseException], bool],
+) -> Verdict:
+    """Map :func:`isolate`'s findings on Eden tuple ``t`` (its records' ``offsets``) to the
+    lane's outcome, MRWQ items and record routes (docs/flow-control.md, "Poison isolation").
+
+    - nothing transient, some good: ``acked``; one ``applied`` item for ``t`` with the good
+      records' result, and a one-record ``dlq`` item nested in it per poison record;
+    - nothing transient, nothing good: ``poison``; one ``dlq`` item for ``t``;
+    - anything transient: SPEC D for the tuple: ``replayed`` (``timed_out`` if a part
+      timed out), one ``replayed`` item for ``t``, every record that is not proven poison
+      to From, and a nested one-record ``dlq`` item per poison record.
+
+    Proven poison records go to the DLQ at once in every case.
+    """
+    if len(offsets) != len(found.good) + len(found.poison) + len(found.transient_indices):
+        raise ValueError(
+            f"verdict: {len(offsets)} offset(s) for tuple {t.id}, but the isolation accounts "
+            f"for {len(found.good)} good, {len(found.poison)} poison, "
+            f"{len(found.transient_indices)} transient record(s)"
+        )
+
+    def one(i: int) -> TupleRange:
+        return TupleRange(t.topic, t.partition, offsets[i], offsets[i] + 1)
+
+    dead = tuple(Route(p.index, True, f"poison: PoisonRecord: {p.reason}") for p in found.poison)
+    first_poison = dead[0].reason if dead else ""
+    if found.clean and found.good:
+        nested = tuple(Item(one(p.index), "dlq", {"error": p.reason[:300]}) for p in found.poison)
+        items = (Item(t, "applied", found.result), *nested)
+        return Verdict(Outcome.ACKED, items, dead, len(found.good), first_poison)
+    if found.clean:
+        item = Item(t, "dlq", {"error": first_poison[:300]})
+        return Verdict(Outcome.POISON, (item,), dead, 0, first_poison)
+    failure = found.transient[0].error
+    error = f"{type(failure).__name__}: {failure}"
+    timed_out = any(is_timeout(f.error) for f in found.transient)
+    why = {i: f"{type(f.error).__name__}: {f.error}" for f in found.transient
+           for i in range(f.start, f.stop)}  # fmt: skip
+    replayed = tuple(
+        Route(i, False, why.get(i, f"replayed with its tuple: {error}"))
+        for i in sorted(set(found.good) | set(why))
+    )
+    nested = tuple(
+        Item(one(p.index), "dlq", {"error": p.reason[:300]}, replay=True) for p in found.poison
+    )
+    items = (Item(t, "replayed", {"error": error[:300]}), *nested)
+    outcome = Outcome.TIMED_OUT if timed_out else Outcome.REPLAYED
+    return Verdict(outcome, items, tuple(sorted(dead + replayed, key=lambda r: r.index)), 0, error)

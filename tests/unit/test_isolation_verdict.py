@@ -1,0 +1,83 @@
+"""What becomes of an isolated Eden tuple (core.isolation.verdict): outcome, items, routes."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowctl.core.isolation import Failure, Isolation, Poisoned, verdict
+from flowctl.core.spout import Outcome
+from flowctl.core.tuples import TupleRange
+
+T = TupleRange("p.eden", 1, 100, 105)
+OFFSETS = [100, 101, 102, 103, 104]
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError)
+
+
+def _found(good=(), poison=(), transient=(), result=None) -> Isolation:
+    return Isolation(result, tuple(good), tuple(poison), tuple(transient), 1)
+
+
+def one(offset: int) -> TupleRange:
+    return TupleRange("p.eden", 1, offset, offset + 1)
+
+
+def test_a_clean_tuple_is_one_applied_item() -> None:
+    v = verdict(T, OFFSETS, _found(good=range(5), result=["r"]), is_timeout=_is_timeout)
+    assert v.outcome is Outcome.ACKED and v.good == 5 and v.dead == 0
+    assert [(i.range, i.outcome, i.value) for i in v.items] == [(T, "applied", ["r"])]
+    assert v.routes == ()
+
+
+def test_good_and_poison_ack_the_good_and_nest_a_dlq_row_per_poison_record() -> None:
+    found = _found(good=(0, 1, 3), poison=(Poisoned(2, "bad ip"), Poisoned(4, "empty line")),
+                   result=["r0", "r1", "r3"])  # fmt: skip
+    v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
+    assert v.outcome is Outcome.ACKED and v.good == 3 and v.dead == 2
+    assert [(i.range, i.outcome, i.replay) for i in v.items] == [
+        (T, "applied", False),
+        (one(102), "dlq", False),
+        (one(104), "dlq", False),
+    ]
+    assert v.items[0].value == ["r0", "r1", "r3"]
+    assert [(r.index, r.dead, r.reason) for r in v.routes] == [
+        (2, True, "poison: PoisonRecord: bad ip"),
+        (4, True, "poison: PoisonRecord: empty line"),
+    ]
+
+
+def test_an_all_poison_tuple_is_one_dlq_item() -> None:
+    found = _found(poison=[Poisoned(i, "bad") for i in range(5)])
+    v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
+    assert v.outcome is Outcome.POISON and v.dead == 5 and v.good == 0
+    assert [(i.range, i.outcome) for i in v.items] == [(T, "dlq")]
+
+
+def test_a_transient_part_replays_the_tuple_but_dead_letters_proven_poison() -> None:
+    found = _found(good=(0, 1), poison=(Poisoned(2, "bad"),),
+                   transient=(Failure(3, 5, RuntimeError("db away")),), result=["x"])  # fmt: skip
+    v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
+    assert v.outcome is Outcome.REPLAYED and v.good == 0
+    assert [(i.range, i.outcome, i.replay) for i in v.items] == [
+        (T, "replayed", False),
+        (one(102), "dlq", True),
+    ]
+    assert [(r.index, r.dead) for r in v.routes] == [
+        (0, False), (1, False), (2, True), (3, False), (4, False),
+    ]  # fmt: skip
+    assert v.routes[3].reason == "RuntimeError: db away"
+    assert v.routes[0].reason == "replayed with its tuple: RuntimeError: db away"
+
+
+def test_a_timed_out_part_makes_the_tuple_timed_out() -> None:
+    found = _found(transient=(Failure(0, 5, TimeoutError("deadline")),))
+    v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
+    assert v.outcome is Outcome.TIMED_OUT
+    assert all(not r.dead for r in v.routes) and len(v.routes) == 5
+
+
+def test_offsets_that_do_not_match_the_isolation_are_refused() -> None:
+    with pytest.raises(ValueError, match="4 offset"):
+        verdict(T, OFFSETS[:4], _found(good=range(5)), is_timeout=_is_timeout)
