@@ -117,6 +117,28 @@ def test_replayed_tuple_is_durable_and_its_records_apply_once(engine: sa.Engine)
     assert advance_tx(engine) == {TP: 10}
 
 
+def test_a_poison_record_isolated_from_an_applied_tuple_nests_once(engine: sa.Engine) -> None:
+    assert claim_tx(engine, [r(0, 10), Claim(r(4, 5), "dlq"), Claim(r(7, 8), "dlq")]) == [
+        True,
+        True,
+        True,
+    ]
+    # The same tuple again (a re-run batch): every row is a duplicate.
+    assert claim_tx(engine, [r(0, 10), Claim(r(4, 5), "dlq")]) == [False, False]
+    # Only a dead-lettered record nests: a replay, or another outcome, is covered.
+    assert claim_tx(engine, [Claim(r(5, 6), "dlq", replay=True), r(6, 7)]) == [False, False]
+    assert claim_tx(engine, [Claim(r(5, 6), "replayed")]) == [False]
+    # Inside a dlq row (an all-poison tuple) a record's own dlq row is a duplicate.
+    assert claim_tx(engine, [Claim(r(10, 20), "dlq"), Claim(r(12, 13), "dlq")]) == [True, False]
+    assert [(t.start, t.end, o) for t, o in applied_rows(engine, P)] == [
+        (0, 10, "applied"),
+        (4, 5, "dlq"),
+        (7, 8, "dlq"),
+        (10, 20, "dlq"),
+    ]
+    assert advance_tx(engine) == {TP: 20}
+
+
 def test_ranges_below_the_checkpoint_without_rows(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         assert ensure_checkpoint(conn, P, "wc.eden", 0, 100) == 100

@@ -125,3 +125,10 @@ def test_the_snapshot_is_one_consistent_cut(database_url: str) -> None:
             sa.select(word_counts.c.count).where(word_counts.c.word == "late")
         ).scalar()
     assert late == 1
+
+
+def test_a_poison_record_isolated_inside_an_applied_tuple_is_dlq() -> None:
+    c = Classifier([(0, 10, "applied"), (4, 5, "dlq"), (7, 8, "dlq"), (10, 20, "dlq")], 0)
+    assert [c.outcome(o) for o in (3, 4, 5, 7, 8, 9, 10, 19, 20)] == [
+        COUNTED, DLQ, COUNTED, DLQ, COUNTED, COUNTED, DLQ, DLQ, NOT_DURABLE,
+    ]  # fmt: skip

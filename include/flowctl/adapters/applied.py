@@ -28,7 +28,11 @@ The rules :func:`claim` applies to a new range ``r`` of a partition:
    are a pure function of the offset, so this means a bug upstream, never data to guess at;
 3. without a covering ``replayed`` row, a range wholly below the checkpoint is a
    duplicate (the checkpoint says it is durable: the sink of :mod:`flowctl.adapters.results`
-   advances it without rows), and one straddling it is a conflict.
+   advances it without rows), and one straddling it is a conflict;
+4. a ``dlq`` claim from Eden (not ``Claim.replay``) inside an ``applied`` row is new: the
+   lane isolated a poison record from its tuple (``flowctl.core.isolation``), applied the
+   tuple's good records under the tuple's row and dead-lettered that record under its own
+   one-record row nested in it (the reconcile classifies an offset by its innermost row).
 
 Functions taking ``conn`` run inside the caller's transaction; those taking
 ``conn_or_url`` also accept a URL or an engine and then run their own short, retried
@@ -272,6 +276,8 @@ def _decide(pipeline: str, c: Claim, rows: _PartitionRows, checkpoint: int) -> s
         return "duplicate"
     blocking = next((row for row in covering if row[2] != "replayed"), None)
     if blocking is not None:
+        if c.outcome == "dlq" and not c.replay and all(row[2] != "dlq" for row in covering):
+            return "insert"  # a poison record isolated from its applied tuple (rule 4)
         return "duplicate"
     clash = next((row for row in overlapping if row not in covering), None)
     if clash is not None:

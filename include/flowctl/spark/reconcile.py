@@ -94,23 +94,28 @@ class ReconcileReport:
 class Classifier:
     """The outcome class of an Eden offset from the durable rows of its partition.
 
-    Rows other than ``replayed`` never overlap each other (``applied.claim`` refuses
-    that); one-record rows of replays nest inside their ``replayed`` row. So an offset
-    is classified by the covering non-replayed row, else by a covering replayed row,
-    else by the checkpoint.
+    Rows other than ``replayed`` overlap each other only by nesting (``applied.claim``
+    refuses anything else): a one-record ``dlq`` row of a poison record isolated from its
+    tuple lies inside the tuple's ``applied`` row; one-record rows of replays nest inside
+    their ``replayed`` row. So an offset is classified by its innermost covering
+    non-replayed row, else by a covering replayed row, else by the checkpoint.
     """
 
     def __init__(self, rows: Sequence[tuple[int, int, str]], checkpoint: int) -> None:
         self.checkpoint = checkpoint
-        self._solid = sorted((s, e, o) for s, e, o in rows if o != "replayed")
+        outer: list[tuple[int, int, str]] = []
+        nested: list[tuple[int, int, str]] = []
+        for row in sorted((r for r in rows if r[2] != "replayed"), key=lambda r: (r[0], -r[1])):
+            (nested if outer and row[1] <= outer[-1][1] else outer).append(row)
+        self._levels = [(rs, [s for s, _, _ in rs]) for rs in (nested, outer)]
         self._replayed = sorted((s, e) for s, e, o in rows if o == "replayed")
-        self._solid_starts = [s for s, _, _ in self._solid]
         self._replayed_starts = [s for s, _ in self._replayed]
 
     def outcome(self, offset: int) -> str:
-        i = bisect.bisect_right(self._solid_starts, offset) - 1
-        if i >= 0 and offset < self._solid[i][1]:
-            return COUNTED if self._solid[i][2] == "applied" else DLQ
+        for solid, starts in self._levels:  # innermost first
+            i = bisect.bisect_right(starts, offset) - 1
+            if i >= 0 and offset < solid[i][1]:
+                return COUNTED if solid[i][2] == "applied" else DLQ
         j = bisect.bisect_right(self._replayed_starts, offset) - 1
         if j >= 0 and offset < self._replayed[j][1]:
             return PENDING
