@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import subprocess
 import sys
 import tempfile
@@ -65,6 +64,7 @@ WARMUP = 500
 SKIP_S = 10.0  # the first seconds of the run are not part of "before"
 STORM_TARGET = 0.8
 DRAIN_TARGET_S = 30.0
+PLOT_BIN_S = 5.0
 
 
 def export_tree(commit: str, into: Path) -> Path:
@@ -247,17 +247,20 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], args: Any) -> None:
     for label, run in runs.items():
         series = [s for s in run["series"] if s[1] >= 0]
         xs, rates = [], []
-        for prev, cur in itertools.pairwise(series):
-            if cur[0] > prev[0]:
-                xs.append(cur[0])
-                rates.append((cur[1] - prev[1]) / (cur[0] - prev[0]))
-        ax1.plot(xs, rates, label=label, linewidth=0.8)
+        last = None
+        for sample in series:  # the rate over PLOT_BIN_S bins: batches make single samples spiky
+            if last is None or sample[0] - last[0] >= PLOT_BIN_S:
+                if last is not None:
+                    xs.append(sample[0])
+                    rates.append((sample[1] - last[1]) / (sample[0] - last[0]))
+                last = sample
+        ax1.plot(xs, rates, "o-", label=label, markersize=3)
         ax2.plot([s[0] for s in series], [s[3] - s[1] for s in series], label=label)
     for ax in (ax1, ax2):
         ax.axvspan(args.before, args.before + args.storm, color="red", alpha=0.1)
         ax.set_xlabel("s since the run started (storm shaded)")
         ax.legend()
-    ax1.set_ylabel("good rows stored / s")
+    ax1.set_ylabel(f"good rows stored / s ({PLOT_BIN_S:g} s bins)")
     ax2.set_ylabel("good lines sent and not stored")
     fig.suptitle(
         f"log ETL, {args.rate:g} good lines/s, {args.bad_share:.0%} malformed in the storm"

@@ -22,6 +22,7 @@ EXPERIMENTS = (
     "overload",
     "replacement",
     "autoscale",
+    "poison",
 )
 
 
