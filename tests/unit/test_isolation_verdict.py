@@ -48,6 +48,12 @@ def test_good_and_poison_ack_the_good_and_nest_a_dlq_row_per_poison_record() -> 
     ]
 
 
+def test_a_tuple_without_records_is_applied_with_its_result() -> None:
+    v = verdict(T, [], _found(result=[]), is_timeout=_is_timeout)
+    assert v.outcome is Outcome.ACKED and v.good == 0
+    assert [(i.range, i.outcome, i.value) for i in v.items] == [(T, "applied", [])]
+
+
 def test_an_all_poison_tuple_is_one_dlq_item() -> None:
     found = _found(poison=[Poisoned(i, "bad") for i in range(5)])
     v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)

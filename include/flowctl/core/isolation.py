@@ -229,8 +229,9 @@ def verdict(
     """Map :func:`isolate`'s findings on Eden tuple ``t`` (its records' ``offsets``) to the
     lane's outcome, MRWQ items and record routes (docs/flow-control.md, "Poison isolation").
 
-    - nothing transient, some good: ``acked``; one ``applied`` item for ``t`` with the good
-      records' result, and a one-record ``dlq`` item nested in it per poison record;
+    - nothing transient, some good (or no record at all): ``acked``; one ``applied`` item
+      for ``t`` with the good records' result, and a one-record ``dlq`` item nested in it
+      per poison record;
     - nothing transient, nothing good: ``poison``; one ``dlq`` item for ``t``;
     - anything transient: SPEC D for the tuple: ``replayed`` (``timed_out`` if a part
       timed out), one ``replayed`` item for ``t``, every record that is not proven poison
@@ -250,7 +251,7 @@ def verdict(
 
     dead = tuple(Route(p.index, True, f"poison: PoisonRecord: {p.reason}") for p in found.poison)
     first_poison = dead[0].reason if dead else ""
-    if found.clean and found.good:
+    if found.clean and (found.good or not found.poison):  # an empty tuple has a result too
         nested = tuple(Item(one(p.index), "dlq", {"error": p.reason[:300]}) for p in found.poison)
         items = (Item(t, "applied", found.result), *nested)
         return Verdict(Outcome.ACKED, items, dead, len(found.good), first_poison)
