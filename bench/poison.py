@@ -14,10 +14,10 @@ good rows stored (``log_events`` rows of the pipeline) and the DLQ topic's end o
 - *drain*: from the end of the storm until every good line sent by then is stored and
   every malformed line is in the DLQ; target <= 30 s.
 
-Both run in the same invocation on one platform: this tree (``candidate``) and ``main``
-at ``--base`` (3b2f8e8 by default), exported with ``git archive`` into a temporary
-directory and run from there (its ``spark_jobs/stream.py``, its package first on
-``PYTHONPATH``).
+Both run in the same invocation on one platform: this tree (``candidate``, or the tree
+``--candidate-tree`` names) and ``main`` at ``--base`` (3b2f8e8 by default), exported
+with ``git archive`` into a temporary directory and run from there (its
+``spark_jobs/stream.py``, its package first on ``PYTHONPATH``).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/poison.py \\
         [--rate 300] [--before 40] [--storm 30] [--after 30] [--lanes 2]
@@ -278,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain-timeout", type=float, default=120.0, help="seconds to wait after")
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--base", default=BASE, help="commit of the baseline (main)")
+    p.add_argument(
+        "--candidate-tree",
+        type=Path,
+        default=PROJECT_ROOT,
+        help="project tree the candidate job runs from (default: this one)",
+    )
     p.add_argument("--seed", type=int, default=11)
     args = p.parse_args(argv)
     for field in ("rate", "storm", "after", "drain_timeout"):
@@ -289,11 +295,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--bad-share={args.bad_share!r} must lie in (0, 1)")
     if args.lanes < 1:
         p.error(f"--lanes={args.lanes!r} must be >= 1")
+    if not (args.candidate_tree / "spark_jobs" / "stream.py").is_file():
+        p.error(f"--candidate-tree={str(args.candidate_tree)!r} has no spark_jobs/stream.py")
 
     runs: dict[str, dict[str, Any]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         base_tree = export_tree(args.base, Path(tmp) / "base")
-        for label, tree in ((f"main@{args.base}", base_tree), ("candidate", PROJECT_ROOT)):
+        for label, tree in ((f"main@{args.base}", base_tree), ("candidate", args.candidate_tree)):
             with contextlib.suppress(FileExistsError):
                 (Path(tmp) / label).mkdir()
             run = measure(plat, Path(tmp) / label, tree, label.split("@")[0], args)
