@@ -62,6 +62,8 @@ class Job:
 
 
 class Source(Protocol):
+    """What the engine asks of a source (see the module docstring)."""
+
     def send(self, latest: dict[TopicPartition, int]) -> list[Job]: ...
 
     def report(self, job: Job, reply: Reply, rt: float) -> bool: ...
@@ -116,7 +118,7 @@ class SpoutSource:
         self._collect_timeouts()
         now = self._clock.now()
         jobs = []
-        for d in self.spout.plan(latest, {}, now):
+        for d in self.spout.plan(latest, {}, now):  # no replay topics: nothing to read there
             job = Job(d.tuple, d.lane, d.edge, now)
             self._current[d.tuple.id] = job
             jobs.append(job)
