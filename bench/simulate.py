@@ -2,7 +2,8 @@
 
 Runs every scenario of :mod:`flowctl.sim.scenarios` under the baseline
 ``equal_split`` (static 1/P split, fixed in-flight cap, no adaptation) and the
-adaptive windows with ``round_robin`` and ``least_loaded`` dispatch, in the
+production spout (:class:`flowctl.core.spout.Spout`: adaptive windows) with
+``round_robin`` and ``least_loaded`` dispatch, in the
 continuous (Storm-like) and micro-batch (Spark-like) modes; prints a table,
 and writes bench/results/simulate.json and bench/results/simulate.png (each
 lane's window over time, and throughput over time per policy).

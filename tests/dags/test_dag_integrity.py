@@ -52,10 +52,14 @@ def test_every_dag_has_tags(dags) -> None:
 
 
 def test_every_task_has_an_owner_and_explicit_retries(dags) -> None:
+    """Retries are set once, in the factory's ``default_args`` (0: a failed stream,
+    replacement or reconcile is shown to the operator, not run again by itself), and no
+    task overrides them."""
     for dag_id, dag in dags.items():
+        assert dag.default_args.get("retries") == 0, f"{dag_id} default_args retries"
         for task in dag.tasks:
             assert task.owner and task.owner != "airflow", f"{dag_id}.{task.task_id} owner"
-            assert task.retries is not None, f"{dag_id}.{task.task_id} retries"
+            assert task.retries == dag.default_args["retries"], f"{dag_id}.{task.task_id} retries"
 
 
 def test_every_dag_is_documented(dags) -> None:

@@ -10,6 +10,7 @@ database outage for what it shows inside the topology (MRWQ growth, backpressure
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import time
 from pathlib import Path
@@ -18,9 +19,11 @@ import pytest
 import sqlalchemy as sa
 
 from flowctl.adapters import kafka_log
+from flowctl.adapters.control_plane import MetricsWindow
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
 from flowctl.pipelines.wordcount import count_words
+from flowctl.spark.submit import LocalJob
 from tests.spark.flow_harness import (
     Flow,
     counted,
@@ -276,6 +279,26 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     assert levels[peak] > 0 and min(levels[peak:]) < levels[peak], levels
 
 
+def planner_windows_after(
+    flow: Flow, tid: str, job: LocalJob, since: dt.datetime, *, backlog: int
+) -> list[MetricsWindow]:
+    """The topology's metrics windows begun after ``since``, once one of them shows
+    ``backlog`` records waiting. The planner closes a window only when a trigger calls it
+    and reads the log's end then, so such a window proves that triggers ran after
+    ``since`` and saw the records a non-admitting topology must leave alone."""
+
+    def begun_after() -> list[MetricsWindow]:
+        return [w for w in flow.plane.metrics_windows(tid, since=since) if w.window_start > since]
+
+    wait_for(
+        lambda: any(w.backlog == backlog for w in begun_after()),
+        timeout_s=60,
+        job=job,
+        what=f"a metrics window after {since.isoformat()} with a backlog of {backlog}",
+    )
+    return begun_after()
+
+
 def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:
     """The states of docs/flow-control.md on one topology: a standby topology warms up
     (a batch that processes real records and stores nothing) before READY; READY admits
@@ -291,7 +314,10 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     job = flow.submit(config, tid, 2, "--standby", "--colour", "green")
     wait_for(lambda: flow.state(tid) == "READY", timeout_s=120, job=job, what="READY")
     assert "warm-up, 100 record(s) read and processed on 2 lane(s)" in job.log()
-    time.sleep(3.0)  # several triggers: a READY topology must admit nothing
+    ready_at = dt.datetime.now(dt.UTC)
+    # proof that triggers ran: a planner window begun after READY that saw the whole log
+    idle = planner_windows_after(flow, tid, job, ready_at, backlog=len(data))
+    assert [w.admitted for w in idle] == [0] * len(idle), idle
     assert counted(flow, "flowsig") == {}
     assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == {}
     flow.plane.send_signal(tid, "activate")
@@ -303,8 +329,11 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     drained_at = kafka_log.latest_offsets(bootstrap, "flowsig.eden")
     assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == drained_at
     more = lines(500, seed=72)
+    produced_at = dt.datetime.now(dt.UTC)
     kafka_log.produce(bootstrap, "flowsig.eden", more)
-    time.sleep(3.0)  # several triggers: a DRAINED topology must admit nothing
+    # proof that triggers ran: a planner window begun after the produce that saw the new records
+    idle = planner_windows_after(flow, tid, job, produced_at, backlog=len(more))
+    assert [w.admitted for w in idle] == [0] * len(idle), idle
     assert counted(flow, "flowsig") == expected
     flow.plane.send_signal(tid, "activate")
     expected = dict(count_words(data + more))

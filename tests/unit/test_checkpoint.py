@@ -16,7 +16,7 @@ from flowctl.core.checkpoint import (
     SequenceCheckpoint,
     TupleStatus,
 )
-from flowctl.core.tuples import TopicPartition, TupleRange, cut_range
+from flowctl.core.tuples import TopicPartition, TupleRange
 
 TP = TopicPartition("t", 0)
 
@@ -107,7 +107,7 @@ def test_admitting_below_the_checkpoint_is_an_error() -> None:
 
 def test_ledger_snapshot_round_trip() -> None:
     ledger = AckLedger({TP: 0})
-    ts = cut_range(TP, 0, 40, 10)
+    ts = [TupleRange(TP.topic, TP.partition, s, s + 10) for s in range(0, 40, 10)]
     for t in ts:
         ledger.admit(t)
     ledger.processed(ts[1].id)

@@ -20,12 +20,11 @@ InputPartition per lane. It combines the core pieces:
 * the :class:`~flowctl.core.replay.ReplayStateMachine` decides when the To replay topic is
   read (before Eden) and when To and From swap (SPEC D).
 
-Why the spout does not use :class:`~flowctl.core.dispatch.Dispatcher` as is: a lane of
-this platform resolves most failures itself (the tuple's records go to the From replay
-topic, SPEC D), so such a fail must shrink the window (BUSY) *without* requeueing the
-tuple; only a tuple with no outcome at all (a lane that could not read or store it, or
-an acker timeout) goes back to the front of the buffer for a different lane. The two
-kinds of fail need two paths, so the buffer and lane choice live here.
+Two kinds of fail take two paths here: a lane of this platform resolves most failures
+itself (the tuple's records go to the From replay topic, SPEC D), so such a fail shrinks
+the window (BUSY) *without* requeueing the tuple; only a tuple with no outcome at all (a
+lane that could not read or store it, or an acker timeout) goes back to the front of the
+buffer for a different lane.
 
 Order of work (the adapter, once per micro-batch): :meth:`Spout.on_lane_results` per lane
 report, :meth:`Spout.durable` / :meth:`Spout.confirm_replays` with what the database says

@@ -29,7 +29,7 @@ of every in-flight tuple:
   12 s batch. Acks just over the threshold give the seed's -1 alone.
 * fail or timeout -> BUSY, the window shrinks by one at once and the tuple is
   handed back so the caller requeues it at the front of the send buffer for a
-  *different* lane (see :mod:`flowctl.core.dispatch`).
+  *different* lane (see :mod:`flowctl.core.spout`).
 
 A *round* starts with ``round_len = w`` and ends after ``round_len`` acks
 (NORMAL or SLOW). A fail or timeout changes ``w`` and starts a new round in

@@ -1,20 +1,12 @@
 """The discrete-event engine: one source, P lanes, built on the real core modules.
 
-The source side is exactly what the Spark source runs: a
-:class:`~flowctl.core.tuples.TupleBatcher` cuts tuples on demand, a
-:class:`~flowctl.core.dispatch.Dispatcher` over one
-:class:`~flowctl.core.window.AdaptiveWindow` per lane gives them to lanes, the
-:class:`~flowctl.core.acker.XorAcker` tracks each dispatch (and times out the
-ones a stalled lane never answers), the
-:class:`~flowctl.core.checkpoint.AckLedger` moves the checkpoint, and a
-:class:`~flowctl.core.metrics.MetricsWindow` aggregates per window.
-
-Policies: ``round_robin`` and ``least_loaded`` (adaptive windows +
-dispatcher), and the baseline ``equal_split``: tuple ``i`` belongs to lane
-``i mod P`` (static hash partitioning, the seed's old system), each lane has a
-fixed cap of ``w_init`` tuples in flight (like Storm's ``max.spout.pending``;
-without any cap every tuple would sit in a lane queue from t=0 and time out),
-no adaptation, and a failed tuple is retried on its own lane.
+The source of the windowed policies (``round_robin``, ``least_loaded``) is the
+production planner's pure core, :class:`~flowctl.core.spout.Spout`, driven through
+:class:`~flowctl.sim.sources.SpoutSource`; the baseline ``equal_split`` is
+:class:`~flowctl.sim.sources.StaticSplit` (see :mod:`flowctl.sim.sources` for both, and
+for what of the Spark source the simulation leaves out). Around the source the engine
+keeps the simulated database (an :class:`~flowctl.core.checkpoint.AckLedger`: a tuple is
+durable once acked) and a :class:`~flowctl.core.metrics.MetricsWindow` per window.
 
 Messages (tuple to lane, ack/fail back) take ``link_delay_s`` each way; a lane
 serves its FIFO queue one tuple at a time, the service time being
@@ -31,7 +23,7 @@ Two modes:
   dispatches as many tuples as the windows allow (one task per lane); a lane
   works through its tuples; the batch ends when every lane is done (Spark
   waits for all tasks) or at ``timeout_s`` (the reader's no-progress timeout:
-  unfinished tuples time out and are requeued). Outcomes, with each tuple's
+  unfinished tuples have no outcome and are requeued). Outcomes, with each tuple's
   rt measured on its lane, reach the windows at batch end; the next batch
   starts ``batch_overhead_s`` later. The acker's own timeout is then twice
   ``timeout_s``: a backstop behind the batch timeout.
@@ -46,19 +38,17 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import count
 
-from flowctl.core.acker import AckerEvent, AckerEventKind, XorAcker
 from flowctl.core.checkpoint import AckLedger
 from flowctl.core.clock import FakeClock
-from flowctl.core.dispatch import Dispatcher
 from flowctl.core.metrics import MetricsWindow, percentile
-from flowctl.core.rtt import RttEstimator
-from flowctl.core.tuples import TopicPartition, TupleBatcher, TupleRange
-from flowctl.core.window import AdaptiveWindow
+from flowctl.core.tuples import TopicPartition, TupleRange
 
 from .model import POLICIES, SimConfig
 from .settle import settle_round, steady_band
+from .sources import TP, Job, Reply, Source, SpoutSource, StaticSplit
 
-TP = TopicPartition("sim.eden", 0)
+#: Acker expiry and metrics rows are checked this many times per ``timeout_s``.
+TICKS_PER_TIMEOUT = 5
 
 
 @dataclass(frozen=True)
@@ -95,22 +85,13 @@ class SimResult:
     throughput_series: tuple[tuple[float, float], ...]
 
 
-@dataclass
-class _Job:
-    tuple: TupleRange
-    lane: int
-    root: int
-    edge: int
-    sent_at: float
-
-
 class _Lane:
     """A FIFO single server."""
 
     def __init__(self, index: int, seed: int) -> None:
         self.index = index
         self.rng = random.Random(seed * 1_000_003 + index)
-        self.queue: deque[_Job] = deque()
+        self.queue: deque[Job] = deque()
         self.busy = False
         self.completed = 0
 
@@ -128,45 +109,23 @@ class Simulation:
         self._seq = count()
         self._lanes = [_Lane(i, config.seed) for i in range(len(config.lanes))]
         self._windowed = policy != "equal_split"
-        self._dispatcher: Dispatcher | None = None
-        if self._windowed:
-            windows = [
-                AdaptiveWindow(
-                    i,
-                    self.clock,
-                    w_min=config.w_min,
-                    w_max=config.w_max,
-                    w_init=config.w_init,
-                    rtt=RttEstimator(
-                        fixed_threshold=config.threshold, min_threshold=config.min_threshold
-                    ),
-                )
-                for i in range(len(config.lanes))
-            ]
-            self._dispatcher = Dispatcher(windows, self.clock, policy=policy)
-        self._microbatch = config.mode == "microbatch"
-        self._acker = XorAcker(
-            self.clock,
-            timeout_s=config.timeout_s * (2 if self._microbatch else 1),
-            buckets=config.acker_buckets,
-            rng=random.Random(config.seed),
+        self._source: Source = (
+            SpoutSource(config, self.clock, policy)
+            if self._windowed
+            else StaticSplit(config, self.clock)
         )
-        self._batcher = TupleBatcher(config.tuple_size)
+        self._microbatch = config.mode == "microbatch"
         self._ledger = AckLedger({TP: 0})
         self._metrics = MetricsWindow(f"sim-{policy}", self.clock, window_s=config.metrics_window_s)
-        self._jobs: dict[int, _Job] = {}
         self._available_at: dict[str, float] = {}
         self._rts: list[float] = []
         self._latencies: list[float] = []
         self._failed = 0
         self._timed_out = 0
         self._wasted = 0
-        self._next_static = 0
-        self._static_queues: list[deque[TupleRange]] = [deque() for _ in self._lanes]
-        self._static_in_flight = [0 for _ in self._lanes]
         self._last_rounds = [0 for _ in self._lanes]
-        self._batch_open: set[int] = set()  # roots of the running micro-batch
-        self._batch_replies: list[tuple[float, _Job, bool]] = []
+        self._batch_open: dict[int, Job] = {}  # tokens of the running micro-batch
+        self._batch_replies: list[tuple[float, Job, bool]] = []
         self._batch_no = 0
         self._abandoned: set[int] = set()
         self._traces: list[list[tuple[float, int]]] = [[] for _ in self._lanes]
@@ -213,47 +172,27 @@ class Simulation:
             arrived = min(cfg.tuples, math.floor(self.clock.now() * cfg.arrival_tps + 1e-9))
         return {TP: arrived * cfg.tuple_size}
 
-    def _cut(self, max_tuples: int | None) -> list[TupleRange]:
-        fresh = self._batcher.cut(self._latest(), max_tuples)
-        for t in fresh:
-            self._ledger.admit(t)
-            self._available_at[t.id] = self._arrival_time(t)
-            self._metrics.admitted(1)
-        return fresh
-
     def _arrival_time(self, t: TupleRange) -> float:
         if self.cfg.arrival_tps is None:
             return 0.0
         return (t.end // self.cfg.tuple_size) / self.cfg.arrival_tps
 
-    def _pump(self) -> None:
-        if not self._windowed:
-            for t in self._cut(None):
-                self._static_queues[self._next_static % len(self._lanes)].append(t)
-                self._next_static += 1
-            for i, queue in enumerate(self._static_queues):
-                while queue and self._static_in_flight[i] < self.cfg.w_init:
-                    self._static_in_flight[i] += 1
-                    self._send(queue.popleft(), i)
-            return
-        d = self._dispatcher
-        assert d is not None
-        want = d.total_free() - d.buffered
-        if want > 0:
-            d.enqueue(self._cut(want))
-        for a in d.dispatch():
-            self._send(a.tuple, a.lane)
-
-    def _send(self, t: TupleRange, lane: int) -> None:
-        root, edge = self._acker.new_root(), self._acker.new_id()
-        timeouts = self._acker.ack_init(root, edge, source_task=lane)
-        job = _Job(t, lane, root, edge, self.clock.now())
-        self._jobs[root] = job
-        self._schedule(self.clock.now() + self.cfg.link_delay_s, "arrive", job)
-        self._handle(timeouts)  # trees that expired on this call are retried too
+    def _pump(self) -> list[Job]:
+        """Time out what the acker gave up on, then send what the lanes may take now."""
+        for job in self._source.expire():
+            self._lost(job, timed_out=True)
+        jobs = self._source.send(self._latest())
+        for job in jobs:
+            t = job.tuple
+            self._ledger.admit(t)  # a retried tuple is admitted already: no change
+            if t.id not in self._available_at:
+                self._available_at[t.id] = self._arrival_time(t)
+                self._metrics.admitted(1)
+            self._schedule(self.clock.now() + self.cfg.link_delay_s, "arrive", job)
+        return jobs
 
     # -- the lanes -------------------------------------------------------
-    def _on_arrive(self, job: _Job) -> None:
+    def _on_arrive(self, job: Job) -> None:
         lane = self._lanes[job.lane]
         lane.queue.append(job)
         if not lane.busy:
@@ -278,21 +217,19 @@ class Simulation:
         if not self._microbatch:
             self._schedule(now + self.cfg.link_delay_s, "reply", (job, ok))
             return
-        if job.root in self._abandoned:  # its batch gave up on it: wasted work
-            self._abandoned.discard(job.root)
+        if job.token in self._abandoned:  # its batch gave up on it: wasted work
+            self._abandoned.discard(job.token)
             self._wasted += 1
             return
         self._batch_replies.append((now, job, ok))
-        self._batch_open.discard(job.root)
+        self._batch_open.pop(job.token, None)
         if not self._batch_open:
             self._schedule(now + self.cfg.link_delay_s, "batch_end", self._batch_no)
 
     # -- micro-batches ---------------------------------------------------
     def _on_batch_start(self, _: object) -> None:
         self._batch_no += 1
-        before = set(self._jobs)
-        self._pump()
-        self._batch_open = set(self._jobs) - before
+        self._batch_open = {job.token: job for job in self._pump()}
         if self._batch_open:
             self._schedule(self.clock.now() + self.cfg.timeout_s, "batch_end", self._batch_no)
         else:  # nothing to do yet (open workload): poll again after the overhead
@@ -303,35 +240,25 @@ class Simulation:
             return  # a stale end (the batch already ended the other way)
         replies, self._batch_replies = sorted(self._batch_replies, key=lambda r: r[0]), []
         for done_at, job, ok in replies:
-            if ok:
-                events = self._acker.ack(job.root, job.edge)
-                self._handle(events, rt={job.root: done_at - job.sent_at})
-            else:
-                self._handle(self._acker.fail(job.root))
-        for root in sorted(self._batch_open):  # the lane did not finish in time
-            job = self._jobs.pop(root)
-            self._abandoned.add(root)
-            self._handle(self._acker.fail(root), skip=root)
-            self._retry(job, timed_out=True)
-        self._batch_open = set()
+            self._outcome(job, ok, done_at - job.sent_at)
+        for token in sorted(self._batch_open):  # the lane did not finish in time
+            job = self._batch_open[token]
+            self._abandoned.add(token)
+            if self._source.report(job, Reply.NO_OUTCOME, self.clock.now() - job.sent_at):
+                self._lost(job, timed_out=True)
+        self._batch_open = {}
         self._batch_no += 1  # invalidates the other scheduled end of this batch
         self._schedule(self.clock.now() + self.cfg.batch_overhead_s, "batch_start", None)
 
-    def _on_reply(self, payload: tuple[_Job, bool]) -> None:
+    def _on_reply(self, payload: tuple[Job, bool]) -> None:
         job, ok = payload
-        if ok:
-            if job.root not in self._jobs:
-                self._wasted += 1  # its tree already timed out: the work is repeated
-            events = self._acker.ack(job.root, job.edge)
-        else:
-            events = self._acker.fail(job.root)
-        self._handle(events)
+        self._outcome(job, ok, self.clock.now() - job.sent_at)
 
     def _on_tick(self, _: object) -> None:
-        self._handle(self._acker.expire())
+        for job in self._source.expire():
+            self._lost(job, timed_out=True)
         self._collect_rows()
-        period = self.cfg.timeout_s / self.cfg.acker_buckets
-        self._schedule(self.clock.now() + period, "tick", None)
+        self._schedule(self.clock.now() + self.cfg.timeout_s / TICKS_PER_TIMEOUT, "tick", None)
 
     def _on_arrival(self, _: object) -> None:
         arrived = self._latest()[TP] // self.cfg.tuple_size
@@ -339,70 +266,55 @@ class Simulation:
             self._schedule((arrived + 1) / (self.cfg.arrival_tps or 1.0), "arrival", None)
 
     # -- outcomes --------------------------------------------------------
-    def _handle(
-        self, events: list[AckerEvent], rt: dict[int, float] | None = None, skip: int = 0
-    ) -> None:
-        for ev in events:
-            if ev.root == skip:
-                continue
-            job = self._jobs.pop(ev.root)
-            if ev.kind is AckerEventKind.COMPLETE:
-                self._complete(job, (rt or {}).get(ev.root))
-            else:
-                self._retry(job, timed_out=ev.kind is AckerEventKind.TIMED_OUT)
+    def _outcome(self, job: Job, ok: bool, rt: float) -> None:
+        """A lane's answer reached the source; an answer the source no longer waits for
+        (the dispatch timed out) is wasted work when it was an ack."""
+        current = self._source.report(job, Reply.ACKED if ok else Reply.FAILED, rt)
+        if ok and current:
+            self._complete(job, rt)
+        elif ok:
+            self._wasted += 1
+        elif current:
+            self._lost(job, timed_out=False)
 
-    def _complete(self, job: _Job, rt: float | None = None) -> None:
+    def _complete(self, job: Job, rt: float) -> None:
         now = self.clock.now()
         tid = job.tuple.id
-        rt = now - job.sent_at if rt is None else rt
-        if self._dispatcher is not None:
-            self._dispatcher.on_ack(tid, rt)
-            w = self._dispatcher.windows[job.lane]
+        if self._windowed:
+            w = self._source.windows[job.lane]
             if w.rounds > self._last_rounds[job.lane]:
                 self._last_rounds[job.lane] = w.rounds
                 if self._saturated():
                     self._round_windows[job.lane].append(w.size)
-        else:
-            self._static_in_flight[job.lane] -= 1
         self._rts.append(rt)
         self._lanes[job.lane].completed += 1
         self._ledger.processed(tid)
         self._ledger.durable(tid)
+        self._source.durable(self._ledger.checkpoint()[TP])
         latency = now - self._available_at.pop(tid)
         self._latencies.append(latency)
         self._metrics.acked(1, records=job.tuple.size, latencies=[latency])
 
-    def _retry(self, job: _Job, *, timed_out: bool) -> None:
-        tid = job.tuple.id
-        self._ledger.failed(tid)
+    def _lost(self, job: Job, *, timed_out: bool) -> None:
+        """The source requeued the tuple (another lane for the spout, the same lane for the
+        baseline)."""
+        self._ledger.failed(job.tuple.id)
         if timed_out:
             self._timed_out += 1
             self._metrics.timed_out(1)
         else:
             self._failed += 1
             self._metrics.failed(1)
-        if self._dispatcher is not None:
-            if timed_out:
-                self._dispatcher.on_timeout(tid)
-            else:
-                self._dispatcher.on_fail(tid)
-        else:  # static partitioning: same lane again, first in its queue
-            self._static_in_flight[job.lane] -= 1
-            self._static_queues[job.lane].appendleft(job.tuple)
         self._metrics.replayed(1)
 
     def _saturated(self) -> bool:
         """The source had tuples waiting: windows, not the workload, limited the lanes."""
-        d = self._dispatcher
-        pending = self._batcher.pending_records(self._latest())
-        return pending > 0 or (d is not None and d.buffered > 0)
+        return self._source.waiting(self._latest()) > 0
 
     # -- observation -----------------------------------------------------
     def _trace_windows(self) -> None:
-        if self._dispatcher is None:
-            return
         now = self.clock.now()
-        for w in self._dispatcher.windows:
+        for w in self._source.windows:
             trace = self._traces[w.lane]
             if not trace or trace[-1][1] != w.size:
                 trace.append((now, w.size))

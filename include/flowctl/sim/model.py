@@ -106,7 +106,6 @@ class SimConfig:
     threshold: float | None = 1.0
     min_threshold: float = 0.0
     timeout_s: float = 10.0
-    acker_buckets: int = 5
     arrival_tps: float | None = None
     seed: int = 1
     metrics_window_s: float = 5.0
