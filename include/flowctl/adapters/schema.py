@@ -16,6 +16,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
+from flowctl.core.persistence import OUTCOMES
+
 #: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
@@ -127,8 +129,8 @@ offsets = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
-#: What happened to a tuple's records, as recorded in ``applied_ranges``.
-APPLIED_OUTCOMES = ("applied", "replayed", "dlq")
+#: What happened to a tuple's records, as recorded in ``applied_ranges`` (the MRWQ's).
+APPLIED_OUTCOMES = OUTCOMES
 
 # One row per tuple whose outcome is durable (SPEC F, docs/flow-control.md): ``applied``
 # (its results are in the database), ``replayed`` (its records went to the replay topic and
