@@ -129,6 +129,22 @@ def test_spark_leaves_the_database_to_the_adapters(path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "path",
+    sorted((FLOWCTL / "adapters").rglob("*.py")),
+    ids=lambda p: p.relative_to(FLOWCTL).as_posix(),
+)
+def test_adapters_import_no_pipeline_code(path: Path) -> None:
+    """Adapters run what a pipeline hands them (``apply`` as a callable, a tokeniser):
+    an adapter importing a pipeline would make an import loop with it."""
+    bad = [
+        f"line {line}: {mod}"
+        for line, mod in _imported_modules(path)
+        if mod == "flowctl.pipelines" or mod.startswith("flowctl.pipelines.")
+    ]
+    assert not bad, f"{path.relative_to(FLOWCTL)} imports pipeline code: {bad}"
+
+
 def test_the_layer_check_catches_nested_client_imports(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
