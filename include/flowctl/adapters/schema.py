@@ -21,7 +21,8 @@ from flowctl.core.persistence import OUTCOMES
 #: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
-SCHEMA_VERSION = 1
+#: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
+SCHEMA_VERSION = 2
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
@@ -190,7 +191,18 @@ metrics_windows = sa.Table(
     sa.Column("latency_p99_ms", sa.Float, nullable=True),
     sa.Column("backlog", sa.BigInteger, nullable=False, default=0),
     sa.Column("backpressure_level", sa.Float, nullable=False, default=0.0),
-    sa.Column("lanes_json", sa.Text, nullable=True),
+    sa.Column("lanes_json", sa.Text, nullable=True),  # the per-lane gauges, a JSON list
+    # Topology-wide figures the UI and the autoscaler read (NULL: not measured); see
+    # flowctl.adapters.lane_figures.WindowFigures.
+    sa.Column("repeat_failures", sa.BigInteger, nullable=True),
+    sa.Column("sink_errors", sa.BigInteger, nullable=True),
+    sa.Column("mrwq", sa.BigInteger, nullable=True),
+    sa.Column("arrival_rate", sa.Float, nullable=True),
+    sa.Column("lane_rate", sa.Float, nullable=True),
+    sa.Column("batch_duration_s", sa.Float, nullable=True),
+    sa.Column("trigger_s", sa.Float, nullable=True),
+    sa.Column("saturation", sa.Float, nullable=True),
+    sa.Column("levels_json", sa.Text, nullable=True),  # backpressure level per stage
 )
 
 # One row per blue-green replacement (SPEC E). No foreign keys to ``topologies``: the

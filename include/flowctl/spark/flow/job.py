@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any
 
+from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
@@ -305,16 +306,16 @@ class FlowStreamJob(StreamJob):
                     latency_p99_ms=None if p99 is None else p99 * 1000.0,
                     backlog=row.backlog,
                     backpressure_level=float(row.backpressure_level),
-                    lanes={
-                        "lanes": row.lanes,
-                        "levels": row.levels,
-                        "mrwq": row.mrwq,
-                        "repeat_failures": row.repeat_failures,
-                        "arrival_rate": row.arrival_rate,
-                        "lane_rate": row.lane_rate,
-                        "batch_duration_s": self._batch_duration(row),
-                        "trigger_s": self.config.trigger_interval_s,
-                    },
+                    lanes=row.lanes,
+                    figures=WindowFigures(
+                        repeat_failures=row.repeat_failures,
+                        mrwq=row.mrwq,
+                        arrival_rate=row.arrival_rate,
+                        lane_rate=row.lane_rate,
+                        batch_duration_s=self._batch_duration(row),
+                        trigger_s=self.config.trigger_interval_s,
+                        levels=row.levels,
+                    ),
                 )
             except Exception as exc:
                 self._warn("writing a metrics window", exc)
