@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from flowctl.spark.job import main
+from flowctl.spark.entry import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -42,7 +42,7 @@ if os.environ.get("FLOWCTL_BENCH_LANE_DELAY"):
     _MS, _LANE, _FACTOR = float(_ms), int(_lane), float(_factor)
 
     def _lane_now():
-        flow = sys.modules.get("flowctl.spark.flow")
+        flow = sys.modules.get("flowctl.spark.flow.deadline")
         lane = flow.current_lane() if flow is not None else None
         if lane is None:
             try:

@@ -31,7 +31,7 @@ from typing import Any
 from airflow.sdk.observability.stats import Stats
 
 from flowctl.adapters.control_plane import MetricsWindow, lane_list
-from flowctl.core.metrics import LaneGauge, MetricsRow
+from flowctl.core.metrics import MetricsRow
 
 PREFIX = "flowctl"
 #: A lane's state as a number (a gauge), so a state change never starts a new series.
@@ -51,28 +51,7 @@ class Emitted:
 
 def _lanes(raw: Any) -> list[dict[str, Any]]:
     """Lanes as dicts from either row type (``LaneGauge`` tuples or decoded JSON)."""
-    if raw is None:
-        return []
-    if isinstance(raw, Mapping) and "lanes" in raw:  # the flow job's row: lanes + gauges
-        raw = lane_list(raw)
-    elif isinstance(raw, Mapping):  # a single mapping of lane -> figures
-        raw = [{"lane": k, **v} if isinstance(v, Mapping) else {"lane": k} for k, v in raw.items()]
-    out = []
-    for lane in raw:
-        if isinstance(lane, LaneGauge):
-            out.append(
-                {
-                    "lane": lane.lane,
-                    "window": lane.window,
-                    "state": lane.state,
-                    "in_flight": lane.in_flight,
-                }
-            )
-        elif isinstance(lane, Mapping):
-            out.append(dict(lane))
-        else:
-            raise ValueError(f"lanes entry {lane!r} must be a LaneGauge or a mapping")
-    return out
+    return lane_list(raw)
 
 
 def _figures(row: MetricsRow | MetricsWindow) -> tuple[str, dict[str, float | None], list[Any]]:

@@ -23,9 +23,9 @@ from flowctl.adapters.applied import (
     unapplied_gaps,
 )
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.results import apply_records
 from flowctl.core.checkpoint import ContiguousAck
 from flowctl.core.tuples import TopicPartition, TupleRange
+from flowctl.pipelines.wordcount import apply_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

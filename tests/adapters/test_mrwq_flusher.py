@@ -29,12 +29,11 @@ from flowctl.adapters.mrwq_flusher import (
     FlushTimeout,
     GapReport,
     MrwqItemError,
-    mrwq_result,
 )
 from flowctl.config import Settings
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.clock import FakeClock
-from flowctl.core.persistence import FlushPolicy, MrwqWriter
+from flowctl.core.persistence import FlushPolicy, MrwqWriter, mrwq_result
 from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.pipelines.base import Record
 from flowctl.services import manager
@@ -131,7 +130,7 @@ def make_service(
     kwargs.setdefault("retry_policy", FlumeBackoff(0.25, 4.0))
     kwargs.setdefault("sleep", lambda _s: None)
     return FlusherService(
-        store, url, PIPELINE, DEFINITION, clock=clock, namespace=namespace, **kwargs
+        store, url, PIPELINE, DEFINITION.apply, clock=clock, namespace=namespace, **kwargs
     )
 
 
@@ -461,7 +460,7 @@ def test_run_flushes_in_a_thread_until_stopped(
         store,
         sqlite_url,
         PIPELINE,
-        DEFINITION,
+        DEFINITION.apply,
         namespace=namespace,
         policy=FlushPolicy(max_length=50, update_time_s=0.05),
         poll_interval_s=0.01,
@@ -527,7 +526,7 @@ def test_run_keeps_items_while_the_database_is_down_and_stops_during_backoff(
             store,
             proxied,
             PIPELINE,
-            DEFINITION,
+            DEFINITION.apply,
             namespace=namespace,
             policy=FlushPolicy(max_length=10, update_time_s=0.05),
             retry_policy=FlumeBackoff(0.05, 0.2),

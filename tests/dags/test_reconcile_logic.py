@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import applied, results
+from flowctl.adapters import applied
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import ensure_schema, word_counts
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.wordcount import DEFINITION
+from flowctl.pipelines.wordcount import DEFINITION, apply_records
 from flowctl.spark.reconcile import (
     COUNTED,
     DLQ,
@@ -101,7 +101,7 @@ class _FlushingDuringRead:
     def stored(self, conn: sa.Connection, pipeline: str) -> dict[str, Any]:
         other = sa.create_engine(self.url)  # a separate pool: another session
         try:
-            results.apply_records(other, pipeline, [(EDEN, 0, 3, b"late words")])
+            apply_records(other, pipeline, [(EDEN, 0, 3, b"late words")])
         finally:
             other.dispose()
         return DEFINITION.stored(conn, pipeline)
@@ -110,7 +110,7 @@ class _FlushingDuringRead:
 def test_the_snapshot_is_one_consistent_cut(database_url: str) -> None:
     engine = engine_for(database_url)
     ensure_schema(engine)
-    results.apply_records(
+    apply_records(
         engine, "wordcount", [(EDEN, 0, 0, b"a b"), (EDEN, 0, 1, b"b"), (EDEN, 0, 2, b"c")]
     )
     with engine.begin() as conn:

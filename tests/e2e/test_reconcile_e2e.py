@@ -25,7 +25,7 @@ from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import ensure_schema, word_counts
 from flowctl.config import Settings
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.wordcount import DEFINITION, count_values
+from flowctl.pipelines.wordcount import DEFINITION, apply_records, count_values
 from flowctl.textgen import zipf_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
@@ -75,7 +75,7 @@ def _durable_state(url: str, logs: dict[int, list[bytes]]) -> Counter[str]:
         assert n >= 60, f"partition {p} got only {n} records"
         head = n // 3
         # The direct sink: records [0, head) applied, checkpoint at head, no rows.
-        results.apply_records(engine, PIPELINE, [(EDEN, p, o, values[o]) for o in range(head)])
+        apply_records(engine, PIPELINE, [(EDEN, p, o, values[o]) for o in range(head)])
         expected.update(count_values(values[:head]))
         dlq = TupleRange(EDEN, p, head, head + 10)
         beyond = TupleRange(EDEN, p, head + 20, head + 30)  # after the hole [head+10, head+20)

@@ -22,7 +22,7 @@ from typing import Any
 
 from flowctl.pipelines.base import PoisonRecord, Record
 from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
-from flowctl.spark.flow import current_lane
+from flowctl.spark.flow.deadline import current_lane
 
 #: Seconds lane 0 of :class:`SlowLane` spends on every tuple.
 SLOW_S = 0.25

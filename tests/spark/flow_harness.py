@@ -169,12 +169,10 @@ def counted(flow: Flow, pipeline: str) -> dict[str, int]:
 def mrwq_length(settings: Settings, pipeline: str) -> int:
     """Items waiting in the pipeline's MRWQ, read from memcached like the planner does."""
     from flowctl.adapters.memcached_store import MemcachedStore
+    from flowctl.core.persistence import mrwq_namespace, queue_length
 
     store = MemcachedStore(settings.memcached_address)
-    ns = f"mrwq.{pipeline}"
-    tail = store.incr(f"{ns}:tail", 0)
-    head = store.get_many([f"{ns}:head"]).get(f"{ns}:head")
-    return 0 if tail is None or head is None else max(0, tail - int(head) + 1)
+    return queue_length(store, mrwq_namespace(pipeline)) or 0
 
 
 def rename_database(admin: sa.Engine, old: str, new: str) -> None:

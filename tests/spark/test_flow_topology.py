@@ -77,9 +77,9 @@ def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
     windows = flow.plane.metrics_windows("flowexact-blue-1")
     assert sum(w.records for w in windows) >= total
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
-    lanes = [w.lanes for w in windows if w.acked][-1]
-    assert [lane["lane"] for lane in lanes["lanes"]] == [0, 1, 2]
-    assert all(lane["window"] >= 1 for lane in lanes["lanes"])
+    lanes = [w.lane_list for w in windows if w.acked][-1]
+    assert [lane["lane"] for lane in lanes] == [0, 1, 2]
+    assert all(lane["window"] >= 1 for lane in lanes)
     assert any(w.latency_p50_ms is not None for w in windows)
     log = job.log()
     assert "flow control: round_robin dispatch" in log
@@ -205,12 +205,10 @@ def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_
     )
     flow.stop(job, "flowslow-blue-1")
     rows = [w for w in flow.plane.metrics_windows("flowslow-blue-1") if w.acked]
-    windows = {lane["lane"]: lane["window"] for lane in rows[-1].lanes["lanes"]}
+    windows = {lane["lane"]: lane["window"] for lane in rows[-1].lane_list}
     assert windows[0] < min(windows[1], windows[2]), windows
     assert windows[0] <= 3 and min(windows[1], windows[2]) >= 6, windows
-    assert any(
-        lane["state"] == "SLOW" for w in rows for lane in w.lanes["lanes"] if lane["lane"] == 0
-    )
+    assert any(lane["state"] == "SLOW" for w in rows for lane in w.lane_list if lane["lane"] == 0)
     assert "SLOW" in job.log()
 
 

@@ -12,8 +12,9 @@ import secrets
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_log
 from flowctl.adapters.control_plane import ControlPlane
+from flowctl.pipelines.wordcount import apply_records
 from flowctl.spark.kafka_source import (
     FlowctlKafkaDataSource,
     LanePartition,
@@ -99,7 +100,7 @@ def test_a_new_run_starts_at_the_durable_checkpoint(
     kafka_bootstrap: str, topic: str, url: str
 ) -> None:
     """Not from zero, not from the end: from where the sink stopped."""
-    results.apply_records(url, "p", [(topic, 0, o, b"x") for o in range(7)])
+    apply_records(url, "p", [(topic, 0, o, b"x") for o in range(7)])
     source = _source(kafka_bootstrap, topic, url)
     reader = source.streamReader(source.schema())
     start = reader.initialOffset()

@@ -16,7 +16,7 @@ import pytest
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
-from flowctl.pipelines.wordcount import count_words
+from flowctl.pipelines.wordcount import apply_records, count_words
 from tests.spark.flow_harness import wait_for
 from tests.spark.stream_jobs import StreamJobRunner
 
@@ -137,7 +137,7 @@ def test_a_failing_query_marks_the_topology_failed_and_exits_non_zero(
     plane = ControlPlane(stream_job_runner.database_url)
     plane.ensure_schema()
     # The durable checkpoint says partition 0 was processed further than the log goes.
-    results.apply_records(
+    apply_records(
         stream_job_runner.database_url, "wcstream", [(topic, 0, latest[0] + 10, b"ghost")]
     )
     job = stream_job_runner.submit(

@@ -2,7 +2,8 @@
 
 And the layers above it leave I/O to the adapters: no module of
 flowctl.pipelines or flowctl.services imports a database, cache, Kafka or
-Spark client (one adapter per real thing wraps each of those).
+Spark client (one adapter per real thing wraps each of those), and no module of
+flowctl.spark writes SQL (it imports no ``sqlalchemy``).
 
 Parsed with ``ast`` (no import side effects), so a forbidden import fails the
 test even inside a function body or an ``if TYPE_CHECKING`` block.
@@ -102,6 +103,46 @@ def test_pipelines_and_services_leave_io_clients_to_the_adapters(path: Path) -> 
         f"{path.relative_to(FLOWCTL)} imports an I/O client (move that code into an adapter "
         f"of flowctl.adapters and call it): {bad}"
     )
+
+
+SPARK = FLOWCTL / "spark"
+
+
+def _spark_modules() -> list[Path]:
+    return sorted(SPARK.rglob("*.py"))
+
+
+def test_spark_has_modules() -> None:
+    assert (SPARK / "flow" / "planner.py") in _spark_modules()
+
+
+@pytest.mark.parametrize("path", _spark_modules(), ids=lambda p: p.relative_to(FLOWCTL).as_posix())
+def test_spark_leaves_the_database_to_the_adapters(path: Path) -> None:
+    bad = [
+        f"line {line}: {mod}"
+        for line, mod in _imported_modules(path)
+        if mod == "sqlalchemy" or mod.startswith("sqlalchemy.")
+    ]
+    assert not bad, (
+        f"{path.relative_to(FLOWCTL)} imports SQLAlchemy (SQL belongs in an adapter of "
+        f"flowctl.adapters): {bad}"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((FLOWCTL / "adapters").rglob("*.py")),
+    ids=lambda p: p.relative_to(FLOWCTL).as_posix(),
+)
+def test_adapters_import_no_pipeline_code(path: Path) -> None:
+    """Adapters run what a pipeline hands them (``apply`` as a callable, a tokeniser):
+    an adapter importing a pipeline would make an import loop with it."""
+    bad = [
+        f"line {line}: {mod}"
+        for line, mod in _imported_modules(path)
+        if mod == "flowctl.pipelines" or mod.startswith("flowctl.pipelines.")
+    ]
+    assert not bad, f"{path.relative_to(FLOWCTL)} imports pipeline code: {bad}"
 
 
 def test_the_layer_check_catches_nested_client_imports(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -18,44 +18,7 @@ from flowctl.core.persistence import (
     MrwqWriter,
     QueueItem,
 )
-
-
-class DictStore:
-    """memcached semantics in a dict (unit tests only): incr never creates, add only if
-    absent, get_many omits missing keys, set_many returns the keys not stored."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.refuse_sets = False
-
-    def incr(self, key: str, delta: int) -> int | None:
-        if key not in self.data:
-            return None
-        value = int(self.data[key]) + delta
-        self.data[key] = str(value).encode()
-        return value
-
-    def add(self, key: str, value: bytes) -> bool:
-        if key in self.data:
-            return False
-        self.data[key] = value
-        return True
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
-        return {k: self.data[k] for k in keys if k in self.data}
-
-    def set_many(self, mapping: Mapping[str, bytes]) -> list[str]:
-        if self.refuse_sets:
-            return list(mapping)
-        self.data.update(mapping)
-        return []
-
-    def delete_many(self, keys: Sequence[str]) -> None:
-        for k in keys:
-            self.data.pop(k, None)
-
-    def restart(self) -> None:
-        self.data.clear()
+from tests.unit.fakes import DictStore
 
 
 class KeyedSink:

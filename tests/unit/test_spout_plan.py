@@ -10,15 +10,9 @@ import pytest
 from flowctl.core.spout import Dispatch, Outcome
 from flowctl.core.tuples import TupleRange
 from flowctl.pipelines.config import FlowConfig, PipelineConfigError, load_pipeline_config
-from flowctl.spark.flow import (
-    FlowSettings,
-    _result_from_json,
-    decode_plan,
-    encode_plan,
-    encode_warmup,
-    initial_offset,
-    spout_config,
-)
+from flowctl.spark.flow.channels import LaneFeedback
+from flowctl.spark.flow.plan import decode_plan, encode_plan, encode_warmup, initial_offset
+from flowctl.spark.flow.settings import FlowSettings, spout_config
 
 BIG_EDGE = 2**64 - 3  # acker edges are 64-bit: they must survive Spark's JSON offset log
 
@@ -58,13 +52,25 @@ def test_a_plain_mode_offset_is_refused_by_name() -> None:
         decode_plan(initial_offset("p.eden"), "q.eden", "p")
 
 
+def _result_from_json(entry: dict) -> object:
+    return LaneFeedback.decode({"results": [entry]}).results[0]
+
+
 def test_lane_feedback_entries_parse_into_results() -> None:
     r = _result_from_json(
-        {"id": "p.eden:0:0-100", "o": "dlq", "x": BIG_EDGE, "rt": 0.5, "n": 100, "r": 3, "d": 1}
+        {
+            "tuple_id": "p.eden:0:0-100",
+            "outcome": "dlq",
+            "xor": BIG_EDGE,
+            "rt": 0.5,
+            "records": 100,
+            "routed_records": 3,
+            "dead_records": 1,
+        }
     )
     assert (r.outcome, r.xor, r.routed_records, r.dead_records) == (Outcome.DLQ, BIG_EDGE, 3, 1)
     with pytest.raises(ValueError, match="'exploded' is not a valid Outcome"):
-        _result_from_json({"id": "p.eden:0:0-100", "o": "exploded"})
+        _result_from_json({"tuple_id": "p.eden:0:0-100", "outcome": "exploded"})
 
 
 def _config(tmp_path: Path, flow: str) -> Path:
@@ -120,8 +126,9 @@ def _pipeline(tmp_path: Path, mode: str, definition: str = "flowctl.pipelines.wo
 
 def test_the_config_mode_picks_the_job_and_standby_needs_flow(tmp_path: Path) -> None:
     from flowctl.config import Settings
-    from flowctl.spark.flow_job import FlowStreamJob
-    from flowctl.spark.job import StreamJob, make_job, parse_args
+    from flowctl.spark.entry import make_job
+    from flowctl.spark.flow.job import FlowStreamJob
+    from flowctl.spark.job import StreamJob, parse_args
 
     settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
     flow_job = make_job(
@@ -142,7 +149,8 @@ def test_the_config_mode_picks_the_job_and_standby_needs_flow(tmp_path: Path) ->
 
 def test_a_definition_module_without_definition_is_named(tmp_path: Path) -> None:
     from flowctl.config import Settings
-    from flowctl.spark.job import make_job, parse_args
+    from flowctl.spark.entry import make_job
+    from flowctl.spark.job import parse_args
 
     settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
     config = _pipeline(tmp_path, "flow", "flowctl.textgen")
@@ -153,7 +161,8 @@ def test_a_definition_module_without_definition_is_named(tmp_path: Path) -> None
 def test_a_tuple_past_its_deadline_raises_and_never_blocks_the_next() -> None:
     import time
 
-    from flowctl.spark.flow import TupleTimeout, _run_with_deadline, current_lane
+    from flowctl.spark.flow.deadline import TupleTimeout, current_lane
+    from flowctl.spark.flow.deadline import run_with_deadline as _run_with_deadline
 
     def slow(records: list[int]) -> int:
         time.sleep(1.0)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.spark.job import default_topology_id, main, parse_args
+from flowctl.spark.entry import main
+from flowctl.spark.job import default_topology_id, parse_args
 
 
 def test_defaults() -> None:

@@ -21,7 +21,10 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.checks import check_int, check_text, check_time
 from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.lane_figures import FIGURE_NAMES, WindowFigures, lane_list, split_lanes
 from flowctl.adapters.schema import SIGNAL_KINDS, TOPOLOGY_STATES, utcnow
+
+__all__ = ["ControlPlane", "MetricsWindow", "WindowFigures", "lane_list"]
 
 T = TypeVar("T")
 
@@ -81,27 +84,27 @@ class MetricsWindow:
     latency_p99_ms: float | None
     backlog: int
     backpressure_level: float
-    lanes: Any  # decoded lanes_json (per-lane windows etc.), None if not recorded
+    lanes: Any  # the per-lane gauges (a list; older rows: any shape lane_list reads)
+    repeat_failures: int | None = None
+    sink_errors: int | None = None
+    mrwq: int | None = None
+    arrival_rate: float | None = None
+    lane_rate: float | None = None
+    batch_duration_s: float | None = None
+    trigger_s: float | None = None
+    saturation: float | None = None
+    levels: dict[str, int] | None = None
 
     @property
     def lane_list(self) -> list[dict[str, Any]]:
         """Per-lane figures, whichever shape the job wrote (see :func:`lane_list`)."""
         return lane_list(self.lanes)
 
-
-def lane_list(lanes: Any) -> list[dict[str, Any]]:
-    """The per-lane figures of a metrics row's ``lanes``, as a list of dicts.
-
-    The flow job writes an object ``{"lanes": [...], "levels": ..., ...}`` (lanes
-    plus topology-wide gauges); a plain list of lane dicts is accepted too.
-    """
-    if lanes is None:
-        return []
-    if isinstance(lanes, Mapping):
-        lanes = lanes.get("lanes") or []
-    if not isinstance(lanes, list):
-        raise ValueError(f"lanes={lanes!r} must be a list of lane figures")
-    return [dict(lane) for lane in lanes if isinstance(lane, Mapping)]
+    @property
+    def figures(self) -> WindowFigures:
+        """The window's topology-wide figures: its columns, else what ``lanes`` carries."""
+        own = WindowFigures(**{name: getattr(self, name) for name in FIGURE_NAMES})
+        return own.merged(split_lanes(self.lanes)[1])
 
 
 def _check_state(state: str) -> str:
@@ -356,8 +359,14 @@ class ControlPlane:
         backlog: int = 0,
         backpressure_level: float = 0.0,
         lanes: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
+        figures: WindowFigures | None = None,
     ) -> int:
-        """Store one aggregated metrics row for the window and return its id."""
+        """Store one aggregated metrics row for the window and return its id.
+
+        ``lanes``: the per-lane gauges (a list); an object ``{"lanes": [...], <figures>}``
+        is split into the list and the figures. ``figures`` (:class:`WindowFigures`) go
+        to their columns, completed by those found in ``lanes``.
+        """
         check_text("topology_id", topology_id)
         check_time("window_start", window_start)
         check_time("window_end", window_end)
@@ -386,6 +395,8 @@ class ControlPlane:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{field}={value!r} must be a number >= 0")
+        per_lane, found = split_lanes(lanes)
+        measured = (figures or WindowFigures()).merged(found)
         m = schema.metrics_windows
         values = {
             "topology_id": topology_id,
@@ -393,7 +404,9 @@ class ControlPlane:
             "window_end": window_end,
             **counts,
             **floats,
-            "lanes_json": None if lanes is None else json.dumps(lanes, sort_keys=True),
+            "lanes_json": None if lanes is None else json.dumps(per_lane, sort_keys=True),
+            **{name: getattr(measured, name) for name in FIGURE_NAMES if name != "levels"},
+            "levels_json": None if measured.levels is None else json.dumps(measured.levels),
         }
 
         def work(conn: sa.Connection) -> int:
@@ -422,7 +435,8 @@ class ControlPlane:
         result = []
         for row in reversed(rows):
             data = dict(row._mapping)
-            lanes_json = data.pop("lanes_json")
+            lanes_json, levels_json = data.pop("lanes_json"), data.pop("levels_json")
             data["lanes"] = None if lanes_json is None else json.loads(lanes_json)
+            data["levels"] = None if levels_json is None else json.loads(levels_json)
             result.append(MetricsWindow(**data))
         return result

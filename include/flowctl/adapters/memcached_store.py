@@ -342,6 +342,10 @@ def _from_json(key: str, raw: bytes) -> Any:
         raise ValueError(f"memcached key {key!r} holds a value that is not JSON: {exc}") from exc
 
 
+#: What :class:`LaneFeedback` uses of its store (a MemcachedStore, or a test's fake).
+_FEEDBACK_METHODS = ("set_json", "get_many", "delete_many")
+
+
 class LaneFeedback:
     """Per-micro-batch lane stats, from the lanes' ``read()`` to the planner.
 
@@ -354,9 +358,11 @@ class LaneFeedback:
     planner treat that lane's tuples as not yet acknowledged (they time out and replay).
     """
 
-    def __init__(self, store: MemcachedStore, namespace: str, *, ttl_s: int = 3600) -> None:
-        if not isinstance(store, MemcachedStore):
-            raise ValueError(f"store must be a MemcachedStore, got {store!r}")
+    def __init__(self, store: Any, namespace: str, *, ttl_s: int = 3600) -> None:
+        if not all(callable(getattr(store, m, None)) for m in _FEEDBACK_METHODS):
+            raise ValueError(
+                f"store must have {', '.join(_FEEDBACK_METHODS)} (a MemcachedStore), got {store!r}"
+            )
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty str, got {namespace!r}")
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1:

@@ -9,8 +9,8 @@ process (docs/flow-control.md says why) and, when the queue holds ``max_length``
 1. claim each item's range in ``applied_ranges`` (:func:`flowctl.adapters.applied.claim`):
    a range already durable is a duplicate and skipped (a crash between the commit and the
    MRWQ delete, a re-run batch, an overlapping blue-green handover);
-2. ``definition.apply(conn, pipeline, results)`` with the results of the new ``applied``
-   items only;
+2. ``apply(conn, pipeline, results)`` (the pipeline definition's) with the results of
+   the new ``applied`` items only;
 3. advance ``offsets.next_offset`` over contiguous durable ranges (the durable ack);
 4. store the flusher's position (epoch, head) in ``mrwq_state``.
 
@@ -29,9 +29,10 @@ is ever skipped silently. An item that can never be applied (off the item protoc
 range overlapping a durable one) is handled the same way, loudly, instead of stopping the
 flusher for good.
 
-The item protocol (what lanes write, built by :func:`mrwq_result`): the item's tuple id is
-the tuple's range id ``topic:partition:start-end`` (for a replayed record: its ORIGINAL
-topic, partition and ``offset-offset+1``); its key is the outcome (``applied``,
+The item protocol (:mod:`flowctl.core.persistence` holds it: :func:`mrwq_result` builds
+what lanes write): the item's tuple id is the tuple's range id
+``topic:partition:start-end`` (for a replayed record: its ORIGINAL topic, partition and
+``offset-offset+1``); its key is the outcome (``applied``,
 ``replayed`` or ``dlq``), suffixed ``+replay`` when the records came from a replay topic;
 its value is the result of ``definition.process`` (``applied``) or a note (the others).
 Exactly one item per tuple: a tuple's results are one JSON value.
@@ -58,7 +59,7 @@ from flowctl.adapters.applied import (
     replay_plan,
 )
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.schema import APPLIED_OUTCOMES, dialect_insert, utcnow
+from flowctl.adapters.schema import dialect_insert, utcnow
 from flowctl.core.backoff import BackoffPolicy, FlumeBackoff, retry
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.persistence import (
@@ -69,12 +70,14 @@ from flowctl.core.persistence import (
     MrwqFlusher,
     QueueItem,
     Store,
+    head_key,
+    item_key,
+    mrwq_namespace,
+    parse_outcome_key,
 )
 from flowctl.core.tuples import TopicPartition, TupleRange
-from flowctl.pipelines.base import PipelineDefinition
 
 __all__ = [
-    "REPLAY_SUFFIX",
     "DrainResult",
     "FlushReport",
     "FlushStats",
@@ -82,16 +85,12 @@ __all__ = [
     "FlusherService",
     "GapReport",
     "MrwqItemError",
-    "default_namespace",
-    "mrwq_result",
-    "parse_outcome_key",
+    "load_position",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-REPLAY_SUFFIX = "+replay"
 
 #: Transient failures: the flush is retried with backoff and the items stay in memcached.
 #: ``ConnectionError`` covers :class:`flowctl.adapters.memcached_store.MemcachedUnavailable`.
@@ -112,42 +111,6 @@ class FlushTimeout(TimeoutError):
 
 class _Stopped(Exception):
     """The stop event was set while waiting to retry."""
-
-
-def default_namespace(pipeline: str) -> str:
-    """The MRWQ namespace of a pipeline: writers and the flusher must agree on it."""
-    if not isinstance(pipeline, str) or not pipeline:
-        raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
-    return f"mrwq.{pipeline}"
-
-
-def mrwq_result(
-    outcome: str = "applied", value: Any = None, *, replay: bool = False
-) -> tuple[str, Any]:
-    """The ``(key, value)`` a lane appends for one tuple: ``writer.append_many([(t.id,
-    [mrwq_result("applied", result)])])``.
-
-    ``outcome``: ``applied`` (``value`` = the pipeline's result), ``replayed`` (the records
-    went to the replay topic) or ``dlq``. ``replay``: the tuple was read from a replay topic
-    (its id uses the record's original coordinates).
-    """
-    if outcome not in APPLIED_OUTCOMES:
-        raise ValueError(f"outcome={outcome!r} is not one of {', '.join(APPLIED_OUTCOMES)}")
-    if not isinstance(replay, bool):
-        raise ValueError(f"replay must be a bool, got {replay!r}")
-    return (outcome + REPLAY_SUFFIX if replay else outcome), value
-
-
-def parse_outcome_key(key: str) -> tuple[str, bool]:
-    """Inverse of :func:`mrwq_result`'s key: ``(outcome, replay)``."""
-    replay = isinstance(key, str) and key.endswith(REPLAY_SUFFIX)
-    outcome = key[: -len(REPLAY_SUFFIX)] if replay else key
-    if outcome not in APPLIED_OUTCOMES:
-        raise ValueError(
-            f"MRWQ item key {key!r} is not an outcome ({', '.join(APPLIED_OUTCOMES)}, "
-            f"optionally suffixed {REPLAY_SUFFIX!r})"
-        )
-    return outcome, replay
 
 
 @dataclass(frozen=True)
@@ -239,7 +202,8 @@ class DrainResult:
     gap: GapReport | None
 
 
-def _load_state(conn: sa.Connection, namespace: str) -> FlusherSnapshot | None:
+def load_position(conn: sa.Connection, namespace: str) -> FlusherSnapshot | None:
+    """The flusher position (epoch, head) last committed for the MRWQ ``namespace``."""
     s = schema.mrwq_state
     row = conn.execute(sa.select(s.c.epoch, s.c.head).where(s.c.namespace == namespace)).first()
     if row is None:
@@ -289,7 +253,7 @@ class _SqlSink:
                 for item, c, new in zip(items, claims, fresh, strict=True)
                 if new and c.outcome == "applied"
             ]
-            rows = svc.definition.apply(conn, svc.pipeline, results) if results else 0
+            rows = svc.apply(conn, svc.pipeline, results) if results else 0
             checkpoint = advance_checkpoint(
                 conn, svc.pipeline, {c.range.topic_partition for c in claims}
             )
@@ -329,10 +293,11 @@ class FlusherService:
     :param store: the MRWQ's store (a :class:`~flowctl.adapters.memcached_store.MemcachedStore`).
     :param database_url: the results database (URL or engine).
     :param pipeline: the pipeline whose results, ranges and checkpoint are written.
-    :param definition: the pipeline definition; its ``apply`` runs in the flush transaction.
+    :param apply: the pipeline definition's ``apply(conn, pipeline, results)``; it runs in
+        the flush transaction (a callable, so this adapter needs no pipeline code).
     :param policy: Algorithm 3's ``maxLength`` / ``updateTime`` triggers.
     :param clock: the clock of the triggers and of the missing-item grace period.
-    :param namespace: the MRWQ namespace (default :func:`default_namespace`).
+    :param namespace: the MRWQ namespace (default :func:`~flowctl.core.persistence.mrwq_namespace`).
     :param on_gap: called once per gap with a :class:`GapReport`. If it returns True the
         replay is planned and the service resyncs at once (see :meth:`resync`).
     :param retry_policy: backoff between retries of a failed flush (default Flume:
@@ -351,7 +316,7 @@ class FlusherService:
         store: Store,
         database_url: str | sa.Engine,
         pipeline: str,
-        definition: PipelineDefinition,
+        apply: Callable[[sa.Connection, str, Sequence[Any]], int | None],
         *,
         policy: FlushPolicy | None = None,
         clock: Clock | None = None,
@@ -365,8 +330,8 @@ class FlusherService:
     ) -> None:
         if not isinstance(pipeline, str) or not pipeline:
             raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
-        if not callable(getattr(definition, "apply", None)):
-            raise ValueError(f"definition={definition!r} has no apply(conn, pipeline, results)")
+        if not callable(apply):
+            raise ValueError(f"apply={apply!r} must be callable as apply(conn, pipeline, results)")
         if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, int | float):
             raise ValueError(f"poll_interval_s must be a number > 0, got {poll_interval_s!r}")
         if poll_interval_s <= 0:
@@ -374,10 +339,10 @@ class FlusherService:
         self.store = store
         self.engine = engine_for(database_url)
         self.pipeline = pipeline
-        self.definition = definition
+        self.apply = apply
         self.policy = policy if policy is not None else FlushPolicy(1000, 1.0)
         self.clock = clock if clock is not None else MonotonicClock()
-        self.namespace = namespace if namespace is not None else default_namespace(pipeline)
+        self.namespace = namespace if namespace is not None else mrwq_namespace(pipeline)
         self.on_gap = on_gap
         self.retry_policy = retry_policy if retry_policy is not None else FlumeBackoff(0.25, 4.0)
         self._sleep = sleep
@@ -466,7 +431,7 @@ class FlusherService:
 
     def _read_state(self) -> FlusherSnapshot | None:
         with self.engine.connect() as conn:
-            return _load_state(conn, self.namespace)
+            return load_position(conn, self.namespace)
 
     def _persist(self) -> None:
         snap = self._flusher.snapshot()
@@ -476,8 +441,8 @@ class FlusherService:
     def _drop_stale(self) -> None:
         """Items below the stored position were committed by a flusher that died before
         deleting them: delete them and move memcached's head key up to the position."""
-        head_key = f"{self.namespace}:head"
-        raw = self.store.get_many([head_key]).get(head_key)
+        key = head_key(self.namespace)
+        raw = self.store.get_many([key]).get(key)
         try:
             old = int(raw) if raw is not None else None
         except ValueError:
@@ -485,9 +450,9 @@ class FlusherService:
         head = self._flusher.head
         if old is None or old >= head:
             return
-        stale = [f"{self.namespace}:item:{seq}" for seq in range(max(old, head - 100_000), head)]
+        stale = [item_key(self.namespace, seq) for seq in range(max(old, head - 100_000), head)]
         self.store.delete_many(stale)
-        self.store.set_many({head_key: str(head).encode()})
+        self.store.set_many({key: str(head).encode()})
         log.info(
             "MRWQ %s: deleted %d item(s) already flushed before a crash", self.namespace, len(stale)
         )

@@ -9,15 +9,16 @@ crash repeats work and never loses or double-counts it.
 
 Two entry points:
 
-- :func:`apply_records` takes the raw records ``(topic, partition, offset,
-  value)`` and does everything (filter, split, count, upsert, advance). It is
-  always correct.
+- :func:`apply_new_records` takes the raw records ``(topic, partition, offset,
+  value)`` and a counting function (the word count's tokeniser,
+  :func:`flowctl.pipelines.wordcount.apply_records`) and does everything
+  (filter, count, upsert, advance). It is always correct.
 - :func:`apply_counted_spans` takes counts already aggregated elsewhere (on
   Spark executors) together with the exact offset span each partition
   contributed. Aggregated counts cannot be filtered record by record, so a
   batch is applied whole or skipped whole; a batch that is only partly applied
   already raises :class:`PartialOverlap`, and the caller falls back to
-  :func:`apply_records`.
+  :func:`apply_new_records`.
 
 It also holds the result-table SQL of the pipeline definitions
 (:mod:`flowctl.pipelines`), which stay free of I/O: :func:`add_counts` and
@@ -28,7 +29,7 @@ It also holds the result-table SQL of the pipeline definitions
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,6 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.schema import dialect_insert, utcnow
-from flowctl.pipelines import wordcount
 
 #: One log record as the sink needs it: (topic, partition, offset, value).
 Record = tuple[str, int, int, bytes | str]
@@ -158,13 +158,17 @@ def _check_pipeline(pipeline: str) -> None:
         raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
 
 
-def apply_records(
-    url_or_engine: str | sa.Engine, pipeline: str, records: Iterable[Record]
+def apply_new_records(
+    url_or_engine: str | sa.Engine,
+    pipeline: str,
+    records: Iterable[Record],
+    count: Callable[[list[bytes | str]], Mapping[str, int]],
 ) -> BatchOutcome:
     """Count the records not yet applied, add them, advance the checkpoint: one transaction.
 
     Records below a partition's stored ``next_offset`` are skipped, so
-    applying the same records twice counts them once.
+    applying the same records twice counts them once. ``count`` turns the new
+    records' values into counts (the pipeline's tokeniser: no text rules here).
     """
     _check_pipeline(pipeline)
     batch = list(records)
@@ -175,17 +179,17 @@ def apply_records(
 
     def work(conn: sa.Connection) -> BatchOutcome:
         stored = lock_offsets(conn, pipeline, ((t, p) for t, p, _, _ in batch))
-        counts: Counter[str] = Counter()
+        values: list[bytes | str] = []
         last: dict[tuple[str, int], int] = {}
-        applied = 0
         seen: set[tuple[str, int, int]] = set()
         for topic, partition, offset, value in batch:
             if offset < stored[(topic, partition)] or (topic, partition, offset) in seen:
                 continue
             seen.add((topic, partition, offset))
-            counts.update(wordcount.key(w) for w in wordcount.words(wordcount.decode(value)))
+            values.append(value)
             last[(topic, partition)] = max(last.get((topic, partition), -1), offset)
-            applied += 1
+        applied = len(values)
+        counts = Counter(count(values)) if values else Counter()
         add_counts(conn, pipeline, counts)
         next_offsets = _advance(conn, pipeline, stored, last)
         return BatchOutcome(applied, len(batch) - applied, sum(counts.values()), next_offsets)

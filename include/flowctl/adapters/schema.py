@@ -16,10 +16,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
+from flowctl.core.persistence import OUTCOMES
+
 #: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
-SCHEMA_VERSION = 1
+#: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
+SCHEMA_VERSION = 2
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
@@ -127,8 +130,8 @@ offsets = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
-#: What happened to a tuple's records, as recorded in ``applied_ranges``.
-APPLIED_OUTCOMES = ("applied", "replayed", "dlq")
+#: What happened to a tuple's records, as recorded in ``applied_ranges`` (the MRWQ's).
+APPLIED_OUTCOMES = OUTCOMES
 
 # One row per tuple whose outcome is durable (SPEC F, docs/flow-control.md): ``applied``
 # (its results are in the database), ``replayed`` (its records went to the replay topic and
@@ -188,7 +191,18 @@ metrics_windows = sa.Table(
     sa.Column("latency_p99_ms", sa.Float, nullable=True),
     sa.Column("backlog", sa.BigInteger, nullable=False, default=0),
     sa.Column("backpressure_level", sa.Float, nullable=False, default=0.0),
-    sa.Column("lanes_json", sa.Text, nullable=True),
+    sa.Column("lanes_json", sa.Text, nullable=True),  # the per-lane gauges, a JSON list
+    # Topology-wide figures the UI and the autoscaler read (NULL: not measured); see
+    # flowctl.adapters.lane_figures.WindowFigures.
+    sa.Column("repeat_failures", sa.BigInteger, nullable=True),
+    sa.Column("sink_errors", sa.BigInteger, nullable=True),
+    sa.Column("mrwq", sa.BigInteger, nullable=True),
+    sa.Column("arrival_rate", sa.Float, nullable=True),
+    sa.Column("lane_rate", sa.Float, nullable=True),
+    sa.Column("batch_duration_s", sa.Float, nullable=True),
+    sa.Column("trigger_s", sa.Float, nullable=True),
+    sa.Column("saturation", sa.Float, nullable=True),
+    sa.Column("levels_json", sa.Text, nullable=True),  # backpressure level per stage
 )
 
 # One row per blue-green replacement (SPEC E). No foreign keys to ``topologies``: the

@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .clock import Clock
+
+if TYPE_CHECKING:
+    from .spout import Spout
+    from .tuples import TopicPartition
 
 
 @dataclass(frozen=True)
@@ -213,3 +218,97 @@ def _non_negative(name: str, value: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"MetricsWindow: {name} must be an int >= 0, got {value!r}")
     return value
+
+
+class SpoutMetrics:
+    """A flow-controlled topology's metrics rows, assembled from the spout's figures.
+
+    The spout keeps cumulative counters; :meth:`record` turns their growth since the last
+    call into events of the :class:`MetricsWindow` and, for every window that closed,
+    appends a row (a dict of plain types) with the lanes' gauges, the backpressure
+    levels, the MRWQ length and the figures the adaptive autoscaler reads: replayed
+    records failing again (poison, not load), how fast Eden grows, and how fast one lane
+    processes records (its tuples/s by Little's law x tuple size). Window times are
+    moved to the wall clock by ``wall_offset`` (wall time minus the clock's time).
+    """
+
+    def __init__(self, window: MetricsWindow, tuple_size: int, *, keep: int = 50) -> None:
+        self.window = window
+        self.tuple_size = tuple_size
+        self.keep = keep
+        self.rows: list[dict[str, object]] = []
+        self.row_no = 0
+        self._spout: object | None = None
+        self._prev: dict[str, int] = {}
+        self._repeat = 0
+        self._arrival_mark: tuple[float, int] | None = None
+
+    def record(
+        self,
+        spout: Spout,
+        latest: Mapping[TopicPartition, int],
+        levels: Mapping[str, int],
+        mrwq: int,
+        *,
+        now: float,
+        wall_offset: float,
+    ) -> None:
+        """Count what the spout did since the last call; close the windows that ended."""
+        self._count(spout, latest, levels)
+        gauges = {g["lane"]: g for g in spout.lane_gauges()}
+        rolled = self.window.roll()
+        figures = self._figures(spout, latest, now) if rolled else {}
+        for row in rolled:
+            self.row_no += 1
+            data = row.to_dict()
+            del data["topology"]
+            data["n"] = self.row_no
+            data["window_start"] = row.window_start + wall_offset
+            data["window_end"] = row.window_end + wall_offset
+            data["lanes"] = [gauges.get(g["lane"], g) for g in data["lanes"]]  # type: ignore[attr-defined,index]
+            data["levels"] = dict(levels)
+            data["mrwq"] = mrwq
+            data.update(figures)
+            figures["repeat_failures"] = 0  # counted once, in the first window rolled now
+            self.rows.append(data)
+        self.rows = self.rows[-self.keep :]
+
+    def _count(
+        self, spout: Spout, latest: Mapping[TopicPartition, int], levels: Mapping[str, int]
+    ) -> None:
+        c = spout.counters
+        if self._spout is not spout:  # a rebuilt spout counts from 0
+            self._prev = {}
+            self._spout = spout
+        delta = {k: c[k] - self._prev.get(k, 0) for k in c}
+        self._prev = dict(c)
+        m = self.window
+        m.admitted(delta["admitted"])
+        m.acked(delta["acked"], delta["records"], spout.latencies)
+        spout.latencies.clear()
+        m.failed(delta["failed"])
+        m.timed_out(delta["timed_out"])
+        m.replayed(delta["replayed"])
+        m.dlq(delta["dlq"])
+        m.set_backlog(spout.backlog(latest))
+        m.set_backpressure(sum(levels.values()))
+        m.set_lanes(LaneGauge(w.lane, w.size, str(w.state), w.in_flight) for w in spout.windows)
+        self._repeat += max(0, delta.get("repeat_failures", 0))
+
+    def _figures(
+        self, spout: Spout, latest: Mapping[TopicPartition, int], now: float
+    ) -> dict[str, object]:
+        total = sum(latest.values())
+        arrival = None
+        if self._arrival_mark is not None and now > self._arrival_mark[0]:
+            arrival = max(0.0, (total - self._arrival_mark[1]) / (now - self._arrival_mark[0]))
+        self._arrival_mark = (now, total)
+        rates = [g["rate"] for g in spout.lane_gauges() if g["rate"] is not None]
+        lane_rate = sum(rates) / len(rates) * self.tuple_size if rates else None  # type: ignore[arg-type]
+        figures: dict[str, object] = {
+            "repeat_failures": self._repeat,
+            "arrival_rate": None if arrival is None else round(arrival, 3),
+            "lane_rate": None if lane_rate is None else round(lane_rate, 3),
+        }
+        self._repeat = 0
+        return figures

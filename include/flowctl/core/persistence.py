@@ -39,6 +39,8 @@ from typing import Any, Protocol
 from .clock import Clock
 
 __all__ = [
+    "OUTCOMES",
+    "REPLAY_SUFFIX",
     "FlushPolicy",
     "FlushResult",
     "FlusherSnapshot",
@@ -49,6 +51,13 @@ __all__ = [
     "QueueItem",
     "Sink",
     "Store",
+    "head_key",
+    "item_key",
+    "mrwq_namespace",
+    "mrwq_result",
+    "parse_outcome_key",
+    "queue_length",
+    "read_epoch",
 ]
 
 _log = logging.getLogger(__name__)
@@ -113,12 +122,78 @@ class MrwqWriteError(RuntimeError):
     """An append could not be stored; the tuples must fail (and be replayed)."""
 
 
+#: A tuple's outcome in its MRWQ item (and in its ``applied_ranges`` row): its records'
+#: results were applied, or the records went to a replay topic, or to the DLQ.
+OUTCOMES = ("applied", "replayed", "dlq")
+#: Suffix of an item key whose records were read from a replay topic.
+REPLAY_SUFFIX = "+replay"
+
+
+def mrwq_namespace(pipeline: str) -> str:
+    """The MRWQ namespace of a pipeline: the lanes, the planner and the flusher share it."""
+    if not isinstance(pipeline, str) or not pipeline:
+        raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
+    return f"mrwq.{pipeline}"
+
+
 def _keys(ns: str) -> tuple[str, str, str]:
     return f"{ns}:epoch", f"{ns}:tail", f"{ns}:head"
 
 
-def _item_key(ns: str, seq: int) -> str:
+def head_key(ns: str) -> str:
+    """The key of the next sequence number to flush."""
+    return _keys(ns)[2]
+
+
+def item_key(ns: str, seq: int) -> str:
+    """The key of the item with sequence number ``seq``."""
     return f"{ns}:item:{seq}"
+
+
+def read_epoch(store: Store, ns: str) -> str | None:
+    """The queue's current epoch token (``None``: no queue, e.g. after a store restart)."""
+    epoch_key = _keys(ns)[0]
+    raw = store.get_many([epoch_key]).get(epoch_key)
+    return None if raw is None else raw.decode(errors="replace")
+
+
+def queue_length(store: Store, ns: str) -> int | None:
+    """Items appended and not flushed, by the counters in the store (``None``: unknown)."""
+    _, tail_key, head = _keys(ns)
+    tail = store.incr(tail_key, 0)
+    flushed_to = _decode_counter(store.get_many([head]).get(head))
+    if tail is None or flushed_to is None:
+        return None
+    return max(0, tail - flushed_to + 1)
+
+
+def mrwq_result(
+    outcome: str = "applied", value: Any = None, *, replay: bool = False
+) -> tuple[str, Any]:
+    """The ``(key, value)`` a lane appends for one tuple: ``writer.append_many([(t.id,
+    [mrwq_result("applied", result)])])``.
+
+    ``outcome``: ``applied`` (``value`` = the pipeline's result), ``replayed`` (the records
+    went to the replay topic) or ``dlq``. ``replay``: the tuple was read from a replay topic
+    (its id uses the record's original coordinates).
+    """
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome={outcome!r} is not one of {', '.join(OUTCOMES)}")
+    if not isinstance(replay, bool):
+        raise ValueError(f"replay must be a bool, got {replay!r}")
+    return (outcome + REPLAY_SUFFIX if replay else outcome), value
+
+
+def parse_outcome_key(key: str) -> tuple[str, bool]:
+    """Inverse of :func:`mrwq_result`'s key: ``(outcome, replay)``."""
+    replay = isinstance(key, str) and key.endswith(REPLAY_SUFFIX)
+    outcome = key[: -len(REPLAY_SUFFIX)] if replay else key
+    if outcome not in OUTCOMES:
+        raise ValueError(
+            f"MRWQ item key {key!r} is not an outcome ({', '.join(OUTCOMES)}, "
+            f"optionally suffixed {REPLAY_SUFFIX!r})"
+        )
+    return outcome, replay
 
 
 def _check_namespace(namespace: str) -> str:
@@ -227,7 +302,7 @@ class MrwqWriter:
                 raise ValueError(
                     f"value of result {key!r} of tuple {tuple_id!r} is not JSON-serialisable: {exc}"
                 ) from exc
-            mapping[_item_key(self.namespace, seq)] = body.encode()
+            mapping[item_key(self.namespace, seq)] = body.encode()
         failed = self._store.set_many(mapping)
         if failed:
             raise MrwqWriteError(
@@ -438,10 +513,10 @@ class MrwqFlusher:
             return self._result(trigger, [], 0)
         upto = min(tail, self.head + self.max_batch - 1)
         seqs = range(self.head, upto + 1)
-        got = self._store.get_many([_item_key(self.namespace, s) for s in seqs])
+        got = self._store.get_many([item_key(self.namespace, s) for s in seqs])
         batch: list[QueueItem] = []
         for seq in seqs:
-            raw = got.get(_item_key(self.namespace, seq))
+            raw = got.get(item_key(self.namespace, seq))
             if raw is None:
                 gap = self._missing_item(seq, now)
                 break
@@ -476,7 +551,7 @@ class MrwqFlusher:
         return item, ""
 
     def _advance(self, batch: list[QueueItem], now: float) -> None:
-        keys = [_item_key(self.namespace, item.seq) for item in batch]
+        keys = [item_key(self.namespace, item.seq) for item in batch]
         self.head = batch[-1].seq + 1
         self._last_flush_at = now
         failed = self._store.set_many({_keys(self.namespace)[2]: str(self.head).encode()})
@@ -509,7 +584,7 @@ class MrwqFlusher:
         self._last_flush_at = self._clock.now()
         self._store.set_many({head_key: str(self.head).encode()})
         if skipped:
-            self._store.delete_many([_item_key(self.namespace, s) for s in skipped])
+            self._store.delete_many([item_key(self.namespace, s) for s in skipped])
         _log.warning("%s: resynced at seq %d, skipped %s", self.namespace, self.head, skipped)
         return skipped
 

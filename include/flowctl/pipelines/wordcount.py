@@ -68,6 +68,16 @@ def count_values(values: Iterable[bytes | None]) -> Counter[str]:
     return Counter([key(w.lower()) for w in _WORD.findall(text)])
 
 
+def apply_records(url_or_engine: Any, pipeline: str, records: Iterable[Any]) -> Any:
+    """Word-count raw records ``(topic, partition, offset, value)`` not yet applied, add
+    the counts and advance the checkpoint in one transaction
+    (:func:`flowctl.adapters.results.apply_new_records` with this module's tokeniser);
+    returns its :class:`~flowctl.adapters.results.BatchOutcome`."""
+    from flowctl.adapters import results as sink
+
+    return sink.apply_new_records(url_or_engine, pipeline, records, count_words)
+
+
 def _checked_counts(result: Any) -> Mapping[str, int]:
     """A tuple result as ``{word: count}``; anything else is refused, naming the entry.
 

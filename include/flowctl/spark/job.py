@@ -1,16 +1,16 @@
 """The stream job: one topology of any pipeline definition, from registration to a clean stop.
 
-``spark_jobs/<pipeline>_stream.py`` calls :func:`main`, which runs
+``spark_jobs/<pipeline>_stream.py`` calls :func:`flowctl.spark.entry.main`, which runs
 
-- :class:`FlowStreamJob` when the pipeline's ``[flow] mode`` is ``flow`` (the default):
-  the flow-controlled topology of docs/flow-control.md. The ``flowctl_kafka`` source in
-  flow mode is the spout (windows, XOR acker, replay topics) and its lanes run the
-  pipeline definition's ``process`` per tuple and append the outcomes to the MRWQ in
-  memcached; this driver process runs the MRWQ **flusher** thread (the durable
-  checkpoint advances only behind the flush), turns the planner's closed metrics windows
-  into ``metrics_windows`` rows, and handles the control signals of "Signals and states"
-  (``--standby`` -> READY, ``activate``, ``deactivate``/``drain`` -> DRAINING ->
-  DRAINED, ``stop``);
+- :class:`~flowctl.spark.flow.job.FlowStreamJob` when the pipeline's ``[flow] mode`` is
+  ``flow`` (the default): the flow-controlled topology of docs/flow-control.md. The
+  ``flowctl_kafka`` source in flow mode is the spout (windows, XOR acker, replay topics)
+  and its lanes run the pipeline definition's ``process`` per tuple and append the
+  outcomes to the MRWQ in memcached; this driver process runs the MRWQ **flusher**
+  thread (the durable checkpoint advances only behind the flush), turns the planner's
+  closed metrics windows into ``metrics_windows`` rows, and handles the control signals
+  of "Signals and states" (``--standby`` -> READY, ``activate``,
+  ``deactivate``/``drain`` -> DRAINING -> DRAINED, ``stop``);
 - :class:`StreamJob` when it is ``plain``: the word count straight from the records into
   the database in ``foreachBatch`` (no windows, no MRWQ); the baseline job of
   :mod:`flowctl.spark.baseline` builds on it.
@@ -33,7 +33,6 @@ import datetime as dt
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -228,9 +227,9 @@ class StreamJob:
         )
 
     def _safe_db_url(self) -> str:
-        import sqlalchemy as sa
+        from flowctl.adapters.db import masked_url
 
-        return sa.make_url(self.database_url).render_as_string(hide_password=True)
+        return masked_url(self.database_url)
 
     def _lag(self) -> int | None:
         """Records in the log not yet in the durable checkpoint (None if Kafka is unreachable)."""
@@ -445,35 +444,3 @@ def configure_logging() -> None:
     )
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def make_job(args: JobArgs, settings: Settings) -> StreamJob:
-    """The job class the pipeline's ``[flow] mode`` asks for (ValueError when unusable)."""
-    from flowctl.pipelines.config import load_pipeline_config
-
-    config = load_pipeline_config(args.pipeline_config)
-    if config.flow.mode == "flow":
-        from flowctl.spark.flow_job import FlowStreamJob
-
-        return FlowStreamJob(args, settings)
-    if config.definition != "flowctl.pipelines.wordcount":
-        raise ValueError(
-            f"{config.source}: flow.mode='plain' runs the word count only, not "
-            f"definition={config.definition!r}; use flow.mode='flow'"
-        )
-    if args.standby:
-        raise ValueError("--standby needs flow.mode='flow' (a plain job cannot hold admission)")
-    return StreamJob(args, settings)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
-    args = parse_args(argv)
-    configure_logging()
-    try:
-        job = make_job(args, Settings.from_env())
-    except ValueError as exc:
-        log.error("cannot start: %s", exc)
-        return 2
-    signal.signal(signal.SIGTERM, job.request_stop)
-    return job.run()

@@ -3,7 +3,7 @@
 Roles (PySpark 4.2):
 
 - :class:`FlowctlKafkaDataSource` holds only options (it is pickled).
-- :class:`FlowctlKafkaStreamReader` runs ``initialOffset``, ``latestOffset``,
+- :class:`FlowctlKafkaStreamReader` (``mode=plain``) runs ``initialOffset``, ``latestOffset``,
   ``partitions`` and ``commit`` in one long-lived planner process on the
   driver side; its state survives across micro-batches. The planning itself
   is delegated to a :class:`~flowctl.spark.lane_planner.LanePlanner` (the
@@ -27,8 +27,9 @@ Two modes (option ``mode``):
   :class:`~flowctl.spark.lane_planner.LanePlanner` over a record budget; ``read``
   yields the records themselves (:data:`SCHEMA`) for the query to process.
 - ``flow`` (the stream jobs): the flow-controlled spout of
-  :mod:`flowctl.spark.flow`; ``read`` runs the pipeline definition in the lanes and
-  yields one status row per tuple (:data:`flowctl.spark.flow.STATUS_SCHEMA`).
+  :mod:`flowctl.spark.flow`, read by :class:`flowctl.spark.flow.reader.FlowStreamReader`;
+  ``read`` runs the pipeline definition in the lanes and yields one status row per
+  tuple (:data:`flowctl.spark.flow.lane.STATUS_SCHEMA`).
   Extra options: ``config`` (the pipeline config file), ``memcached``
   (``host:port``), ``topology_id`` and ``standby`` (``true``: admit nothing until
   activated).
@@ -163,8 +164,8 @@ class SourceOptions:
         )
 
     def flow_settings(self) -> Any:
-        """The :class:`flowctl.spark.flow.FlowSettings` of a ``mode=flow`` stream."""
-        from flowctl.spark.flow import FlowSettings
+        """The :class:`flowctl.spark.flow.settings.FlowSettings` of a ``mode=flow`` stream."""
+        from flowctl.spark.flow.settings import FlowSettings
 
         assert self.config and self.memcached and self.topology_id
         return FlowSettings(
@@ -210,7 +211,7 @@ def decode_offsets(offset: Mapping[str, Any], topic: str) -> dict[int, int]:
 
 
 class FlowctlKafkaStreamReader(DataSourceStreamReader):
-    """Plans micro-batches over a Kafka topic in lanes and reads them exactly."""
+    """Plans micro-batches over a Kafka topic in lanes and reads them exactly (plain mode)."""
 
     def __init__(self, options: SourceOptions, planner: LanePlanner | None = None) -> None:
         self.options = options
@@ -218,23 +219,13 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         self._consumer: Any = None  # the planner's KafkaConsumer, created lazily
         self._planning_error: BaseException | None = None
         self._latest: dict[str, Any] | None = None
-        self._flow: Any = None  # the FlowPlanner (mode=flow), created lazily in the planner
-        self._flow_settings = options.flow_settings() if options.mode == "flow" else None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tasks get a pickled snapshot; a live KafkaConsumer (or the spout) cannot travel.
+        # Tasks get a pickled snapshot; a live KafkaConsumer cannot travel.
         state = self.__dict__.copy()
         state["_consumer"] = None
         state["_planning_error"] = None
-        state["_flow"] = None
         return state
-
-    def _flow_planner(self) -> Any:
-        from flowctl.spark.flow import planner_for
-
-        if self._flow is None:
-            self._flow = planner_for(self._flow_settings)
-        return self._flow
 
     def _planner_consumer(self) -> Any:
         from flowctl.adapters import kafka_log
@@ -248,12 +239,6 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         from flowctl.adapters import kafka_log
         from flowctl.adapters.control_plane import ControlPlane
 
-        if self._flow_settings is not None:
-            try:
-                return self._flow_planner().initial_offset()
-            except Exception:
-                log.exception("%s: initialOffset (flow) failed", SOURCE_NAME)
-                raise
         try:
             committed = ControlPlane(self.options.database_url).committed_offsets(
                 self.options.pipeline, self.options.topic
@@ -279,14 +264,6 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             # partitions() failing can stall a query silently; fail it loudly here instead.
             error, self._planning_error = self._planning_error, None
             raise RuntimeError(f"{SOURCE_NAME}: planning the previous batch failed: {error}")
-        if self._flow_settings is not None:
-            try:
-                return self._flow_planner().latest_offset(start)
-            except Exception:
-                log.exception(
-                    "%s: latestOffset (flow) failed (start seq %s)", SOURCE_NAME, start.get("seq")
-                )
-                raise
         try:
             begin = decode_offsets(start, self.options.topic)
             latest = kafka_log.latest_offsets(self._planner_consumer(), self.options.topic)
@@ -304,18 +281,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
-        """One :class:`LanePartition` (plain) or ``FlowPartition`` (flow) per non-empty lane."""
-        if self._flow_settings is not None:
-            from flowctl.spark.flow import decode_plan
-
-            try:
-                return decode_plan(end, self.options.topic, self.options.pipeline)
-            except Exception as exc:
-                log.exception(
-                    "%s: partitions (flow) failed (end seq %s)", SOURCE_NAME, end.get("seq")
-                )
-                self._planning_error = exc
-                raise
+        """One :class:`LanePartition` per non-empty lane."""
         try:
             plans = self.planner.assign(
                 self.options.topic,
@@ -338,11 +304,6 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
         from flowctl.adapters import kafka_log
 
-        if self._flow_settings is not None:
-            from flowctl.spark.flow import run_lane
-
-            yield from run_lane(self._flow_settings, partition)
-            return
         if not isinstance(partition, LanePartition):
             raise TypeError(f"partition={partition!r} is not a LanePartition")
         schema = arrow_schema()
@@ -401,8 +362,6 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         self._drop_consumer()
-        if self._flow is not None:
-            self._flow.close()
 
 
 class FlowctlKafkaDataSource(DataSource):
@@ -414,10 +373,17 @@ class FlowctlKafkaDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         if (self.options.get("mode") or "plain") == "flow":
-            from flowctl.spark.flow import STATUS_SCHEMA
+            from flowctl.spark.flow.lane import STATUS_SCHEMA
 
             return STATUS_SCHEMA
         return SCHEMA
 
-    def streamReader(self, schema: StructType) -> FlowctlKafkaStreamReader:
-        return FlowctlKafkaStreamReader(SourceOptions.parse(self.options))
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The plain reader, or in ``mode=flow`` the spout's
+        :class:`~flowctl.spark.flow.reader.FlowStreamReader`."""
+        options = SourceOptions.parse(self.options)
+        if options.mode == "flow":
+            from flowctl.spark.flow.reader import FlowStreamReader
+
+            return FlowStreamReader(options.flow_settings())
+        return FlowctlKafkaStreamReader(options)

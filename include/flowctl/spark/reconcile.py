@@ -173,41 +173,9 @@ def compare(
 
 def read_snapshot(database_url: str, pipeline: str, topic: str, definition: Any) -> Snapshot:
     """Checkpoints, durable rows and stored results in ONE repeatable-read transaction."""
-    import sqlalchemy as sa
+    from flowctl.adapters.durable_cut import read_durable_cut
 
-    from flowctl.adapters import schema
-    from flowctl.adapters.db import engine_for
-
-    engine = engine_for(database_url)
-    schema.ensure_schema(engine)
-    o, a = schema.offsets, schema.applied_ranges
-    with engine.connect() as raw:
-        if engine.dialect.name == "sqlite":
-            # pysqlite opens no transaction before a SELECT; BEGIN pins one WAL snapshot.
-            raw.exec_driver_sql("BEGIN")
-            conn = raw
-        else:
-            conn = raw.execution_options(isolation_level="REPEATABLE READ")
-        try:
-            checkpoints = {
-                int(p): int(n)
-                for p, n in conn.execute(
-                    sa.select(o.c.partition, o.c.next_offset).where(
-                        o.c.pipeline == pipeline, o.c.topic == topic
-                    )
-                ).all()
-            }
-            rows: dict[int, list[tuple[int, int, str]]] = {}
-            for p, s, e, outcome in conn.execute(
-                sa.select(a.c.partition, a.c.start, a.c.end, a.c.outcome).where(
-                    a.c.pipeline == pipeline, a.c.topic == topic
-                )
-            ).all():
-                rows.setdefault(int(p), []).append((int(s), int(e), str(outcome)))
-            stored = dict(definition.stored(conn, pipeline))
-        finally:
-            conn.rollback()
-    return Snapshot(checkpoints, rows, stored)
+    return Snapshot(*read_durable_cut(database_url, pipeline, topic, definition.stored))
 
 
 def _reference_of_chunks(

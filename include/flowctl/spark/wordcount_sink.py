@@ -22,6 +22,7 @@ from typing import Any
 
 from flowctl.adapters import results
 from flowctl.adapters.results import PartialOverlap, PartitionSpan
+from flowctl.pipelines.wordcount import apply_records
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def write_batch(df: Any, batch_id: int, database_url: str, pipeline: str) -> Bat
         log.warning("batch %d: %s; applying record by record", batch_id, exc)
         fallback = True
         raw = df.select("topic", "partition", "offset", "value").collect()
-        outcome = results.apply_records(
+        outcome = apply_records(
             database_url,
             pipeline,
             ((r["topic"], int(r["partition"]), int(r["offset"]), r["value"]) for r in raw),

@@ -27,17 +27,6 @@ if TYPE_CHECKING:
     from flowctl.core.scaling import Decision, WindowStats
     from flowctl.pipelines.config import PipelineConfig
 
-#: Keys of a metrics row's ``lanes`` JSON object read by the adaptive policy when present.
-_LANE_FIGURES = (
-    "repeat_failures",
-    "sink_errors",
-    "batch_duration_s",
-    "trigger_s",
-    "arrival_rate",
-    "lane_rate",
-    "saturation",
-)
-
 
 @dataclass(frozen=True)
 class WindowPolicy:
@@ -149,54 +138,30 @@ def _fail_num(window: MetricsWindow) -> int:
     return int(window.failed) + int(window.timed_out)
 
 
-def _lane_figures(lanes: Any) -> dict[str, Any]:
-    """Optional figures of a metrics row's ``lanes`` JSON.
-
-    Two shapes are understood: a list of per-lane objects (``in_flight`` and
-    ``window`` give the lane's saturation), or an object with a ``lanes`` list and
-    any of :data:`_LANE_FIGURES`. Anything else yields no figures: a missing figure
-    never triggers an action in the adaptive policy.
-    """
-    out: dict[str, Any] = {}
-    per_lane: Any = lanes
-    if isinstance(lanes, Mapping):
-        out = {k: lanes[k] for k in _LANE_FIGURES if lanes.get(k) is not None}
-        per_lane = lanes.get("lanes")
-    if "saturation" not in out and isinstance(per_lane, Sequence) and per_lane:
-        shares = []
-        for lane in per_lane:
-            if not isinstance(lane, Mapping):
-                return out
-            window, in_flight = lane.get("window"), lane.get("in_flight")
-            if not isinstance(window, int | float) or not isinstance(in_flight, int | float):
-                return out
-            if window > 0:
-                shares.append(min(1.0, max(0.0, in_flight / window)))
-        if shares:
-            out["saturation"] = sum(shares) / len(shares)
-    return out
-
-
 def window_stats(windows: Sequence[MetricsWindow]) -> WindowStats:
     """The current (last) window's :class:`WindowStats`, its backlog change from the one before."""
+    from flowctl.adapters.lane_figures import WindowFigures
     from flowctl.core.scaling import WindowStats
 
     current = windows[-1]
-    extra = _lane_figures(current.lanes)
+    try:
+        extra = current.figures
+    except ValueError:  # lanes in no known shape: no figures (a missing one triggers nothing)
+        extra = WindowFigures()
     fail_num = _fail_num(current)
-    repeat = extra.get("repeat_failures")
+    repeat = extra.repeat_failures
     return WindowStats(
         fail_num=fail_num,
         repeat_failures=min(int(repeat), fail_num) if isinstance(repeat, int) else 0,
         dlq_added=int(current.dlq),
-        sink_errors=int(extra.get("sink_errors") or 0),
-        saturation=extra.get("saturation"),
+        sink_errors=int(extra.sink_errors or 0),
+        saturation=extra.saturation,
         backlog=int(current.backlog),
         backlog_delta=int(current.backlog) - int(windows[-2].backlog) if len(windows) > 1 else None,
-        batch_duration_s=extra.get("batch_duration_s"),
-        trigger_s=extra.get("trigger_s") or None,
-        arrival_rate=extra.get("arrival_rate"),
-        lane_rate=extra.get("lane_rate") or None,
+        batch_duration_s=extra.batch_duration_s,
+        trigger_s=extra.trigger_s or None,
+        arrival_rate=extra.arrival_rate,
+        lane_rate=extra.lane_rate or None,
     )
 
 

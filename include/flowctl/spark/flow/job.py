@@ -31,8 +31,11 @@ import threading
 import time
 from typing import Any
 
+from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
-from flowctl.spark.flow import WARMUP, namespace
+from flowctl.spark.flow import channels
+from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
+from flowctl.spark.flow.lane import WARMUP
 from flowctl.spark.job import JobArgs, StreamJob
 
 log = logging.getLogger("flowctl.job")
@@ -45,7 +48,7 @@ STATUS_EVERY_S = 10.0
 #: way) and copies of the planner's closed metrics windows to the database.
 UPKEEP_EVERY_S = 1.0
 #: A standby topology reports READY after its first warm-up batch (see
-#: ``flowctl.spark.flow.WARMUP_EVERY_S``), at once when the log is empty (nothing to
+#: ``flowctl.spark.flow.planner.WARMUP_EVERY_S``), at once when the log is empty (nothing to
 #: warm up with), and after this many seconds in any case (a warm-up that fails).
 WARMUP_READY_TIMEOUT_S = 60.0
 
@@ -67,7 +70,7 @@ class FlowStreamJob(StreamJob):
             )
         self.memcached = settings.memcached_address
         self.store = MemcachedStore(self.memcached)
-        self.ns = namespace(self.topology_id)
+        self.ns = channels.namespace(self.topology_id)
         self.standby = args.standby
         self.admit = not args.standby
         self.rebuild_no = 0
@@ -126,13 +129,13 @@ class FlowStreamJob(StreamJob):
         self.state = "STARTING" if self.standby else "ACTIVE"
         return self.state
 
-    def _check_warm(self, state: dict[str, Any] | None) -> None:
+    def _check_warm(self, state: SpoutState | None) -> None:
         """STARTING -> READY once a warm-up batch ran (or there is nothing to warm up with)."""
         since = self._warming_since
         if since is None:
             return
         why = self._warmed
-        if why is None and state is not None and state.get("log_empty"):
+        if why is None and state is not None and state.log_empty:
             why = "the log is empty, nothing to warm up with"
         if why is None and time.monotonic() - since > WARMUP_READY_TIMEOUT_S:
             why = f"no warm-up batch within {WARMUP_READY_TIMEOUT_S:g} s"
@@ -183,7 +186,7 @@ class FlowStreamJob(StreamJob):
                 self.store,
                 self.database_url,
                 self.config.name,
-                self.definition,
+                self.definition.apply,
                 policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
                 gap_grace_s=self.flow.gap_grace_s,
             )
@@ -260,68 +263,69 @@ class FlowStreamJob(StreamJob):
 
     def _write_ctl(self, *, required: bool = False) -> None:
         try:
-            self.store.set_json(f"{self.ns}:ctl", {"admit": self.admit, "rebuild": self.rebuild_no})
+            control = Control(self.admit, self.rebuild_no)
+            self.store.set_json(channels.control_key(self.ns), control.encode())
         except Exception as exc:
             if required:
                 raise
             self._warn("writing the control key", exc)
 
-    def _spout_state(self) -> dict[str, Any] | None:
+    def _spout_state(self) -> SpoutState | None:
         try:
-            state = self.store.get_json(f"{self.ns}:state")
+            raw = self.store.get_json(channels.state_key(self.ns))
+            return None if raw is None else SpoutState.decode(raw)
         except Exception as exc:
             self._warn("reading the spout state", exc)
             return None
-        return state if isinstance(state, dict) else None
 
     def _publish_metrics(self) -> None:
         """Write the planner's closed windows to ``metrics_windows`` (each once)."""
         try:
-            rows = self.store.get_json(f"{self.ns}:rows") or []
+            rows = channels.decode_rows(self.store.get_json(channels.rows_key(self.ns)))
         except Exception as exc:
             self._warn("reading metrics windows", exc)
             return
         for row in rows:
-            if row["window_end"] <= self._last_row_end:
+            if row.window_end <= self._last_row_end:
                 continue
-            p50, p99 = row.get("latency_p50_s"), row.get("latency_p99_s")
+            p50, p99 = row.latency_p50_s, row.latency_p99_s
             try:
                 self.control.write_metrics_window(
                     self.topology_id,
-                    dt.datetime.fromtimestamp(row["window_start"], dt.UTC),
-                    dt.datetime.fromtimestamp(row["window_end"], dt.UTC),
-                    admitted=row["admitted"],
-                    acked=row["acked"],
-                    failed=row["failed"],
-                    timed_out=row["timed_out"],
-                    replayed=row["replayed"],
-                    dlq=row["dlq"],
-                    records=row["records"],
-                    records_per_s=row["records_per_s"],
+                    dt.datetime.fromtimestamp(row.window_start, dt.UTC),
+                    dt.datetime.fromtimestamp(row.window_end, dt.UTC),
+                    admitted=row.admitted,
+                    acked=row.acked,
+                    failed=row.failed,
+                    timed_out=row.timed_out,
+                    replayed=row.replayed,
+                    dlq=row.dlq,
+                    records=row.records,
+                    records_per_s=row.records_per_s,
                     latency_p50_ms=None if p50 is None else p50 * 1000.0,
                     latency_p99_ms=None if p99 is None else p99 * 1000.0,
-                    backlog=row["backlog"],
-                    backpressure_level=float(row["backpressure_level"]),
-                    lanes={
-                        "lanes": row["lanes"],
-                        "levels": row.get("levels", {}),
-                        "mrwq": row.get("mrwq", 0),
-                        "repeat_failures": row.get("repeat_failures", 0),
-                        "arrival_rate": row.get("arrival_rate"),
-                        "lane_rate": row.get("lane_rate"),
-                        "batch_duration_s": self._batch_duration(row),
-                        "trigger_s": self.config.trigger_interval_s,
-                    },
+                    backlog=row.backlog,
+                    backpressure_level=float(row.backpressure_level),
+                    lanes=row.lanes,
+                    figures=WindowFigures(
+                        repeat_failures=row.repeat_failures,
+                        mrwq=row.mrwq,
+                        arrival_rate=row.arrival_rate,
+                        lane_rate=row.lane_rate,
+                        batch_duration_s=self._batch_duration(row),
+                        trigger_s=self.config.trigger_interval_s,
+                        levels=row.levels,
+                    ),
                 )
             except Exception as exc:
                 self._warn("writing a metrics window", exc)
                 return
-            self._last_row_end = row["window_end"]
+            self._last_row_end = row.window_end
 
-    def _batch_duration(self, row: dict[str, Any]) -> float | None:
+    def _batch_duration(self, row: MetricsRow) -> float | None:
         """Mean time between batch completions inside the row's window (``None``: no batch)."""
-        ends = [t for t in self._batch_ends if row["window_start"] <= t < row["window_end"]]
-        before = [t for t in self._batch_ends if t < row["window_start"]]
+        ends = [t for t in self._batch_ends if row.window_start <= t < row.window_end]
+        before = [t for t in self._batch_ends if t < row.window_start]
         if before:
             ends.insert(0, before[-1])
         if len(ends) < 2:
@@ -358,7 +362,7 @@ class FlowStreamJob(StreamJob):
         now = time.monotonic()
         if now - self._last_status >= STATUS_EVERY_S and state is not None:
             self._last_status = now
-            lanes = state.get("lanes", [])
+            lanes = state.lanes
             log.info(
                 "topology %s %s: windows %s (%s), %d in flight, %d buffered; MRWQ %s items; "
                 "backpressure %s; durable checkpoint %s; totals %s",
@@ -366,23 +370,23 @@ class FlowStreamJob(StreamJob):
                 self.state,
                 [lane["window"] for lane in lanes],
                 ",".join(lane["state"] for lane in lanes),
-                state.get("in_flight", 0),
-                state.get("buffered", 0),
-                state.get("mrwq"),
-                state.get("levels"),
+                state.in_flight,
+                state.buffered,
+                state.mrwq,
+                state.levels,
                 self._checkpoint(),
                 {
                     k: v
-                    for k, v in state.get("counters", {}).items()
+                    for k, v in state.counters.items()
                     if k in ("acked", "failed", "timed_out", "replayed", "dlq", "requeued")
                 },
             )
 
-    def _check_drained(self, state: dict[str, Any] | None) -> None:
+    def _check_drained(self, state: SpoutState | None) -> None:
         since = self._draining_since
-        if state is None or since is None or state.get("at", 0) <= since:
+        if state is None or since is None or state.at <= since:
             return
-        if state.get("admit") or state.get("in_flight", 1) or state.get("pending_batches", 1):
+        if state.admit or state.in_flight or state.pending_batches:
             return
         self._stop_flusher(flush=True)
         self._set_state("DRAINED")

@@ -1,0 +1,50 @@
+"""Entry point of the stream jobs (``spark_jobs/<pipeline>_stream.py``).
+
+Chooses the job class the pipeline's ``[flow] mode`` asks for: the flow-controlled
+:class:`~flowctl.spark.flow.job.FlowStreamJob` or the plain
+:class:`~flowctl.spark.job.StreamJob`. It lives apart from both so that neither job
+module imports the other's subclass (no import loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+
+from flowctl.config import Settings
+from flowctl.spark.job import JobArgs, StreamJob, configure_logging, parse_args
+
+log = logging.getLogger("flowctl.job")
+
+
+def make_job(args: JobArgs, settings: Settings) -> StreamJob:
+    """The job class the pipeline's ``[flow] mode`` asks for (ValueError when unusable)."""
+    from flowctl.pipelines.config import load_pipeline_config
+
+    config = load_pipeline_config(args.pipeline_config)
+    if config.flow.mode == "flow":
+        from flowctl.spark.flow.job import FlowStreamJob
+
+        return FlowStreamJob(args, settings)
+    if config.definition != "flowctl.pipelines.wordcount":
+        raise ValueError(
+            f"{config.source}: flow.mode='plain' runs the word count only, not "
+            f"definition={config.definition!r}; use flow.mode='flow'"
+        )
+    if args.standby:
+        raise ValueError("--standby needs flow.mode='flow' (a plain job cannot hold admission)")
+    return StreamJob(args, settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
+    args = parse_args(argv)
+    configure_logging()
+    try:
+        job = make_job(args, Settings.from_env())
+    except ValueError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    signal.signal(signal.SIGTERM, job.request_stop)
+    return job.run()

@@ -1,0 +1,265 @@
+"""The memcached channels between the planner, the lanes and the driver, typed.
+
+Every key carries the topology id (``flow.<topology>``, :func:`namespace`). Nothing in a
+channel is needed for correctness: losing them in a memcached restart only costs speed.
+
+- ``<ns>:ctl`` driver -> planner: :class:`Control` (``admit``, ``rebuild``); the driver
+  rewrites it every second, so it survives a memcached restart; a new ``rebuild`` number
+  makes the planner rebuild its spout from the database (gap repair, activation);
+- ``<ns>:state`` planner -> driver: :class:`SpoutState` (in flight, buffered, admitting,
+  backpressure levels, lane windows, cumulative counters);
+- ``<ns>:rows`` planner -> driver: the closed metrics windows, a list of
+  :class:`MetricsRow`; only the driver writes them to ``metrics_windows``;
+- ``<ns>:fb:<seq>:<lane>`` lane -> planner: :class:`LaneFeedback`, the per-tuple outcomes
+  of batch ``seq`` (stored by :class:`~flowctl.adapters.memcached_store.LaneFeedback`),
+  read one batch behind.
+
+Each message is a frozen dataclass with ``encode()`` (plain JSON types) and ``decode()``
+(which raises ``ValueError`` naming the field, so a foreign value is refused loudly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowctl.core.spout import LaneResult, Outcome
+
+#: How long the planner's published state and rows live in memcached (seconds).
+STATE_TTL_S = 3600
+
+
+def namespace(topology_id: str) -> str:
+    """The memcached namespace of a topology's control channels."""
+    return f"flow.{topology_id}"
+
+
+def control_key(ns: str) -> str:
+    return f"{ns}:ctl"
+
+
+def state_key(ns: str) -> str:
+    return f"{ns}:state"
+
+
+def rows_key(ns: str) -> str:
+    return f"{ns}:rows"
+
+
+def _object(name: str, data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{name} must be a JSON object, got {data!r:.200}")
+    return data
+
+
+def _field(name: str, data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = data.get(key)
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ValueError(f"{name}.{key}={value!r} is not a number")
+    if not isinstance(value, kind):
+        raise ValueError(f"{name}.{key}={value!r:.200} is not {kind}")
+    return value
+
+
+def _optional(name: str, data: Mapping[str, Any], key: str, kind: Any) -> Any:
+    return None if data.get(key) is None else _field(name, data, key, kind)
+
+
+_NUMBER = (int, float)
+
+
+@dataclass(frozen=True)
+class Control:
+    """Driver -> planner: admit or hold admission; ``rebuild`` changes ask for a rebuild."""
+
+    admit: bool
+    rebuild: int | None = None
+
+    def encode(self) -> dict[str, Any]:
+        return {"admit": self.admit, "rebuild": self.rebuild}
+
+    @classmethod
+    def decode(cls, data: Any) -> Control:
+        d = _object("control", data)
+        return cls(_field("control", d, "admit", bool), _optional("control", d, "rebuild", int))
+
+
+@dataclass(frozen=True)
+class SpoutState:
+    """Planner -> driver: the spout's figures after each ``latestOffset``."""
+
+    at: float
+    admit: bool
+    rebuild: int | None
+    in_flight: int
+    buffered: int
+    pending_batches: int
+    mrwq: int
+    levels: dict[str, int]
+    lanes: list[dict[str, Any]]
+    counters: dict[str, int]
+    at_risk: int
+    seq: int
+    warmups: int
+    log_empty: bool
+
+    def encode(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def decode(cls, data: Any) -> SpoutState:
+        d = _object("state", data)
+        f = lambda key, kind: _field("state", d, key, kind)  # noqa: E731
+        return cls(
+            at=float(f("at", _NUMBER)),
+            admit=f("admit", bool),
+            rebuild=_optional("state", d, "rebuild", int),
+            in_flight=f("in_flight", int),
+            buffered=f("buffered", int),
+            pending_batches=f("pending_batches", int),
+            mrwq=f("mrwq", int),
+            levels=dict(f("levels", dict)),
+            lanes=[dict(_object("state.lanes[]", lane)) for lane in f("lanes", list)],
+            counters=dict(f("counters", dict)),
+            at_risk=f("at_risk", int),
+            seq=f("seq", int),
+            warmups=f("warmups", int),
+            log_empty=f("log_empty", bool),
+        )
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """Planner -> driver: one closed metrics window of the topology (wall-clock times).
+
+    The counts and gauges of :class:`flowctl.core.metrics.MetricsRow`, the lanes' gauges,
+    and the figures the autoscaler and the UI read: backpressure ``levels``, the MRWQ
+    length, replayed records failing again (``repeat_failures``), Eden's growth
+    (``arrival_rate``) and one lane's records/s (``lane_rate``).
+    """
+
+    n: int
+    window_start: float
+    window_end: float
+    admitted: int
+    acked: int
+    failed: int
+    timed_out: int
+    replayed: int
+    dlq: int
+    records: int
+    records_per_s: float
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+    backlog: int
+    backpressure_level: int
+    lanes: list[dict[str, Any]] = field(default_factory=list)
+    levels: dict[str, int] = field(default_factory=dict)
+    mrwq: int = 0
+    repeat_failures: int = 0
+    arrival_rate: float | None = None
+    lane_rate: float | None = None
+
+    def encode(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def decode(cls, data: Any) -> MetricsRow:
+        d = _object("metrics row", data)
+        f = lambda key, kind: _field("metrics row", d, key, kind)  # noqa: E731
+        o = lambda key, kind: _optional("metrics row", d, key, kind)  # noqa: E731
+        counts = {
+            k: f(k, int)
+            for k in ("n", "admitted", "acked", "failed", "timed_out", "replayed", "dlq")
+        }
+        return cls(
+            **counts,
+            window_start=float(f("window_start", _NUMBER)),
+            window_end=float(f("window_end", _NUMBER)),
+            records=f("records", int),
+            records_per_s=float(f("records_per_s", _NUMBER)),
+            latency_p50_s=o("latency_p50_s", _NUMBER),
+            latency_p99_s=o("latency_p99_s", _NUMBER),
+            backlog=f("backlog", int),
+            backpressure_level=f("backpressure_level", int),
+            lanes=[dict(_object("metrics row.lanes[]", g)) for g in f("lanes", list)],
+            levels=dict(f("levels", dict)),
+            mrwq=f("mrwq", int),
+            repeat_failures=f("repeat_failures", int),
+            arrival_rate=o("arrival_rate", _NUMBER),
+            lane_rate=o("lane_rate", _NUMBER),
+        )
+
+
+def encode_rows(rows: Sequence[MetricsRow]) -> list[dict[str, Any]]:
+    return [row.encode() for row in rows]
+
+
+def decode_rows(data: Any) -> list[MetricsRow]:
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ValueError(f"metrics rows must be a JSON list, got {data!r:.200}")
+    return [MetricsRow.decode(row) for row in data]
+
+
+def _encode_result(r: LaneResult) -> dict[str, Any]:
+    return {
+        "tuple_id": r.tuple_id,
+        "outcome": str(r.outcome),
+        "xor": r.xor,
+        "rt": None if r.rt is None else round(r.rt, 6),
+        "records": r.records,
+        "routed_records": r.routed_records,
+        "dead_records": r.dead_records,
+        "latencies": [round(v, 4) for v in r.latencies],
+        "not_before": r.not_before,
+        "mrwq_epoch": r.mrwq_epoch,
+        "mrwq_seq": r.mrwq_seq,
+        "error": r.error[:300],
+    }
+
+
+def _decode_result(data: Any) -> LaneResult:
+    """A tuple's result; absent fields take :class:`LaneResult`'s defaults."""
+    d = _object("lane result", data)
+    name = "lane result"
+    try:
+        outcome = Outcome(d.get("outcome"))
+    except ValueError as exc:
+        raise ValueError(f"{name}.outcome: {exc}") from None
+
+    def get(key: str, kind: Any, default: Any) -> Any:
+        return default if d.get(key) is None else _field(name, d, key, kind)
+
+    return LaneResult(
+        tuple_id=_field(name, d, "tuple_id", str),
+        outcome=outcome,
+        xor=get("xor", int, 0),
+        rt=get("rt", _NUMBER, None),
+        records=get("records", int, 0),
+        routed_records=get("routed_records", int, 0),
+        dead_records=get("dead_records", int, 0),
+        latencies=tuple(float(v) for v in get("latencies", list, ())),
+        not_before=get("not_before", _NUMBER, None),
+        mrwq_epoch=get("mrwq_epoch", str, None),
+        mrwq_seq=get("mrwq_seq", int, None),
+        error=get("error", str, ""),
+    )
+
+
+@dataclass(frozen=True)
+class LaneFeedback:
+    """Lane -> planner: one :class:`~flowctl.core.spout.LaneResult` per tuple of a batch."""
+
+    results: tuple[LaneResult, ...]
+
+    def encode(self) -> dict[str, Any]:
+        return {"results": [_encode_result(r) for r in self.results]}
+
+    @classmethod
+    def decode(cls, data: Any) -> LaneFeedback:
+        d = _object("lane feedback", data)
+        return cls(tuple(_decode_result(r) for r in _field("lane feedback", d, "results", list)))

@@ -1,0 +1,454 @@
+"""A lane: one executor task of one micro-batch (docs/flow-control.md, "Lanes").
+
+It reads exactly the lane's offset ranges, runs the pipeline definition's ``process``
+tuple by tuple under a deadline, routes failed records to the From replay topic or the
+DLQ (:mod:`flowctl.spark.flow.routing`), appends one outcome item per tuple to the MRWQ
+(:class:`~flowctl.core.persistence.MrwqWriter`) and writes its feedback for the planner
+(:class:`~flowctl.spark.flow.channels.LaneFeedback`). It yields one status row per tuple
+(:data:`STATUS_SCHEMA`).
+
+The steps of :func:`run_lane` are separate functions over a :class:`LaneIO` (Kafka reads
+and writes, the memcached store), so a unit test drives them with in-memory fakes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flowctl.core.backoff import FlumeBackoff
+from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result, read_epoch
+from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, decode_envelope
+from flowctl.core.replay import encode_envelope as encode_routed
+from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.tuples import TupleRange
+from flowctl.pipelines.base import Record
+from flowctl.spark.flow.channels import LaneFeedback, control_key
+from flowctl.spark.flow.deadline import run_with_deadline
+from flowctl.spark.flow.plan import FlowPartition, PlanEntry
+from flowctl.spark.flow.routing import (
+    Routing,
+    describe,
+    route_eden_failure,
+    route_malformed,
+    route_replay_failure,
+)
+from flowctl.spark.flow.settings import FlowSettings, cached_store, load_config
+
+log = logging.getLogger(__name__)
+
+#: Columns of the status rows a lane yields (one per tuple).
+STATUS_SCHEMA = (
+    "lane int, seq long, tuple_id string, outcome string, records int, rt double, error string"
+)
+#: The longest a lane waits for a replayed record's not-before time instead of holding it.
+MAX_HOLD_WAIT_S = 1.0
+#: The status rows' outcome of a warm-up batch's tuples (never fed to the spout).
+WARMUP = "warmup"
+#: Latency samples a lane reports per acked tuple (evenly spread over its records).
+LATENCY_SAMPLES = 8
+
+Fetched = Mapping[str, "list[Any] | Exception"]
+
+
+class LaneIO(Protocol):
+    """What a lane reads and writes besides the pipeline's code."""
+
+    #: The memcached store (MRWQ and feedback): ``incr``, ``add``, ``get_many``,
+    #: ``set_many``, ``delete_many``, ``get_json``, ``set_json``.
+    store: Any
+
+    def read(self, entries: Sequence[PlanEntry]) -> Fetched:
+        """Every tuple's Kafka records by tuple id, or the exception that failed its read."""
+        ...
+
+    def produce(self, topic: str, values: Sequence[bytes]) -> None:
+        """Append ``values`` to ``topic`` (replay topics, the DLQ)."""
+        ...
+
+
+@dataclass
+class TupleDone:
+    """One tuple's outcome inside a lane, before the MRWQ write and the feedback."""
+
+    entry: PlanEntry
+    outcome: Outcome
+    records: int
+    rt: float
+    item: tuple[str, list[tuple[str, Any]]] | None = None
+    routed: list[Any] | None = None
+    latencies: tuple[float, ...] = ()
+    not_before: float | None = None
+    error: str = ""
+    mrwq_epoch: str | None = None
+    mrwq_seq: int | None = None
+
+    def result(self) -> LaneResult:
+        """The planner's view of this tuple."""
+        routed = self.routed or ()
+        return LaneResult(
+            tuple_id=self.entry.tuple.id,
+            outcome=self.outcome,
+            xor=self.entry.edge,
+            rt=self.rt,
+            records=self.records,
+            routed_records=len(routed),
+            dead_records=sum(1 for x in routed if x.dead),
+            latencies=self.latencies,
+            not_before=self.not_before,
+            mrwq_epoch=self.mrwq_epoch,
+            mrwq_seq=self.mrwq_seq,
+            error=self.error[:300],
+        )
+
+
+class KafkaLaneIO:
+    """The lane's real I/O: Kafka through :mod:`flowctl.adapters.kafka_log`, memcached."""
+
+    def __init__(self, settings: FlowSettings) -> None:
+        self.settings = settings
+        self.store = cached_store(settings.memcached)
+
+    def read(self, entries: Sequence[PlanEntry]) -> Fetched:
+        return prefetch(entries, self.settings.bootstrap, self.settings.read_timeout_s)
+
+    def produce(self, topic: str, values: Sequence[bytes]) -> None:
+        from flowctl.adapters import kafka_log
+
+        kafka_log.produce(self.settings.bootstrap, topic, list(values))
+
+
+def run_lane(
+    settings: FlowSettings, part: FlowPartition, io: LaneIO | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """Process one lane's tuples (see the module docstring); yields one status row per tuple.
+
+    Never raises for a tuple: a tuple that cannot even be read or stored is reported
+    ``failed`` (the spout dispatches it again to another lane); in local mode a raising
+    task would fail the whole query.
+    """
+    config = load_config(settings.config_path)
+    flow = config.flow
+    definition = importlib.import_module(config.definition).DEFINITION
+    io = io if io is not None else KafkaLaneIO(settings)
+    if part.warmup:
+        yield from warm_up(settings, part, definition, flow.tuple_timeout_s, io)
+        return
+    backflow = Backflow(
+        ReplayTopics(config.name),
+        max_attempts=flow.max_attempts,
+        backoff=FlumeBackoff(flow.replay_backoff_initial_s, flow.replay_backoff_max_s),
+    )
+
+    def process(records: list[Any]) -> Any:
+        result = run_with_deadline(definition.process, records, flow.tuple_timeout_s, part.lane)
+        json.dumps(result, allow_nan=False)  # it waits in memcached as JSON: fail here if not
+        return result
+
+    done = process_tuples(part.entries, io.read(part.entries), process, backflow)
+    route_records(done, io)
+    append_outcomes(done, io.store, mrwq_namespace(config.name))
+    write_feedback(io.store, settings.ns, part, done)
+    yield from status_rows(part, done)
+
+
+def process_tuples(
+    entries: Sequence[PlanEntry],
+    fetched: Fetched,
+    process: Callable[[list[Any]], Any],
+    backflow: Backflow,
+) -> list[TupleDone]:
+    """The tuple-processing step: each tuple's records through ``process``, in plan order.
+
+    A replay topic partition whose head record must wait longer than
+    :data:`MAX_HOLD_WAIT_S` is held: its later records in this batch are held too (their
+    order is kept).
+    """
+    started = time.monotonic()
+    done: list[TupleDone] = []
+    held: set[tuple[str, int]] = set()
+    for entry in entries:
+        t = entry.tuple
+        raw = fetched[t.id]
+        if isinstance(raw, Exception):
+            done.append(TupleDone(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
+        elif not entry.replay:
+            records = [
+                Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw
+            ]
+            done.append(eden_tuple(entry, records, process, backflow, started))
+        elif (t.topic, t.partition) in held:
+            done.append(TupleDone(entry, Outcome.HELD, 0, 0.0, not_before=time.time()))
+        elif not raw:  # no record at that offset (a hole in the log): nothing to replay
+            done.append(TupleDone(entry, Outcome.ACKED, 0, time.monotonic() - started))
+        else:
+            done.append(replay_record(entry, raw[0], process, backflow, started, held))
+    return done
+
+
+def _sample_latencies(records: Sequence[Any], now_epoch: float) -> tuple[float, ...]:
+    stamps = [r.timestamp_ms for r in records if r.timestamp_ms is not None and r.timestamp_ms > 0]
+    if not stamps:
+        return ()
+    step = max(1, len(stamps) // LATENCY_SAMPLES)
+    return tuple(max(0.0, now_epoch - ms / 1000.0) for ms in stamps[::step][:LATENCY_SAMPLES])
+
+
+def _failed(
+    entry: PlanEntry, item_id: str, routing: Routing, n: int, started: float, *, replay: bool
+) -> TupleDone:
+    return TupleDone(
+        entry,
+        routing.outcome,
+        n,
+        time.monotonic() - started,
+        item=(item_id, [mrwq_result(routing.key, {"error": routing.error[:300]}, replay=replay)]),
+        routed=routing.routed,
+        error=routing.error,
+    )
+
+
+def eden_tuple(
+    entry: PlanEntry,
+    records: list[Any],
+    process: Callable[[list[Any]], Any],
+    backflow: Backflow,
+    started: float,
+) -> TupleDone:
+    """One Eden tuple: its result as an ``applied`` item, or its records routed."""
+    t = entry.tuple
+    try:
+        result = process(records)
+    except Exception as exc:
+        routing = route_eden_failure(
+            exc,
+            records,
+            topic=t.topic,
+            from_topic=entry.from_topic,
+            backflow=backflow,
+            now=time.time(),
+        )
+        return _failed(entry, t.id, routing, len(records), started, replay=False)
+    return TupleDone(
+        entry,
+        Outcome.ACKED,
+        len(records),
+        time.monotonic() - started,
+        item=(t.id, [mrwq_result("applied", result)]),
+        latencies=_sample_latencies(records, time.time()),
+    )
+
+
+def replay_record(
+    entry: PlanEntry,
+    raw: Any,
+    process: Callable[[list[Any]], Any],
+    backflow: Backflow,
+    started: float,
+    held: set[tuple[str, int]],
+) -> TupleDone:
+    """One record of the To topic: decode its envelope, wait out (or hold for) its backoff,
+    process it under its original coordinates."""
+    t = entry.tuple
+    now = time.time()
+    try:
+        env = decode_envelope(raw.value or b"")
+    except EnvelopeError as exc:
+        routing = route_malformed(
+            raw.value or b"",
+            str(exc),
+            topic=t.topic,
+            partition=t.partition,
+            offset=t.start,
+            backflow=backflow,
+            now=now,
+        )
+        return TupleDone(
+            entry,
+            Outcome.DLQ,
+            1,
+            time.monotonic() - started,
+            routed=routing.routed,
+            error=routing.error,
+        )
+    wait = env.not_before - now
+    if wait > MAX_HOLD_WAIT_S:
+        held.add((t.topic, t.partition))
+        return TupleDone(entry, Outcome.HELD, 0, 0.0, not_before=env.not_before)
+    if wait > 0:
+        time.sleep(wait)
+    original = TupleRange(env.topic, env.partition, env.offset, env.offset + 1)
+    record = Record(env.topic, env.partition, env.offset, None, env.payload, env.key)
+    try:
+        result = process([record])
+    except Exception as exc:
+        routing = route_replay_failure(
+            exc, env, from_topic=entry.from_topic, backflow=backflow, now=time.time()
+        )
+        return _failed(entry, original.id, routing, 1, started, replay=True)
+    return TupleDone(
+        entry,
+        Outcome.ACKED,
+        1,
+        time.monotonic() - started,
+        item=(original.id, [mrwq_result("applied", result, replay=True)]),
+    )
+
+
+def route_records(done: Sequence[TupleDone], io: LaneIO) -> None:
+    """Produce the failed records to their topics first: an outcome item must never claim
+    records not yet routed. A failed produce fails the tuples that routed records."""
+    by_topic: dict[str, list[bytes]] = {}
+    for d in done:
+        for routed in d.routed or ():
+            by_topic.setdefault(routed.topic, []).append(encode_routed(routed.envelope))
+    try:
+        for topic, values in by_topic.items():
+            io.produce(topic, values)
+    except Exception as exc:
+        for d in done:
+            if d.routed:
+                d.outcome, d.item, d.error = Outcome.FAILED, None, f"replay produce failed: {exc}"
+
+
+def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
+    """The MRWQ: one outcome item per tuple, one ``incr`` and one ``set_many`` for the lane;
+    each tuple learns its queue epoch and sequence number (the planner's durable ack)."""
+    items = [d for d in done if d.item is not None]
+    if not items:
+        return
+    try:
+        appended = MrwqWriter(store, ns).append_many([d.item for d in items])  # type: ignore[misc]
+        epoch = read_epoch(store, ns)
+    except Exception as exc:
+        for d in items:
+            d.outcome, d.error = Outcome.FAILED, f"MRWQ write failed: {exc}"
+        return
+    for d, seq in zip(items, appended, strict=True):
+        d.mrwq_epoch, d.mrwq_seq = epoch, seq
+
+
+def write_feedback(store: Any, ns: str, part: FlowPartition, done: Sequence[TupleDone]) -> None:
+    """The lane's feedback of batch ``part.seq`` for the planner (best effort: without it
+    the spout times these tuples out and dispatches them again)."""
+    from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
+
+    feedback = LaneFeedback(tuple(d.result() for d in done))
+    try:
+        FeedbackStore(store, ns).put(part.seq, part.lane, feedback.encode())
+    except Exception as exc:
+        log.warning("lane %d: feedback of batch %d not stored: %s", part.lane, part.seq, exc)
+
+
+def status_rows(part: FlowPartition, done: Sequence[TupleDone]) -> Iterator[tuple[Any, ...]]:
+    """One row of :data:`STATUS_SCHEMA` per tuple."""
+    for d in done:
+        yield (
+            part.lane,
+            part.seq,
+            d.entry.tuple.id,
+            str(d.outcome),
+            d.records,
+            float(d.rt),
+            d.error[:300] or None,
+        )
+
+
+def warm_up(
+    settings: FlowSettings,
+    part: FlowPartition,
+    definition: Any,
+    timeout_s: float,
+    io: LaneIO,
+) -> Iterator[tuple[Any, ...]]:
+    """A warm-up tuple: read its records, run ``process``, discard the results.
+
+    Touches what a real batch touches (Kafka, the pipeline code, memcached) and nothing
+    durable: no MRWQ item, no replay, no feedback. Errors are reported, never raised.
+    """
+    started = time.monotonic()
+    entry = part.entries[0]
+    error = ""
+    records: list[Any] = []
+    try:
+        io.store.get_json(control_key(settings.ns))
+        raw = io.read(part.entries)[entry.tuple.id]
+        if isinstance(raw, Exception):
+            raise raw
+        records = [Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw]
+        run_with_deadline(definition.process, records, timeout_s, part.lane)
+    except Exception as exc:  # a poison record or a slow read: the warm-up did its job
+        error = describe(exc)
+    yield (
+        part.lane,
+        part.seq,
+        entry.tuple.id,
+        WARMUP,
+        len(records),
+        time.monotonic() - started,
+        error[:300] or None,
+    )
+
+
+def prefetch(
+    entries: Sequence[PlanEntry], bootstrap: str, timeout_s: float
+) -> dict[str, list[Any] | Exception]:
+    """Every tuple's records, read in as few ``read_range`` calls as possible.
+
+    A lane's tuples of one partition are often contiguous (a window's worth of one
+    partition, or a run of replayed records): one read per contiguous span instead of one
+    assign + seek + fetch round trip per tuple. A span that cannot be read fails its
+    tuples only (the spout dispatches them again), never the task.
+    """
+    out: dict[str, list[Any] | Exception] = {}
+    for span in _spans(entries):
+        for t in span:
+            out[t.id] = []
+        try:
+            _read_span(span, bootstrap, timeout_s, out)
+        except Exception as exc:
+            from flowctl.adapters import kafka_log
+
+            # A consumer that failed mid-read is in doubt: the next read gets a fresh one.
+            kafka_log.drop_cached_consumer(bootstrap)
+            for t in span:
+                out[t.id] = exc
+    return out
+
+
+def _spans(entries: Sequence[PlanEntry]) -> list[list[TupleRange]]:
+    """The entries' tuples, grouped into contiguous runs per topic partition."""
+    by_tp: dict[tuple[str, int], list[TupleRange]] = {}
+    for e in entries:
+        by_tp.setdefault((e.tuple.topic, e.tuple.partition), []).append(e.tuple)
+    spans: list[list[TupleRange]] = []
+    for _, tuples in sorted(by_tp.items()):
+        tuples.sort()
+        first = len(spans)
+        for t in tuples:
+            if len(spans) > first and spans[-1][-1].end == t.start:
+                spans[-1].append(t)
+            else:
+                spans.append([t])
+    return spans
+
+
+def _read_span(
+    span: list[TupleRange], bootstrap: str, timeout_s: float, out: dict[str, Any]
+) -> None:
+    import bisect
+
+    from flowctl.adapters import kafka_log
+
+    starts = [t.start for t in span]
+    consumer = kafka_log.cached_consumer(bootstrap)
+    first, last = span[0], span[-1]
+    for record in kafka_log.read_range(
+        consumer, first.topic, first.partition, first.start, last.end, timeout_s=timeout_s
+    ):
+        out[span[bisect.bisect_right(starts, record.offset) - 1].id].append(record)

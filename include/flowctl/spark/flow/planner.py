@@ -1,0 +1,479 @@
+"""The planner: the spout's process side (Spark's long-lived source runner).
+
+``latestOffset`` collects the lanes' feedback of the previous micro-batch from memcached,
+applies it to the :class:`~flowctl.core.spout.Spout` (windows, XOR acker, ledger, replay
+state machine), reads what the database says is durable, steps the backpressure chain
+and admits this batch's tuples; the batch plan is the end offset
+(:mod:`flowctl.spark.flow.plan`). The planner talks to the driver through the channels
+of :mod:`flowctl.spark.flow.channels` and to the database only through
+:class:`~flowctl.adapters.flow_state.FlowState` (no SQL here).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from flowctl.core.backpressure import BackpressureChain, StageSpec
+from flowctl.core.clock import Clock, MonotonicClock
+from flowctl.core.metrics import MetricsWindow, SpoutMetrics
+from flowctl.core.persistence import mrwq_namespace, queue_length
+from flowctl.core.replay import ReplaySnapshot, ReplayTopics
+from flowctl.core.spout import Dispatch, Spout
+from flowctl.core.tuples import TopicPartition
+from flowctl.spark.flow import channels
+from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
+from flowctl.spark.flow.settings import FlowSettings, load_config, spout_config, worker_cache
+
+log = logging.getLogger(__name__)
+
+#: Seconds between log lines about windows that only grew (or backpressure levels that
+#: only moved, without a stage entering or leaving backpressure).
+WINDOW_LOG_EVERY_S = 5.0
+#: Seconds between warm-up batches of a standby topology (before its first activation).
+#: A warm-up batch reads one tuple's worth of the newest Eden records per lane and runs
+#: the pipeline's ``process`` on them, discarding the results: Spark's Python workers,
+#: the lanes' imports and connections are then warm when ``activate`` comes, so the
+#: first real batch is not a 4-7 s first batch. Spark ends a Python worker idle for a
+#: minute, hence well under that.
+WARMUP_EVERY_S = 20.0
+
+
+class LogEnds(Protocol):
+    """The Kafka log's end offsets, as the planner reads them."""
+
+    def latest_offsets(self, topic: str) -> dict[int, int]: ...
+
+    def close(self) -> None: ...
+
+
+class KafkaEnds:
+    """:class:`LogEnds` over one lazily created KafkaConsumer."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._consumer: Any = None
+
+    def latest_offsets(self, topic: str) -> dict[int, int]:
+        from flowctl.adapters import kafka_log
+
+        if self._consumer is None:
+            self._consumer = kafka_log.new_consumer(self.bootstrap)
+        return kafka_log.latest_offsets(self._consumer, topic)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:
+                log.debug("closing the planner consumer failed", exc_info=True)
+            self._consumer = None
+
+
+def _ensure_logging() -> None:
+    """Spark's source runner configures no logging: without a handler the planner's story
+    (window changes, backpressure, replays, rebuilds) would be lost. Its stderr reaches
+    the driver's log (the Airflow task log)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [planner]: %(message)s")
+        )
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        for noisy in ("kafka", "py4j"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class FlowPlanner:
+    """The spout's process side: owns the :class:`Spout`, talks to Kafka, memcached, the DB.
+
+    Lives on the stream reader in the planner process; never pickled to tasks. ``store``
+    (memcached), ``ends`` (Kafka) and ``state`` (the database) default to the real
+    adapters; a test passes in-memory fakes.
+    """
+
+    def __init__(
+        self,
+        settings: FlowSettings,
+        *,
+        store: Any = None,
+        ends: LogEnds | None = None,
+        state: Any = None,
+        clock: Clock | None = None,
+    ) -> None:
+        _ensure_logging()
+        self.settings = settings
+        self.config = load_config(settings.config_path)
+        self.flow = self.config.flow
+        self.clock = clock if clock is not None else MonotonicClock()
+        self.topics = ReplayTopics(self.config.name)
+        self._store = store
+        self.ends: LogEnds = ends if ends is not None else KafkaEnds(settings.bootstrap)
+        self._state = state
+        self.spout: Spout | None = None
+        self.seq = 0
+        self.pending: dict[int, tuple[set[int], float]] = {}
+        self.admit = not settings.standby
+        self.activated = self.admit
+        self.warmups = 0
+        self._last_warmup = -1e9
+        self.rebuild_seen: int | None = None
+        self.metrics = SpoutMetrics(
+            MetricsWindow(settings.topology_id, self.clock, window_s=self.flow.metrics_window_s),
+            self.config.tuple_size,
+        )
+        self.chain = self._new_chain()
+        self._last_plan_at = self.clock.now()
+        self._persisted_replay: ReplaySnapshot | None = None
+        self._last_warning: dict[str, float] = {}
+        self._last_level_log = -1e9
+        self._last_windows: tuple[int, ...] = ()
+        self._last_states: tuple[str, ...] = ()
+        self._last_window_log = -1e9
+        self._last_levels: dict[str, int] = {}
+        self._latest: dict[TopicPartition, int] = {}
+
+    def _new_chain(self) -> BackpressureChain:
+        f = self.flow
+        return BackpressureChain(
+            [
+                StageSpec("source", 1, f.admission_rate),
+                StageSpec("process", f.process_queue_capacity, f.admission_rate),
+                StageSpec(
+                    "persist", f.persist_queue_capacity, f.flush_max_length / f.flush_update_time_s
+                ),
+            ],
+            load_factor=f.load_factor,
+            factor=f.backpressure_factor,
+            clock=self.clock,
+        )
+
+    # -- services --
+
+    def store(self) -> Any:
+        from flowctl.adapters.memcached_store import MemcachedStore
+
+        if self._store is None:
+            self._store = MemcachedStore(self.settings.memcached)
+        return self._store
+
+    def state(self) -> Any:
+        """The database side (:class:`~flowctl.adapters.flow_state.FlowState`)."""
+        if self._state is None:
+            from flowctl.adapters.flow_state import FlowState
+
+            self._state = FlowState(
+                self.settings.database_url, self.config.name, self.settings.topic
+            )
+        return self._state
+
+    def close(self) -> None:
+        self.ends.close()
+
+    def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
+        """Log a best-effort failure at most every ``every_s`` per kind (readable logs)."""
+        now = self.clock.now()
+        if now - self._last_warning.get(what, -1e9) >= every_s:
+            self._last_warning[what] = now
+            log.warning("flow %s: %s failed (will retry): %s", self.settings.topology_id, what, exc)
+
+    # -- start and rebuild --
+
+    def build_spout(self) -> Spout:
+        """A spout from the durable state: checkpoint, gaps (holes of applied_ranges),
+        everything beyond the last durable range cut again, replay pointer and positions."""
+        start = self.state().start_state()
+        spout = Spout(
+            spout_config(self.settings, self.config),
+            self.clock,
+            positions=start.positions,
+            gaps=start.gaps,
+            checkpoints=start.checkpoints,
+            replay=start.replay,
+        )
+        self._persisted_replay = start.replay
+        self.pending.clear()
+        log.info(
+            "flow %s: spout built from the database: checkpoint %s, cut from %s, %d gap "
+            "range(s) first, replay From=%s positions %s",
+            self.settings.topology_id,
+            {tp.partition: n for tp, n in start.checkpoints.items()},
+            {tp.partition: n for tp, n in start.positions.items()},
+            len(start.gaps),
+            spout.replay.from_topic,
+            start.replay.positions if start.replay else (),
+        )
+        return spout
+
+    def _persist_replay(self) -> None:
+        """Store the replay pointer and committed positions when they changed (best effort)."""
+        assert self.spout is not None
+        snap = self.spout.replay.snapshot()
+        if snap == self._persisted_replay:
+            return
+        self.state().store_replay(snap)
+        self._persisted_replay = snap
+
+    # -- the per-batch work --
+
+    def initial_offset(self) -> dict[str, Any]:
+        if self.spout is None:
+            self.spout = self.build_spout()
+        return initial_offset(self.settings.topic)
+
+    def latest_offset(self, start: Mapping[str, Any]) -> dict[str, Any]:
+        """Feedback, durability, backpressure, then admission; returns the batch's plan
+        (or ``start`` itself when nothing is admitted: Spark then runs no batch)."""
+        self.seq = max(self.seq, int(start.get("seq", 0)))
+        self._read_control()
+        if self.spout is None:
+            self.spout = self.build_spout()
+        self._collect_feedback()
+        self.spout.expire()
+        self._durability()
+        latest = self.ends.latest_offsets(self.settings.topic)
+        self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
+        persist_len = self._mrwq_length()
+        levels = self._backpressure(persist_len)
+        dispatches = self._admit() if self.admit else []
+        self.metrics.record(
+            self.spout,
+            self._latest,
+            levels,
+            persist_len,
+            now=self.clock.now(),
+            wall_offset=time.time() - self.clock.now(),
+        )
+        self._publish_state(persist_len, levels)
+        if not dispatches:
+            warmup = self._warmup_plan() if not self.activated else None
+            return dict(start) if warmup is None else warmup
+        self.seq += 1
+        self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
+        self._log_windows(len(dispatches))
+        return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
+
+    def _admit(self) -> list[Dispatch]:
+        """This batch's tuples, within the source and process stages' rates."""
+        assert self.spout is not None
+        now = self.clock.now()
+        elapsed = min(max(now - self._last_plan_at, 0.1), 10.0)
+        rates = self.chain.rates()
+        budget = max(1, int(min(rates["source"], rates["process"]) * elapsed))
+        if self.settings.max_rows is not None:
+            budget = min(budget, max(1, self.settings.max_rows // self.config.tuple_size))
+        dispatches = self.spout.plan(self._latest, self._replay_ends(), time.time(), budget=budget)
+        self._last_plan_at = now
+        return dispatches
+
+    def _warmup_plan(self) -> dict[str, Any] | None:
+        """A standby topology's warm-up batch, every ``WARMUP_EVERY_S`` (``None``: not due,
+        or the log is empty: nothing to warm up with)."""
+        now = self.clock.now()
+        if now - self._last_warmup < WARMUP_EVERY_S:
+            return None
+        ranges = warmup_ranges(self._latest, self.settings.lanes, self.config.tuple_size)
+        if not ranges:
+            return None
+        self._last_warmup = now
+        self.warmups += 1
+        log.info(
+            "flow %s: standby warm-up %d: %d lane(s) read and process %d record(s) each, "
+            "results discarded",
+            self.settings.topology_id,
+            self.warmups,
+            len(ranges),
+            self.config.tuple_size,
+        )
+        return encode_warmup(self.settings.topic, self.seq, self.warmups, ranges)
+
+    def _read_control(self) -> None:
+        try:
+            raw = self.store().get_json(channels.control_key(self.settings.ns))
+            ctl = None if raw is None else Control.decode(raw)
+        except Exception as exc:
+            self._warn("reading the control key", exc)
+            return
+        if ctl is None:
+            return
+        if ctl.admit != self.admit:
+            log.info(
+                "flow %s: admission %s", self.settings.topology_id, "on" if ctl.admit else "off"
+            )
+            self.admit = ctl.admit
+            self.activated = self.activated or ctl.admit
+        rebuild = ctl.rebuild
+        if rebuild is not None and rebuild != self.rebuild_seen:
+            if self.rebuild_seen is not None and self.spout is not None:
+                log.warning(
+                    "flow %s: rebuild %s requested (gap repair or activation): dispatching "
+                    "everything not durable again",
+                    self.settings.topology_id,
+                    rebuild,
+                )
+                try:
+                    self.spout = self.build_spout()
+                except Exception as exc:  # the database is away: keep going, retry next batch
+                    self._warn("rebuilding the spout from the database", exc, every_s=0)
+                    return
+            self.rebuild_seen = rebuild
+
+    def _collect_feedback(self) -> None:
+        from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
+
+        assert self.spout is not None
+        try:
+            feedback = FeedbackStore(self.store(), self.settings.ns)
+            for seq in sorted(self.pending):
+                lanes, sent_at = self.pending[seq]
+                got = feedback.collect(seq, lanes)
+                for lane, data in got.items():
+                    self._apply_feedback(lane, LaneFeedback.decode(data))
+                if got:
+                    feedback.discard(seq, got)
+                    lanes -= set(got)
+                if not lanes or self.clock.now() - sent_at > self.flow.ack_timeout_s:
+                    del self.pending[seq]
+        except Exception as exc:
+            self._warn("collecting lane feedback", exc)
+
+    def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
+        assert self.spout is not None
+        summary = self.spout.on_lane_results(lane, feedback.results)
+        for error in summary.errors[:3]:
+            log.warning("flow lane %d: %s", lane, error)
+        if summary.requeued:
+            log.warning(
+                "flow lane %d: %d tuple(s) without an outcome, dispatched again to another lane",
+                lane,
+                summary.requeued,
+            )
+
+    def _durability(self) -> None:
+        """What the database says is durable: Eden checkpoint, flusher position."""
+        assert self.spout is not None
+        try:
+            durable = self.state().durable()
+            self.spout.durable(durable.checkpoints)
+            if durable.flushed is not None:
+                self.spout.confirm_replays(durable.flushed.epoch, int(durable.flushed.head))
+            self._persist_replay()
+        except Exception as exc:
+            self._warn("reading durable state from the database", exc)
+
+    def _mrwq_length(self) -> int:
+        try:
+            return queue_length(self.store(), mrwq_namespace(self.config.name)) or 0
+        except Exception as exc:
+            self._warn("reading the MRWQ length", exc)
+            return 0
+
+    def _backpressure(self, persist_len: int) -> dict[str, int]:
+        assert self.spout is not None
+        self.chain.step({"process": self.spout.outstanding, "persist": persist_len})
+        levels = self.chain.levels()
+        # Readable: at once when a stage enters or leaves backpressure, else every 5 s.
+        edge = {k for k, v in levels.items() if v} != {k for k, v in self._last_levels.items() if v}
+        due = self.clock.now() - self._last_level_log >= WINDOW_LOG_EVERY_S
+        if levels != self._last_levels and (edge or due):
+            self._last_level_log = self.clock.now()
+            log.info(
+                "flow %s: backpressure levels %s (MRWQ %d items, %d tuples admitted and not "
+                "processed); rates %s",
+                self.settings.topology_id,
+                levels,
+                persist_len,
+                self.spout.outstanding,
+                {k: round(v, 1) for k, v in self.chain.rates().items()},
+            )
+            self._last_levels = levels
+        return levels
+
+    def _replay_ends(self) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for topic in (self.topics.replay_a, self.topics.replay_b):
+            try:
+                ends = self.ends.latest_offsets(topic)
+            except Exception as exc:
+                self._warn(f"reading the end offsets of {topic}", exc)
+                return {}
+            out.update({(topic, p): n for p, n in ends.items()})
+        return out
+
+    def spout_state(self, persist_len: int, levels: Mapping[str, int]) -> SpoutState:
+        """What the driver reads after each batch (see :class:`SpoutState`)."""
+        assert self.spout is not None
+        return SpoutState(
+            at=time.time(),
+            admit=self.admit,
+            rebuild=self.rebuild_seen,
+            in_flight=self.spout.in_flight,
+            buffered=self.spout.buffered,
+            pending_batches=len(self.pending),
+            mrwq=persist_len,
+            levels=dict(levels),
+            lanes=self.spout.lane_gauges(),
+            counters=dict(self.spout.counters),
+            at_risk=self.spout.at_risk(),
+            seq=self.seq,
+            warmups=self.warmups,
+            log_empty=not any(self._latest.values()),
+        )
+
+    def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:
+        state = self.spout_state(persist_len, levels)
+        rows = [MetricsRow(**row) for row in self.metrics.rows]  # type: ignore[arg-type]
+        ns = self.settings.ns
+        try:
+            store = self.store()
+            store.set_json(channels.state_key(ns), state.encode(), expire_s=channels.STATE_TTL_S)
+            if rows:
+                store.set_json(
+                    channels.rows_key(ns), channels.encode_rows(rows), expire_s=channels.STATE_TTL_S
+                )
+        except Exception as exc:
+            self._warn("publishing the spout state", exc)
+
+    def _log_windows(self, dispatched: int) -> None:
+        """Window changes at a readable rate: at once when a window shrinks or a lane's
+        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
+        assert self.spout is not None
+        sizes = tuple(w.size for w in self.spout.windows)
+        states = tuple(str(w.state) for w in self.spout.windows)
+        shrank = len(sizes) == len(self._last_windows) and any(
+            new < old for new, old in zip(sizes, self._last_windows, strict=True)
+        )
+        now = self.clock.now()
+        due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
+        if sizes != self._last_windows and (shrank or states != self._last_states or due):
+            self._last_window_log = now
+            self._last_states = states
+            log.info(
+                "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
+                self.settings.topology_id,
+                self.seq,
+                dispatched,
+                list(self._last_windows),
+                list(sizes),
+                list(states),
+            )
+            self._last_windows = sizes
+
+
+def planner_for(settings: FlowSettings) -> FlowPlanner:
+    """The process's planner of a topology: Spark may create several reader objects in the
+    planner process (one for ``initialOffset``, one for the query); they must share one
+    spout, or the second would rebuild from the database and dispatch in-flight tuples
+    again."""
+    cache = worker_cache()
+    planner = cache.planners.get(settings.topology_id)
+    if planner is None or planner.settings != settings:
+        planner = FlowPlanner(settings)
+        cache.planners[settings.topology_id] = planner
+    return planner

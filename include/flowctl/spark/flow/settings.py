@@ -1,0 +1,92 @@
+"""What the planner and the lanes of a flow-controlled source share: their settings, the
+pipeline config and per-process caches (a Python worker of Spark runs many tasks, and
+module globals do not survive between them, so the cache lives in ``sys.modules``)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from flowctl.core.spout import SpoutConfig
+from flowctl.spark.flow.channels import namespace
+
+_CACHE_MODULE = "flowctl._flow_lane_cache"
+
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """Everything the planner and the lanes need, built from the source options."""
+
+    bootstrap: str
+    topic: str
+    pipeline: str
+    database_url: str
+    memcached: str
+    topology_id: str
+    lanes: int
+    config_path: str
+    max_rows: int | None
+    read_timeout_s: float
+    standby: bool
+
+    @property
+    def ns(self) -> str:
+        return namespace(self.topology_id)
+
+
+def worker_cache() -> Any:
+    """Per-process cache in ``sys.modules`` (module globals do not survive between tasks)."""
+    cache = sys.modules.get(_CACHE_MODULE)
+    if cache is None:
+        cache = types.ModuleType(_CACHE_MODULE, "Per-worker state of flowctl lanes.")
+        cache.configs = {}  # type: ignore[attr-defined]
+        cache.stores = {}  # type: ignore[attr-defined]
+        cache.planners = {}  # type: ignore[attr-defined]
+        cache.pool = None  # type: ignore[attr-defined]
+        sys.modules[_CACHE_MODULE] = cache
+    return cache
+
+
+def load_config(path: str) -> Any:
+    """The pipeline config (cached per process: lanes call this per task)."""
+    cache = worker_cache()
+    config = cache.configs.get(path)
+    if config is None:
+        from flowctl.pipelines.config import load_pipeline_config
+
+        config = load_pipeline_config(path)
+        cache.configs[path] = config
+    return config
+
+
+def cached_store(address: str) -> Any:
+    """The process's :class:`~flowctl.adapters.memcached_store.MemcachedStore` at ``address``."""
+    from flowctl.adapters.memcached_store import MemcachedStore
+
+    cache = worker_cache()
+    store = cache.stores.get(address)
+    if store is None:
+        store = MemcachedStore(address)
+        cache.stores[address] = store
+    return store
+
+
+def spout_config(settings: FlowSettings, config: Any) -> SpoutConfig:
+    """The spout's parameters: the pipeline's ``[flow]`` table and the topology's lanes."""
+    f = config.flow
+    return SpoutConfig(
+        pipeline=config.name,
+        lanes=settings.lanes,
+        tuple_size=config.tuple_size,
+        w_min=f.w_min,
+        w_max=f.w_max,
+        w_init=config.initial_window(settings.lanes),
+        rtt_threshold_s=f.rtt_threshold_s,
+        rtt_min_threshold_s=f.rtt_min_threshold_s,
+        slow_decrease=f.slow_decrease,
+        policy=f.dispatch,
+        tuple_timeout_s=f.ack_timeout_s,
+        linger_s=f.linger_s,
+    )

@@ -1,0 +1,143 @@
+"""In-memory fakes of the flow source's stores (unit tests only, no I/O).
+
+:class:`DictStore` has memcached's semantics; :class:`FakeEnds` stands for the Kafka end
+offsets the planner reads, :class:`FakeState` for its database
+(:class:`flowctl.adapters.flow_state.FlowState`), :class:`FakeLaneIO` for a lane's Kafka
+reads and writes (:class:`flowctl.spark.flow.lane.LaneIO`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from flowctl.adapters.flow_state import Durable, StartState
+from flowctl.core.replay import ReplaySnapshot
+from flowctl.core.tuples import TopicPartition
+
+
+class DictStore:
+    """memcached semantics in a dict (unit tests only): incr never creates, add only if
+    absent, get_many omits missing keys, set_many returns the keys not stored."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.refuse_sets = False
+
+    def incr(self, key: str, delta: int) -> int | None:
+        if key not in self.data:
+            return None
+        value = int(self.data[key]) + delta
+        self.data[key] = str(value).encode()
+        return value
+
+    def add(self, key: str, value: bytes) -> bool:
+        if key in self.data:
+            return False
+        self.data[key] = value
+        return True
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        return {k: self.data[k] for k in keys if k in self.data}
+
+    def set_many(self, mapping: Mapping[str, bytes], expire_s: int = 0) -> list[str]:
+        if self.refuse_sets:
+            return list(mapping)
+        self.data.update(mapping)
+        return []
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            self.data.pop(k, None)
+
+    def restart(self) -> None:
+        self.data.clear()
+
+    def set_json(self, key: str, value: Any, *, expire_s: int = 0) -> None:
+        if self.set_many({key: json.dumps(value).encode()}):
+            raise ConnectionError(f"set of {key!r} was not stored")
+
+    def get_json(self, key: str) -> Any | None:
+        raw = self.data.get(key)
+        return None if raw is None else json.loads(raw)
+
+
+class FakeEnds:
+    """The log's end offsets per topic, set by the test."""
+
+    def __init__(self, ends: Mapping[str, Mapping[int, int]] | None = None) -> None:
+        self.ends: dict[str, dict[int, int]] = {t: dict(e) for t, e in (ends or {}).items()}
+        self.closed = False
+
+    def latest_offsets(self, topic: str) -> dict[int, int]:
+        return dict(self.ends.get(topic, {}))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeState:
+    """The planner's database: a checkpoint per partition, no gaps, the replay pointer."""
+
+    checkpoints: dict[TopicPartition, int] = field(default_factory=dict)
+    replay: ReplaySnapshot | None = None
+    stored: list[ReplaySnapshot] = field(default_factory=list)
+    builds: int = 0
+
+    def start_state(self) -> StartState:
+        self.builds += 1
+        return StartState(dict(self.checkpoints), dict(self.checkpoints), [], self.replay)
+
+    def durable(self) -> Durable:
+        return Durable(dict(self.checkpoints), None)
+
+    def store_replay(self, snap: ReplaySnapshot) -> None:
+        self.stored.append(snap)
+        self.replay = snap
+
+
+class KafkaRecord(NamedTuple):
+    """A record as :func:`flowctl.adapters.kafka_log.read_range` yields it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    value: bytes | None
+    key: bytes | None = None
+
+
+class FakeLaneIO:
+    """A lane's Kafka in memory: ``log[(topic, partition)]`` holds the values by offset."""
+
+    def __init__(self, store: DictStore | None = None) -> None:
+        self.store = store if store is not None else DictStore()
+        self.log: dict[tuple[str, int], list[bytes]] = {}
+        self.produced: dict[str, list[bytes]] = {}
+        self.fail_reads: set[tuple[str, int]] = set()
+        self.fail_produce = False
+
+    def append(self, topic: str, partition: int, values: Sequence[bytes]) -> None:
+        self.log.setdefault((topic, partition), []).extend(values)
+
+    def read(self, entries: Sequence[Any]) -> dict[str, list[Any] | Exception]:
+        out: dict[str, list[Any] | Exception] = {}
+        for e in entries:
+            t = e.tuple
+            if (t.topic, t.partition) in self.fail_reads:
+                out[t.id] = ConnectionError(f"{t.topic}/{t.partition} unreachable")
+                continue
+            values = self.log.get((t.topic, t.partition), [])
+            out[t.id] = [
+                KafkaRecord(t.topic, t.partition, o, None, values[o])
+                for o in range(t.start, min(t.end, len(values)))
+            ]
+        return out
+
+    def produce(self, topic: str, values: Sequence[bytes]) -> None:
+        if self.fail_produce:
+            raise ConnectionError(f"{topic} unreachable")
+        self.produced.setdefault(topic, []).extend(values)

@@ -1,0 +1,167 @@
+"""A lane (run_lane and its steps) with an in-memory Kafka and memcached, no I/O."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
+from flowctl.core.persistence import (
+    mrwq_namespace,
+    parse_outcome_key,
+    queue_length,
+    read_epoch,
+)
+from flowctl.core.replay import Envelope, ReplayTopics, decode_envelope, encode_envelope
+from flowctl.core.spout import Dispatch, Outcome
+from flowctl.core.tuples import TupleRange
+from flowctl.spark.flow.channels import LaneFeedback
+from flowctl.spark.flow.lane import TupleDone, run_lane, write_feedback
+from flowctl.spark.flow.plan import FlowPartition, PlanEntry, decode_plan, encode_plan
+from tests.unit.fakes import DictStore, FakeLaneIO
+from tests.unit.flow_setup import flow_settings
+
+EDEN = "demo.eden"
+TOPICS = ReplayTopics("demo")
+POISON = "tests.spark.flow_def_poison"
+
+
+def _part(*tuples: TupleRange, lane: int = 0, seq: int = 3, replay: bool = False) -> FlowPartition:
+    dispatches = [Dispatch(lane, t, 7 + i, replay, TOPICS.replay_a) for i, t in enumerate(tuples)]
+    (part,) = decode_plan(encode_plan(EDEN, seq, dispatches, "demo"), EDEN, "demo")
+    return part
+
+
+def _items(store: DictStore) -> list[dict]:
+    import json
+
+    ns = mrwq_namespace("demo")
+    return [json.loads(v) for k, v in sorted(store.data.items()) if k.startswith(f"{ns}:item:")]
+
+
+def _feedback(store: DictStore, ns: str, part: FlowPartition) -> LaneFeedback:
+    got = FeedbackStore(store, ns).collect(part.seq, [part.lane])
+    return LaneFeedback.decode(got[part.lane])
+
+
+def test_a_lane_processes_its_tuples_appends_outcomes_and_reports_them(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"a b", b"b c", b"c"] * 4)
+    part = _part(TupleRange(EDEN, 0, 0, 6), TupleRange(EDEN, 0, 6, 12))
+    rows = list(run_lane(settings, part, io))
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        (0, 3, f"{EDEN}:0:0-6", "acked", 6),
+        (0, 3, f"{EDEN}:0:6-12", "acked", 6),
+    ]
+    ns = mrwq_namespace("demo")
+    assert queue_length(io.store, ns) == 2
+    items = _items(io.store)
+    assert [(i["t"], parse_outcome_key(i["k"]), i["v"]) for i in items] == [
+        (f"{EDEN}:0:0-6", ("applied", False), {"a": 2, "b": 4, "c": 4}),
+        (f"{EDEN}:0:6-12", ("applied", False), {"a": 2, "b": 4, "c": 4}),
+    ]
+    feedback = _feedback(io.store, settings.ns, part)
+    epoch = read_epoch(io.store, ns)
+    assert [(r.outcome, r.xor, r.records, r.mrwq_epoch) for r in feedback.results] == [
+        (Outcome.ACKED, 7, 6, epoch),
+        (Outcome.ACKED, 8, 6, epoch),
+    ]
+    assert [r.mrwq_seq for r in feedback.results] == [1, 2]
+    assert io.produced == {}
+
+
+def test_a_one_record_poison_tuple_goes_to_the_dlq_and_a_larger_one_to_from(
+    tmp_path: Path,
+) -> None:
+    settings = flow_settings(tmp_path, definition=POISON)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"ok", b"POISON", b"fine", b"POISON here"])
+    part = _part(TupleRange(EDEN, 0, 1, 2), TupleRange(EDEN, 0, 2, 4), TupleRange(EDEN, 0, 0, 1))
+    rows = list(run_lane(settings, part, io))
+    assert [r[3] for r in rows] == ["dlq", "replayed", "acked"]
+    dead = [decode_envelope(v) for v in io.produced[TOPICS.dlq]]
+    assert [(e.offset, e.payload) for e in dead] == [(1, b"POISON")]
+    replayed = [decode_envelope(v) for v in io.produced[TOPICS.replay_a]]
+    assert [(e.offset, e.attempt) for e in replayed] == [(2, 1), (3, 1)]
+    assert "replayed with the poison record's tuple" in replayed[0].error
+    results = _feedback(io.store, settings.ns, part).results
+    assert [(r.routed_records, r.dead_records) for r in results] == [(1, 1), (2, 0), (0, 0)]
+    assert queue_length(io.store, mrwq_namespace("demo")) == 3  # one item per tuple
+
+
+def test_a_failed_produce_fails_the_tuples_that_routed_records(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path, definition=POISON)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"POISON", b"ok"])
+    io.fail_produce = True
+    part = _part(TupleRange(EDEN, 0, 0, 1), TupleRange(EDEN, 0, 1, 2))
+    rows = list(run_lane(settings, part, io))
+    assert [r[3] for r in rows] == ["failed", "acked"]
+    assert "replay produce failed" in rows[0][6]
+    assert queue_length(io.store, mrwq_namespace("demo")) == 1  # no item claims them
+
+
+def test_a_read_or_mrwq_failure_fails_tuples_never_the_task(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"a"] * 4)
+    io.fail_reads.add((EDEN, 1))
+    part = _part(TupleRange(EDEN, 1, 0, 2), TupleRange(EDEN, 0, 0, 2))
+    assert [r[3] for r in run_lane(settings, part, io)] == ["failed", "acked"]
+    io.store.refuse_sets = True  # memcached refuses the items (and the feedback)
+    rows = list(run_lane(settings, _part(TupleRange(EDEN, 0, 2, 4), seq=4), io))
+    assert rows[0][3] == "failed" and "MRWQ write failed" in rows[0][6]
+
+
+def test_a_replayed_record_is_processed_under_its_original_coordinates(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path, definition=POISON)
+    io = FakeLaneIO()
+    env = Envelope(EDEN, 1, 41, b"BROKEN again", 1, "earlier", 0.0)
+    io.append(TOPICS.replay_b, 0, [encode_envelope(env), b"not an envelope"])
+    part = _part(
+        TupleRange(TOPICS.replay_b, 0, 0, 1), TupleRange(TOPICS.replay_b, 0, 1, 2), replay=True
+    )
+    rows = list(run_lane(settings, part, io))
+    assert [r[3] for r in rows] == ["replayed", "dlq"]
+    again = decode_envelope(io.produced[TOPICS.replay_a][0])
+    assert (again.topic, again.partition, again.offset, again.attempt) == (EDEN, 1, 41, 2)
+    assert decode_envelope(io.produced[TOPICS.dlq][0]).payload == b"not an envelope"
+    items = _items(io.store)  # the malformed record has no item: no Eden range to claim
+    assert [(i["t"], parse_outcome_key(i["k"])) for i in items] == [
+        (f"{EDEN}:1:41-42", ("replayed", True))
+    ]
+
+
+def test_a_warm_up_batch_processes_and_stores_nothing(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"x y"] * 10)
+    entry = PlanEntry(TupleRange(EDEN, 0, 0, 10), 0, False, TOPICS.replay_a)
+    rows = list(run_lane(settings, FlowPartition(1, 5, (entry,), warmup=True), io))
+    assert [(r[0], r[1], r[3], r[4], r[6]) for r in rows] == [(1, 5, "warmup", 10, None)]
+    assert io.store.data == {} and io.produced == {}
+
+
+def test_the_feedback_writer_stores_what_the_planner_reads_and_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = DictStore()
+    entry = PlanEntry(TupleRange(EDEN, 0, 0, 5), 2**64 - 3, False, TOPICS.replay_a)
+    part = FlowPartition(1, 9, (entry,))
+    done = [TupleDone(entry, Outcome.ACKED, 5, 0.25, latencies=(0.5,), mrwq_epoch="e", mrwq_seq=4)]
+    write_feedback(store, "flow.t", part, done)
+    (result,) = _feedback(store, "flow.t", part).results
+    assert (result.tuple_id, result.xor, result.rt, result.records) == (
+        entry.tuple.id,
+        2**64 - 3,
+        0.25,
+        5,
+    )
+    assert (result.latencies, result.mrwq_epoch, result.mrwq_seq) == ((0.5,), "e", 4)
+    store.refuse_sets = True
+    with caplog.at_level(logging.WARNING):
+        write_feedback(store, "flow.t", FlowPartition(1, 10, (entry,)), done)
+    assert "lane 1: feedback of batch 10 not stored" in caplog.text

@@ -1,0 +1,125 @@
+"""The planner (FlowPlanner) driven through its channels, with in-memory stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
+from flowctl.core.clock import FakeClock
+from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.tuples import TopicPartition
+from flowctl.spark.flow import channels
+from flowctl.spark.flow.channels import Control, LaneFeedback, SpoutState
+from flowctl.spark.flow.plan import decode_plan, initial_offset
+from flowctl.spark.flow.planner import FlowPlanner
+from tests.unit.fakes import DictStore, FakeEnds, FakeState
+from tests.unit.flow_setup import flow_settings
+
+EDEN = "demo.eden"
+
+
+def _planner(
+    tmp_path: Path, ends: dict[int, int], **kw: object
+) -> tuple[FlowPlanner, DictStore, FakeState]:
+    store, state = DictStore(), FakeState()
+    settings = flow_settings(tmp_path, **kw)  # type: ignore[arg-type]
+    planner = FlowPlanner(
+        settings, store=store, ends=FakeEnds({EDEN: ends}), state=state, clock=FakeClock()
+    )
+    return planner, store, state
+
+
+def _state(planner: FlowPlanner, store: DictStore) -> SpoutState:
+    return SpoutState.decode(store.get_json(channels.state_key(planner.settings.ns)))
+
+
+def test_a_batch_plans_the_log_in_tuples_over_the_lanes_and_publishes_its_state(
+    tmp_path: Path,
+) -> None:
+    planner, store, state = _planner(tmp_path, {0: 25, 1: 10})
+    start = planner.initial_offset()
+    assert state.builds == 1 and decode_plan(start, EDEN, "demo") == []
+    end = planner.latest_offset(start)
+    parts = decode_plan(end, EDEN, "demo")
+    tuples = sorted(e.tuple for p in parts for e in p.entries)
+    assert {p.lane for p in parts} == {0, 1} and all(p.seq == 1 for p in parts)
+    covered = {(t.partition, o) for t in tuples for o in range(t.start, t.end)}
+    # full tuples only: the partial tail 20-25 lingers for more records
+    assert covered == {(0, o) for o in range(20)} | {(1, o) for o in range(10)}
+    assert all(t.size == 10 for t in tuples)
+    published = _state(planner, store)
+    assert (planner.seq, published.in_flight, published.admit) == (1, len(tuples), True)
+    assert not published.log_empty
+    planner.clock.advance(planner.flow.linger_s + 0.1)  # type: ignore[attr-defined]
+    tail = decode_plan(planner.latest_offset(end), EDEN, "demo")
+    assert [(e.tuple.partition, e.tuple.start, e.tuple.end) for p in tail for e in p.entries] == [
+        (0, 20, 25)
+    ]
+
+
+def test_feedback_of_the_lanes_acks_the_tuples_one_batch_later(tmp_path: Path) -> None:
+    planner, store, _ = _planner(tmp_path, {0: 20})
+    end = planner.latest_offset(planner.initial_offset())
+    feedback = FeedbackStore(store, planner.settings.ns)
+    for part in decode_plan(end, EDEN, "demo"):
+        results = tuple(
+            LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
+            for e in part.entries
+        )
+        feedback.put(part.seq, part.lane, LaneFeedback(results).encode())
+    again = planner.latest_offset(end)
+    assert again == end  # everything admitted already: Spark runs no batch
+    published = _state(planner, store)
+    assert published.in_flight == 0 and published.pending_batches == 0
+    assert published.counters["acked"] == 2 and published.counters["records"] == 20
+    assert not any(k.startswith(f"{planner.settings.ns}:fb:") for k in store.data)
+
+
+def test_the_control_key_holds_admission_and_a_new_rebuild_rebuilds_the_spout(
+    tmp_path: Path,
+) -> None:
+    planner, store, state = _planner(tmp_path, {0: 30})
+    ctl = channels.control_key(planner.settings.ns)
+    store.set_json(ctl, Control(admit=False, rebuild=0).encode())
+    start = planner.initial_offset()
+    assert planner.latest_offset(start) == start  # admission off: no batch
+    assert _state(planner, store).admit is False and state.builds == 1
+    store.set_json(ctl, Control(admit=True, rebuild=1).encode())
+    end = planner.latest_offset(start)
+    assert decode_plan(end, EDEN, "demo") and state.builds == 2
+    assert _state(planner, store).rebuild == 1
+
+
+def test_a_durable_checkpoint_moves_the_plan_past_it(tmp_path: Path) -> None:
+    planner, _, state = _planner(tmp_path, {0: 40})
+    state.checkpoints = {TopicPartition(EDEN, 0): 30}
+    end = planner.latest_offset(initial_offset(EDEN))
+    tuples = [e.tuple for p in decode_plan(end, EDEN, "demo") for e in p.entries]
+    assert [(t.start, t.end) for t in tuples] == [(30, 40)]
+
+
+def test_a_standby_planner_plans_warm_up_batches_and_admits_nothing(tmp_path: Path) -> None:
+    planner, store, _ = _planner(tmp_path, {0: 50}, standby=True)
+    start = planner.initial_offset()
+    warm = planner.latest_offset(start)
+    parts = decode_plan(warm, EDEN, "demo")
+    assert warm["warmup"] == 1 and warm["seq"] == 0 and all(p.warmup for p in parts)
+    assert [(p.lane, p.entries[0].tuple.start, p.entries[0].tuple.end) for p in parts] == [
+        (0, 40, 50),
+        (1, 40, 50),
+    ]
+    assert planner.latest_offset(warm) == warm  # the next warm-up is not due yet
+    published = _state(planner, store)
+    assert (published.admit, published.in_flight, published.warmups) == (False, 0, 1)
+
+
+def test_closed_metrics_windows_are_published_as_rows(tmp_path: Path) -> None:
+    planner, store, _ = _planner(tmp_path, {0: 20}, flow="metrics_window_s = 1.0")
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    assert store.get_json(channels.rows_key(planner.settings.ns)) is None
+    planner.clock.advance(1.5)  # type: ignore[attr-defined]
+    planner.latest_offset(start)
+    rows = channels.decode_rows(store.get_json(channels.rows_key(planner.settings.ns)))
+    assert [r.n for r in rows] == [1] and rows[0].admitted == 2
+    assert rows[0].window_end > rows[0].window_start and len(rows[0].lanes) == 2
