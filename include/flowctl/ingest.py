@@ -18,21 +18,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowctl.core.validation import integer, integer_from_text
 from flowctl.textgen import file_lines, zipf_lines
 
 SOURCES = ("synthetic", "file")
 MAX_SYNTHETIC_LINES = 100_000_000
-
-
-def _integer(field: str, value: int | str) -> int:
-    """``value`` as the integer it denotes; a bool or a fraction is refused, not rounded."""
-    try:
-        number = int(value)
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{field}={value!r} is not an integer") from None
-    return number
 
 
 @dataclass(frozen=True)
@@ -58,10 +48,10 @@ class IngestRequest:
         """Validate raw values (DAG params arrive as strings); errors name field and value."""
         if source not in SOURCES:
             raise ValueError(f"source={source!r} must be one of {', '.join(SOURCES)}")
-        n = _integer("lines", lines)
-        if source == "synthetic" and not 1 <= n <= MAX_SYNTHETIC_LINES:
-            raise ValueError(f"lines={n} must be between 1 and {MAX_SYNTHETIC_LINES}")
-        s = _integer("seed", seed)
+        n = integer_from_text("lines", lines)
+        if source == "synthetic":
+            integer("lines", n, lo=1, hi=MAX_SYNTHETIC_LINES)
+        s = integer_from_text("seed", seed)
         if source == "file":
             if not path:
                 raise ValueError(f"path={path!r}: a file is required when source='file'")

@@ -13,33 +13,19 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 
+from flowctl.core.validation import argparse_type, integer_from_text, number_from_text
 from flowctl.services.base import ServiceError
 
 
-def _count(minimum: int):  # type: ignore[no-untyped-def]
+def _count(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``, checked before anything starts."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
-        return value
-
-    return parse
+    return argparse_type(lambda field, text: integer_from_text(field, text, lo=minimum))
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 and finite")
-    return value
+#: An argparse type: a finite number of seconds >= 0.
+_seconds = argparse_type(lambda field, text: number_from_text(field, text, lo=0))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,9 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.set_defaults(func=_stream_stop)
     counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
     counts.add_argument("--pipeline", default="wordcount")
-    counts.add_argument(
-        "--top", type=_at_least_one, default=10, help="show the N most frequent words"
-    )
+    counts.add_argument("--top", type=_count(1), default=10, help="show the N most frequent words")
     counts.set_defaults(func=_stream_counts)
     for sub in (listing, stop, counts):
         add_settings_arguments(sub, nested=True)
@@ -108,16 +92,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=_demo_down)
     for sub in (up, down):
         add_settings_arguments(sub, nested=True)
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
 
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import DAG, Param
 
+from flowctl.core.validation import allowed_parallelisms
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
 from flowctl_airflow.operators.ingest import SOURCES, IngestOperator
 from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
@@ -83,16 +84,6 @@ def _pipeline_dag(
     )
 
 
-def powers_of_two(lo: int, hi: int) -> list[int]:
-    """The allowed parallelisms: powers of two within ``[lo, hi]``."""
-    out, p = [], 1
-    while p <= hi:
-        if p >= lo:
-            out.append(p)
-        p <<= 1
-    return out
-
-
 def ingest_dag(config: PipelineConfig) -> DAG:
     with _pipeline_dag(
         config,
@@ -125,7 +116,7 @@ def ingest_dag(config: PipelineConfig) -> DAG:
 
 
 def stream_dag(config: PipelineConfig) -> DAG:
-    allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
+    allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
     with _pipeline_dag(
         config,
         "stream",
@@ -215,7 +206,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
 
 
 def rescale_dag(config: PipelineConfig) -> DAG:
-    allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
+    allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
     with _pipeline_dag(
         config,
         "rescale",
