@@ -17,6 +17,12 @@ pipeline:
 - ``reconcile_<name>``: a PySpark batch job recomputing the results from the
   durable Kafka log and comparing them with the database; fails on a mismatch.
 
+Each pipeline's DAGs are built on their own: a config that does not load (a
+wrong type, an unknown key) costs only its own DAGs. In their place comes one
+``invalid_pipeline_<file>`` DAG whose description and docs name the file, the
+field and the value (and whose only task fails with that message), so the
+mistake is visible in the DAG list while every other pipeline keeps running.
+
 DAG construction is cheap: no connection, broker or database is touched at
 parse time. The configs are read from ``include/pipelines/``, or from the
 directory named by ``FLOWCTL_PIPELINES_DIR`` (experiments, tests); every task
@@ -26,12 +32,15 @@ the Spark jobs all read the same file.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, BaseOperator, Param
+from airflow.sdk.exceptions import AirflowFailException
 
 from flowctl.core.validation import allowed_parallelisms
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
@@ -42,7 +51,11 @@ from flowctl_airflow.operators.stream import COLOURS, FlowctlStreamOperator
 from flowctl_airflow.sensors.failure_window import FailureRateWindowSensor
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
+
     from flowctl.pipelines.config import PipelineConfig
+
+log = logging.getLogger(__name__)
 
 START = datetime(2026, 1, 1)
 OWNER = "flowctl"
@@ -288,10 +301,52 @@ def pipeline_dags(config: PipelineConfig) -> list[DAG]:
     ]
 
 
-def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
-    """The DAGs of every pipeline config in ``config_dir``.
+class InvalidPipelineConfigOperator(BaseOperator):
+    """Fails with the reason a pipeline's config does not load (the invalid-config DAG's task).
 
-    Default: ``$FLOWCTL_PIPELINES_DIR`` if set, else ``include/pipelines``.
+    :param message: the config error, naming the file, the field and the value.
+    """
+
+    ui_color = "#ffd6d6"
+
+    def __init__(self, *, message: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def execute(self, context: Context) -> None:
+        raise AirflowFailException(self.message)
+
+
+def invalid_pipeline_dag(path: Path, error: BaseException) -> DAG:
+    """``invalid_pipeline_<file>``: what a config that does not load shows in the DAG list."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "config"
+    message = f"{type(error).__name__}: {error}"
+    if str(path) not in message:
+        message = f"{path}: {message}"
+    with DAG(
+        dag_id=f"invalid_pipeline_{stem}",
+        description=f"INVALID pipeline config (its DAGs are not built): {message}"[:1000],
+        doc_md=(
+            f"The pipeline config `{path}` does not load, so none of its DAGs exist. "
+            f"Every other pipeline's DAGs are unaffected.\n\n```\n{message}\n```\n\n"
+            "Fix the file; the DAG processor rebuilds the pipeline's DAGs on its next parse."
+        ),
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["flowctl", "invalid-config"],
+        default_args=_default_args(),
+    ) as dag:
+        InvalidPipelineConfigOperator(task_id="report", message=message)
+    return dag
+
+
+def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
+    """The DAGs of every pipeline config in ``config_dir``, each pipeline on its own.
+
+    Default: ``$FLOWCTL_PIPELINES_DIR`` if set, else ``include/pipelines``. A config that
+    does not load (or whose DAGs cannot be built) gives its :func:`invalid_pipeline_dag`
+    and an error in the DAG processor's log instead; the other pipelines are unaffected.
     """
     from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
@@ -299,5 +354,10 @@ def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
     directory = config_dir or (Path(env_dir) if env_dir else PIPELINES_DIR)
     dags: list[DAG] = []
     for path in sorted(directory.glob("*.toml")):
-        dags.extend(pipeline_dags(load_pipeline_config(path)))
+        try:
+            built = pipeline_dags(load_pipeline_config(path))
+        except Exception as exc:  # one broken pipeline must not take the others down
+            log.error("pipeline config %s: its DAGs are not built: %s", path, exc)
+            built = [invalid_pipeline_dag(path, exc)]
+        dags.extend(built)
     return dags
