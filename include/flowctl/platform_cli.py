@@ -49,7 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--pipeline", default="wordcount", help="pipeline name (wordcount)")
     source = ingest.add_mutually_exclusive_group()
     source.add_argument("--lines", type=int, default=100_000, help="synthetic lines (100000)")
-    source.add_argument("--file", help="load this text file instead of synthetic text")
+    source.add_argument(
+        "--file",
+        help="load this file instead of synthetic text: one record per line, the bytes as "
+        "they are (undecodable lines reach the pipeline, and its dead-letter topic, unchanged)",
+    )
+    ingest.add_argument(
+        "--skip-empty",
+        action="store_true",
+        help="with --file: leave out empty lines (by default each is a record)",
+    )
     ingest.add_argument("--seed", type=int, default=7, help="seed of the synthetic text (7)")
     add_settings_arguments(ingest, nested=True)
     ingest.set_defaults(func=_ingest)
@@ -152,6 +161,7 @@ def _ingest(args: argparse.Namespace) -> int:
             lines=args.lines,
             seed=args.seed,
             path=args.file,
+            skip_empty=args.skip_empty,
         )
     except ValueError as exc:
         raise ServiceError(str(exc)) from None

@@ -104,3 +104,11 @@ def test_the_power_of_two_holds_even_when_the_config_cannot_be_read(
     assert "--parallelism=6 is not allowed" in capsys.readouterr().err
     args = parse_args(["--pipeline-config", str(tmp_path / "gone.toml"), "--parallelism", "64"])
     assert args.parallelism == 64  # the bounds are the job's to report, naming the file
+
+
+def test_flowctl_ingest_file_passes_skip_empty_through() -> None:
+    from flowctl.cli import build_parser
+
+    args = build_parser().parse_args(["ingest", "--file", "x.txt", "--skip-empty"])
+    assert (args.file, args.skip_empty) == ("x.txt", True)
+    assert build_parser().parse_args(["ingest", "--file", "x.txt"]).skip_empty is False

@@ -135,6 +135,25 @@ def number_from_text(
     return value
 
 
+#: How a yes/no reads as text (a rendered template gives "True"/"False", a form true/false).
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def flag_from_text(field: str, text: Any, *, blank: bool | None = False) -> bool:
+    """A bool, or the text of one (``true``/``false``, ``yes``/``no``, ``1``/``0``, any case).
+
+    ``blank`` is what an empty value or ``None`` means (``None``: refused).
+    """
+    if isinstance(text, bool):
+        return text
+    word = "" if text is None else str(text).strip().lower()
+    if word in ("", "none") and blank is not None:
+        return blank
+    if word not in _FLAGS:
+        raise InvalidValue(field, text, "must be true or false")
+    return _FLAGS[word]
+
+
 def allowed_parallelisms(lo: int = 1, hi: int = MAX_PARALLELISM) -> list[int]:
     """The parallelisms a pipeline may run: powers of two within ``[lo, hi]``."""
     out, p = [], 1

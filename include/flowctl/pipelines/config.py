@@ -200,7 +200,7 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
     try:
         path = resolve_path(name_or_path)
         exists = path.is_file()
-    except ValueError as exc:  # a NUL byte: no file can have that name
+    except (ValueError, RuntimeError) as exc:  # a NUL byte, "~nosuchuser/...": no such file
         raise PipelineConfigError(f"pipeline config {name_or_path!r}: {exc}") from None
     if not exists:
         raise PipelineConfigError(f"pipeline config {name_or_path!r}: file {path} does not exist")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
-from flowctl.core.validation import parallelism
+from flowctl.core.validation import flag_from_text, parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
@@ -133,15 +133,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         return self.colour
 
     def _validated_standby(self) -> bool:
-        value = self.standby
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no", "", "none"):
-            return False
-        raise ValueError(f"standby={value!r} must be true or false")
+        return flag_from_text("standby", self.standby)
 
     def _job_env(self) -> dict[str, str]:
         db = FlowctlDbHook(self.flowctl_conn_id)
