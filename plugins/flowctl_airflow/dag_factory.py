@@ -104,17 +104,50 @@ def ingest_dag(config: PipelineConfig) -> DAG:
         description=f"Load text into Kafka topic {config.eden_topic}",
         doc_md=(
             f"Loads lines into `{config.eden_topic}`: `source=synthetic` generates "
-            "`lines` lines of seeded Zipf text (the same seed gives the same text); "
-            "`source=file` loads the text file at `path` (on the worker)."
+            "`lines` lines of the pipeline's seeded demo data (the same seed gives the same "
+            "lines); `source=file` loads the file at `path` (on the worker), one record per "
+            "line, the bytes as they are (`skip_empty` leaves out empty lines). The form can "
+            "be triggered as it is: synthetic data needs nothing else."
         ),
         max_active_runs=None,
         params={
             "source": Param(
-                "synthetic", enum=list(SOURCES), description="where the text comes from"
+                "synthetic",
+                type="string",
+                enum=list(SOURCES),
+                values_display={"synthetic": "synthetic demo data", "file": "a file"},
+                title="Source",
+                description="where the lines come from",
             ),
-            "lines": Param(100_000, type="integer", minimum=1, description="synthetic lines"),
-            "seed": Param(7, type="integer", description="seed of the synthetic text"),
-            "path": Param("", type="string", description="text file for source=file"),
+            "lines": Param(
+                100_000,
+                type="integer",
+                minimum=1,
+                title="Lines",
+                description="how many synthetic lines (source = synthetic)",
+                section="Synthetic data",
+            ),
+            "seed": Param(
+                7,
+                type="integer",
+                title="Seed",
+                description="the same seed gives the same lines (source = synthetic)",
+                section="Synthetic data",
+            ),
+            "path": Param(
+                None,
+                type=["null", "string"],
+                title="Path",
+                description="the file to load, on the worker (needed only for source = file)",
+                section="File",
+            ),
+            "skip_empty": Param(
+                False,
+                type="boolean",
+                title="Skip empty lines",
+                description="leave out empty lines (by default each line is a record)",
+                section="File",
+            ),
         },
     ) as dag:
         IngestOperator(
@@ -123,7 +156,8 @@ def ingest_dag(config: PipelineConfig) -> DAG:
             source="{{ params.source }}",
             lines="{{ params.lines }}",
             seed="{{ params.seed }}",
-            path="{{ params.path }}",
+            path="{{ params.path or '' }}",
+            skip_empty="{{ params.skip_empty }}",
         )
     return dag
 
@@ -150,12 +184,15 @@ def stream_dag(config: PipelineConfig) -> DAG:
                 description="start READY and admit nothing until activated (a replacement's "
                 "green; set by the replace operator)",
             ),
+            # Optional text is typed ["null", "string"]: the form does not require it.
             "replaces": Param(
-                "", type="string", description="the topology a standby green will replace"
+                None,
+                type=["null", "string"],
+                description="the topology a standby green will replace (set by a replacement)",
             ),
             "topology_id": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 description="id in the control plane (empty: derived from colour and run)",
             ),
         },
@@ -167,8 +204,8 @@ def stream_dag(config: PipelineConfig) -> DAG:
             colour="{{ params.colour }}",
             parallelism="{{ params.parallelism }}",
             standby="{{ params.standby }}",
-            replaces="{{ params.replaces }}",
-            topology_id="{{ params.topology_id }}",
+            replaces="{{ params.replaces or '' }}",
+            topology_id="{{ params.topology_id or '' }}",
         )
     return dag
 
@@ -231,20 +268,39 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             "it is refused while another replacement of the pipeline runs."
         ),
         params={
+            # One of the two: the form offers only allowed values (enum); the empty choice
+            # reads as what it means, not as "null" (values_display). Both set at once is
+            # refused by the task before anything is touched, naming both fields.
             "direction": Param(
                 None,
                 type=["null", "string"],
                 enum=[None, *DIRECTIONS],
-                description="up (double) or down (halve); leave empty to give a target",
+                values_display={
+                    "null": "(none: give a target parallelism)",
+                    "up": "up: double the lanes",
+                    "down": "down: halve the lanes",
+                },
+                title="Direction",
+                description="up doubles, down halves the ACTIVE topology's lanes; leave it "
+                "empty when you give a target parallelism (give exactly one of the two)",
             ),
             "target_parallelism": Param(
                 None,
                 type=["null", "integer"],
                 enum=[None, *allowed],
-                description=f"the new number of lanes, one of {allowed}; empty to use direction",
+                values_display={
+                    "null": "(none: use the direction)",
+                    **{str(p): f"{p} lane{'s' if p > 1 else ''}" for p in allowed},
+                },
+                title="Target parallelism",
+                description=f"the new number of lanes, one of {allowed}; leave it empty when "
+                "you give a direction (give exactly one of the two)",
             ),
             "reason": Param(
-                type="string", minLength=1, description="why (required; kept with the event)"
+                type="string",
+                minLength=1,
+                title="Reason",
+                description="why (required; kept with the replacement event)",
             ),
         },
     ) as dag:

@@ -31,6 +31,24 @@ class RescaleRequestError(ValueError):
     """A rescale request with a missing or bad field; the message names it and what is allowed."""
 
 
+def _as_form_value(value: Any) -> Any:
+    """A rendered template's text as the value the form held: ``""`` -> None, ``"8"`` -> 8.
+
+    Templates render to text; without this a request with both fields set would be
+    reported as ``target_parallelism='8'``, a number quoted as a string. Anything else
+    stays as it is, for the checks to name.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("", "None"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return value
+
+
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "None"))
 
@@ -141,6 +159,8 @@ class RescaleOperator(BlueGreenReplaceOperator):
         self.target_parallelism = target_parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.direction = _as_form_value(self.direction)
+        self.target_parallelism = _as_form_value(self.target_parallelism)
         config = self._config()
         # The request's own fields first: a bad form is reported before anything is read.
         validate_request(
