@@ -174,19 +174,19 @@ def parallelism(
     allowed = allowed_parallelisms(lo, hi)
     shown = allowed if hi < MAX_PARALLELISM else "1, 2, 4, 8, ..."
     try:
-        number = integer_from_text(field, value)
+        lanes = integer_from_text(field, value)
     except InvalidValue:
         raise InvalidValue(field, value, f"is not an integer; allowed values: {shown}") from None
-    if number not in allowed:
+    if lanes not in allowed:
         within = f"[{lo}, {hi}]" if hi < MAX_PARALLELISM else f">= {lo}"
         origin = f" {where}" if where else ""
         raise InvalidValue(
             field,
-            number,
+            lanes,
             f"is not allowed: it must be a power of two within {within}{origin}, "
             f"i.e. one of {shown}",
         )
-    return number
+    return lanes
 
 
 def argparse_type(parse: Callable[[str, str], T]) -> Callable[[str], T]:
