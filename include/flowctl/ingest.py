@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowctl.core.validation import flag_from_text, integer, integer_from_text
+from flowctl.core.validation import flag_from_text, integer_from_text
 from flowctl.textgen import file_records, zipf_lines
 
 SOURCES = ("synthetic", "file")
@@ -54,8 +54,8 @@ class IngestRequest:
         if source not in SOURCES:
             raise ValueError(f"source={source!r} must be one of {', '.join(SOURCES)}")
         n = integer_from_text("lines", lines)
-        if source == "synthetic":
-            integer("lines", n, lo=1, hi=MAX_SYNTHETIC_LINES)
+        if source == "synthetic" and not 1 <= n <= MAX_SYNTHETIC_LINES:
+            raise ValueError(f"lines={n} must be between 1 and {MAX_SYNTHETIC_LINES}")
         s = integer_from_text("seed", seed)
         if source == "file":
             if not path:
