@@ -15,17 +15,39 @@ import shlex
 import sys
 from collections.abc import Callable
 
-from flowctl.core.validation import argparse_type, integer_from_text, number_from_text
+from flowctl.core.validation import (
+    InvalidValue,
+    argparse_type,
+    integer_from_text,
+    number_from_text,
+)
 from flowctl.services.base import ServiceError
+
+#: An argparse type: an integer >= 1 (``'0' must be >= 1``).
+_positive = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
 
 
 def _count(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``, checked before anything starts."""
-    return argparse_type(lambda field, text: integer_from_text(field, text, lo=minimum))
+    as_integer = argparse_type(integer_from_text)
+
+    def parse(text: str) -> int:
+        value = as_integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+
+    return parse
 
 
-#: An argparse type: a finite number of seconds >= 0.
-_seconds = argparse_type(lambda field, text: number_from_text(field, text, lo=0))
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        return number_from_text("seconds", text, lo=0)
+    except InvalidValue as exc:
+        unreadable = exc.why == "is not a number"
+        why = "is not a number of seconds" if unreadable else "must be >= 0 and finite"
+        raise argparse.ArgumentTypeError(f"{text!r} {why}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.set_defaults(func=_stream_stop)
     counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
     counts.add_argument("--pipeline", default="wordcount")
-    counts.add_argument("--top", type=_count(1), default=10, help="show the N most frequent words")
+    counts.add_argument("--top", type=_positive, default=10, help="show the N most frequent words")
     counts.set_defaults(func=_stream_counts)
     for sub in (listing, stop, counts):
         add_settings_arguments(sub, nested=True)
