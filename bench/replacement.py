@@ -61,6 +61,8 @@ from _common import (
 )
 
 from flowctl.adapters import kafka_log, results
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.adapters.schema import utcnow
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.wordcount import count_words
@@ -217,6 +219,13 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, f
     """Replace ``blue`` by a topology of ``--to-lanes`` lanes; returns event times."""
     ev: dict[str, float] = {}
     if method == "blue_green":
+        # As the replace operator does: the running event names green, so the control
+        # plane lets it register beside the ACTIVE blue (one admitting topology at a time).
+        events = ReplacementLog(plat.plane.engine)
+        event = events.record_replacement(
+            name, blue.topology_id, f"{name}-green", args.from_lanes, args.to_lanes,
+            "bench: replacement under overload", started_at=utcnow(), outcome="running",
+        )  # fmt: skip
         green = submit(plat, config, f"{name}-green", args.to_lanes, extra=["--standby"], env=env)
         jobs.append(green)
         wait_state(plat, green.topology_id, {"READY"}, 180)
@@ -230,6 +239,7 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, f
         ev["green_active"] = time.monotonic() - t0
         stop(plat, blue, timeout_s=60)
         ev["blue_stopped"] = time.monotonic() - t0
+        events.update_replacement(event, outcome="ok", finished_at=utcnow())
     else:
         stop(plat, blue, timeout_s=120)
         ev["old_stopped"] = time.monotonic() - t0

@@ -18,32 +18,26 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowctl.textgen import file_lines, zipf_lines
+from flowctl.core.validation import flag_from_text, integer_from_text
+from flowctl.textgen import file_records, zipf_lines
 
 SOURCES = ("synthetic", "file")
 MAX_SYNTHETIC_LINES = 100_000_000
 
 
-def _integer(field: str, value: int | str) -> int:
-    """``value`` as the integer it denotes; a bool or a fraction is refused, not rounded."""
-    try:
-        number = int(value)
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{field}={value!r} is not an integer") from None
-    return number
-
-
 @dataclass(frozen=True)
 class IngestRequest:
-    """What to load: ``source`` is ``synthetic`` (``lines``, ``seed``) or ``file`` (``path``)."""
+    """What to load: ``source`` is ``synthetic`` (``lines``, ``seed``) or ``file`` (``path``).
+
+    A file is sent as it is, one record per line; ``skip_empty`` leaves out empty lines.
+    """
 
     pipeline: str
     source: str = "synthetic"
     lines: int = 100_000
     seed: int = 7
     path: str | None = None
+    skip_empty: bool = False
 
     @classmethod
     def parse(
@@ -54,26 +48,35 @@ class IngestRequest:
         lines: int | str = 100_000,
         seed: int | str = 7,
         path: str | None = None,
+        skip_empty: bool | str = False,
     ) -> IngestRequest:
         """Validate raw values (DAG params arrive as strings); errors name field and value."""
         if source not in SOURCES:
             raise ValueError(f"source={source!r} must be one of {', '.join(SOURCES)}")
-        n = _integer("lines", lines)
+        n = integer_from_text("lines", lines)
         if source == "synthetic" and not 1 <= n <= MAX_SYNTHETIC_LINES:
             raise ValueError(f"lines={n} must be between 1 and {MAX_SYNTHETIC_LINES}")
-        s = _integer("seed", seed)
+        s = integer_from_text("seed", seed)
         if source == "file":
             if not path:
                 raise ValueError(f"path={path!r}: a file is required when source='file'")
             if not Path(path).is_file():
                 raise ValueError(f"path={path!r} is not a readable file")
-        return cls(pipeline=pipeline, source=source, lines=n, seed=s, path=path or None)
+        return cls(
+            pipeline=pipeline,
+            source=source,
+            lines=n,
+            seed=s,
+            path=path or None,
+            skip_empty=flag_from_text("skip_empty", skip_empty),
+        )
 
-    def text(self) -> Iterator[str]:
-        """The lines this request loads (deterministic for ``synthetic``)."""
+    def text(self) -> Iterator[str] | Iterator[bytes]:
+        """The records this request loads: synthetic lines (deterministic), or the file's
+        lines as bytes, unchanged (see :func:`flowctl.textgen.file_records`)."""
         if self.source == "file":
             assert self.path is not None
-            return file_lines(self.path)
+            return file_records(self.path, skip_empty=self.skip_empty)
         return synthetic_generator(self.pipeline)(self.lines, self.seed)
 
 

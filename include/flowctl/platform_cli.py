@@ -13,18 +13,26 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 
+from flowctl.core.validation import (
+    InvalidValue,
+    argparse_type,
+    integer_from_text,
+    number_from_text,
+)
 from flowctl.services.base import ServiceError
 
+#: An argparse type: an integer >= 1 (``'0' must be >= 1``).
+_positive = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
 
-def _count(minimum: int):  # type: ignore[no-untyped-def]
+
+def _count(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``, checked before anything starts."""
+    as_integer = argparse_type(integer_from_text)
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        value = as_integer(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
         return value
@@ -33,13 +41,13 @@ def _count(minimum: int):  # type: ignore[no-untyped-def]
 
 
 def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 and finite")
-    return value
+        return number_from_text("seconds", text, lo=0)
+    except InvalidValue as exc:
+        unreadable = exc.why == "is not a number"
+        why = "is not a number of seconds" if unreadable else "must be >= 0 and finite"
+        raise argparse.ArgumentTypeError(f"{text!r} {why}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,7 +71,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--pipeline", default="wordcount", help="pipeline name (wordcount)")
     source = ingest.add_mutually_exclusive_group()
     source.add_argument("--lines", type=int, default=100_000, help="synthetic lines (100000)")
-    source.add_argument("--file", help="load this text file instead of synthetic text")
+    source.add_argument(
+        "--file",
+        help="load this file instead of synthetic text: one record per line, the bytes as "
+        "they are (undecodable lines reach the pipeline, and its dead-letter topic, unchanged)",
+    )
+    ingest.add_argument(
+        "--skip-empty",
+        action="store_true",
+        help="with --file: leave out empty lines (by default each is a record)",
+    )
     ingest.add_argument("--seed", type=int, default=7, help="seed of the synthetic text (7)")
     add_settings_arguments(ingest, nested=True)
     ingest.set_defaults(func=_ingest)
@@ -79,9 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.set_defaults(func=_stream_stop)
     counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
     counts.add_argument("--pipeline", default="wordcount")
-    counts.add_argument(
-        "--top", type=_at_least_one, default=10, help="show the N most frequent words"
-    )
+    counts.add_argument("--top", type=_positive, default=10, help="show the N most frequent words")
     counts.set_defaults(func=_stream_counts)
     for sub in (listing, stop, counts):
         add_settings_arguments(sub, nested=True)
@@ -108,16 +123,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=_demo_down)
     for sub in (up, down):
         add_settings_arguments(sub, nested=True)
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
 
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -178,6 +183,7 @@ def _ingest(args: argparse.Namespace) -> int:
             lines=args.lines,
             seed=args.seed,
             path=args.file,
+            skip_empty=args.skip_empty,
         )
     except ValueError as exc:
         raise ServiceError(str(exc)) from None

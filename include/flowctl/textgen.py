@@ -79,15 +79,17 @@ def zipf_lines(
         yield " ".join(parts)
 
 
-def file_lines(path: str, *, encoding: str = "utf-8") -> Iterator[str]:
-    """Yield the non-empty lines of a text file, without their line endings.
+def file_records(path: str, *, skip_empty: bool = False) -> Iterator[bytes]:
+    """Yield a file's lines as records: the bytes as they are, without the line ending.
 
-    Undecodable bytes are replaced (U+FFFD) rather than aborting the load: a
-    user's file with one bad byte still loads, and the count stays honest
-    because the same decoding is used to count it.
+    One record per line (ended by ``\\n`` or ``\\r\\n``; a last line without one counts).
+    Nothing is decoded or repaired: a line that is not valid UTF-8 reaches the pipeline
+    as it is, fails there and lands in the dead-letter topic with its reason, instead of
+    being silently rewritten. Empty lines are records too, unless ``skip_empty``.
     """
-    with open(path, encoding=encoding, errors="replace") as handle:
+    with open(path, "rb") as handle:
         for line in handle:
-            stripped = line.rstrip("\r\n")
-            if stripped:
-                yield stripped
+            if line.endswith(b"\n"):
+                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            if line or not skip_empty:
+                yield line

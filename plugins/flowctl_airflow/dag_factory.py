@@ -17,6 +17,12 @@ pipeline:
 - ``reconcile_<name>``: a PySpark batch job recomputing the results from the
   durable Kafka log and comparing them with the database; fails on a mismatch.
 
+Each pipeline's DAGs are built on their own: a config that does not load (a
+wrong type, an unknown key) costs only its own DAGs. In their place comes one
+``invalid_pipeline_<file>`` DAG whose description and docs name the file, the
+field and the value (and whose only task fails with that message), so the
+mistake is visible in the DAG list while every other pipeline keeps running.
+
 DAG construction is cheap: no connection, broker or database is touched at
 parse time. The configs are read from ``include/pipelines/``, or from the
 directory named by ``FLOWCTL_PIPELINES_DIR`` (experiments, tests); every task
@@ -26,13 +32,17 @@ the Spark jobs all read the same file.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, BaseOperator, Param
+from airflow.sdk.exceptions import AirflowFailException
 
+from flowctl.core.validation import allowed_parallelisms
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
 from flowctl_airflow.operators.ingest import SOURCES, IngestOperator
 from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
@@ -41,7 +51,11 @@ from flowctl_airflow.operators.stream import COLOURS, FlowctlStreamOperator
 from flowctl_airflow.sensors.failure_window import FailureRateWindowSensor
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
+
     from flowctl.pipelines.config import PipelineConfig
+
+log = logging.getLogger(__name__)
 
 START = datetime(2026, 1, 1)
 OWNER = "flowctl"
@@ -83,16 +97,6 @@ def _pipeline_dag(
     )
 
 
-def powers_of_two(lo: int, hi: int) -> list[int]:
-    """The allowed parallelisms: powers of two within ``[lo, hi]``."""
-    out, p = [], 1
-    while p <= hi:
-        if p >= lo:
-            out.append(p)
-        p <<= 1
-    return out
-
-
 def ingest_dag(config: PipelineConfig) -> DAG:
     with _pipeline_dag(
         config,
@@ -100,17 +104,50 @@ def ingest_dag(config: PipelineConfig) -> DAG:
         description=f"Load text into Kafka topic {config.eden_topic}",
         doc_md=(
             f"Loads lines into `{config.eden_topic}`: `source=synthetic` generates "
-            "`lines` lines of seeded Zipf text (the same seed gives the same text); "
-            "`source=file` loads the text file at `path` (on the worker)."
+            "`lines` lines of the pipeline's seeded demo data (the same seed gives the same "
+            "lines); `source=file` loads the file at `path` (on the worker), one record per "
+            "line, the bytes as they are (`skip_empty` leaves out empty lines). The form can "
+            "be triggered as it is: synthetic data needs nothing else."
         ),
         max_active_runs=None,
         params={
             "source": Param(
-                "synthetic", enum=list(SOURCES), description="where the text comes from"
+                "synthetic",
+                type="string",
+                enum=list(SOURCES),
+                values_display={"synthetic": "synthetic demo data", "file": "a file"},
+                title="Source",
+                description="where the lines come from",
             ),
-            "lines": Param(100_000, type="integer", minimum=1, description="synthetic lines"),
-            "seed": Param(7, type="integer", description="seed of the synthetic text"),
-            "path": Param("", type="string", description="text file for source=file"),
+            "lines": Param(
+                100_000,
+                type="integer",
+                minimum=1,
+                title="Lines",
+                description="how many synthetic lines (source = synthetic)",
+                section="Synthetic data",
+            ),
+            "seed": Param(
+                7,
+                type="integer",
+                title="Seed",
+                description="the same seed gives the same lines (source = synthetic)",
+                section="Synthetic data",
+            ),
+            "path": Param(
+                None,
+                type=["null", "string"],
+                title="Path",
+                description="the file to load, on the worker (needed only for source = file)",
+                section="File",
+            ),
+            "skip_empty": Param(
+                False,
+                type="boolean",
+                title="Skip empty lines",
+                description="leave out empty lines (by default each line is a record)",
+                section="File",
+            ),
         },
     ) as dag:
         IngestOperator(
@@ -119,13 +156,14 @@ def ingest_dag(config: PipelineConfig) -> DAG:
             source="{{ params.source }}",
             lines="{{ params.lines }}",
             seed="{{ params.seed }}",
-            path="{{ params.path }}",
+            path="{{ params.path or '' }}",
+            skip_empty="{{ params.skip_empty }}",
         )
     return dag
 
 
 def stream_dag(config: PipelineConfig) -> DAG:
-    allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
+    allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
     with _pipeline_dag(
         config,
         "stream",
@@ -146,12 +184,15 @@ def stream_dag(config: PipelineConfig) -> DAG:
                 description="start READY and admit nothing until activated (a replacement's "
                 "green; set by the replace operator)",
             ),
+            # Optional text is typed ["null", "string"]: the form does not require it.
             "replaces": Param(
-                "", type="string", description="the topology a standby green will replace"
+                None,
+                type=["null", "string"],
+                description="the topology a standby green will replace (set by a replacement)",
             ),
             "topology_id": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 description="id in the control plane (empty: derived from colour and run)",
             ),
         },
@@ -163,8 +204,8 @@ def stream_dag(config: PipelineConfig) -> DAG:
             colour="{{ params.colour }}",
             parallelism="{{ params.parallelism }}",
             standby="{{ params.standby }}",
-            replaces="{{ params.replaces }}",
-            topology_id="{{ params.topology_id }}",
+            replaces="{{ params.replaces or '' }}",
+            topology_id="{{ params.topology_id or '' }}",
         )
     return dag
 
@@ -215,7 +256,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
 
 
 def rescale_dag(config: PipelineConfig) -> DAG:
-    allowed = powers_of_two(config.min_parallelism, config.max_parallelism)
+    allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
     with _pipeline_dag(
         config,
         "rescale",
@@ -227,20 +268,39 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             "it is refused while another replacement of the pipeline runs."
         ),
         params={
+            # One of the two: the form offers only allowed values (enum); the empty choice
+            # reads as what it means, not as "null" (values_display). Both set at once is
+            # refused by the task before anything is touched, naming both fields.
             "direction": Param(
                 None,
                 type=["null", "string"],
                 enum=[None, *DIRECTIONS],
-                description="up (double) or down (halve); leave empty to give a target",
+                values_display={
+                    "null": "(none: give a target parallelism)",
+                    "up": "up: double the lanes",
+                    "down": "down: halve the lanes",
+                },
+                title="Direction",
+                description="up doubles, down halves the ACTIVE topology's lanes; leave it "
+                "empty when you give a target parallelism (give exactly one of the two)",
             ),
             "target_parallelism": Param(
                 None,
                 type=["null", "integer"],
                 enum=[None, *allowed],
-                description=f"the new number of lanes, one of {allowed}; empty to use direction",
+                values_display={
+                    "null": "(none: use the direction)",
+                    **{str(p): f"{p} lane{'s' if p > 1 else ''}" for p in allowed},
+                },
+                title="Target parallelism",
+                description=f"the new number of lanes, one of {allowed}; leave it empty when "
+                "you give a direction (give exactly one of the two)",
             ),
             "reason": Param(
-                type="string", minLength=1, description="why (required; kept with the event)"
+                type="string",
+                minLength=1,
+                title="Reason",
+                description="why (required; kept with the replacement event)",
             ),
         },
     ) as dag:
@@ -297,10 +357,52 @@ def pipeline_dags(config: PipelineConfig) -> list[DAG]:
     ]
 
 
-def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
-    """The DAGs of every pipeline config in ``config_dir``.
+class InvalidPipelineConfigOperator(BaseOperator):
+    """Fails with the reason a pipeline's config does not load (the invalid-config DAG's task).
 
-    Default: ``$FLOWCTL_PIPELINES_DIR`` if set, else ``include/pipelines``.
+    :param message: the config error, naming the file, the field and the value.
+    """
+
+    ui_color = "#ffd6d6"
+
+    def __init__(self, *, message: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def execute(self, context: Context) -> None:
+        raise AirflowFailException(self.message)
+
+
+def invalid_pipeline_dag(path: Path, error: BaseException) -> DAG:
+    """``invalid_pipeline_<file>``: what a config that does not load shows in the DAG list."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "config"
+    message = f"{type(error).__name__}: {error}"
+    if str(path) not in message:
+        message = f"{path}: {message}"
+    with DAG(
+        dag_id=f"invalid_pipeline_{stem}",
+        description=f"INVALID pipeline config (its DAGs are not built): {message}"[:1000],
+        doc_md=(
+            f"The pipeline config `{path}` does not load, so none of its DAGs exist. "
+            f"Every other pipeline's DAGs are unaffected.\n\n```\n{message}\n```\n\n"
+            "Fix the file; the DAG processor rebuilds the pipeline's DAGs on its next parse."
+        ),
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["flowctl", "invalid-config"],
+        default_args=_default_args(),
+    ) as dag:
+        InvalidPipelineConfigOperator(task_id="report", message=message)
+    return dag
+
+
+def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
+    """The DAGs of every pipeline config in ``config_dir``, each pipeline on its own.
+
+    Default: ``$FLOWCTL_PIPELINES_DIR`` if set, else ``include/pipelines``. A config that
+    does not load (or whose DAGs cannot be built) gives its :func:`invalid_pipeline_dag`
+    and an error in the DAG processor's log instead; the other pipelines are unaffected.
     """
     from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
@@ -308,5 +410,10 @@ def all_pipeline_dags(config_dir: Path | None = None) -> list[DAG]:
     directory = config_dir or (Path(env_dir) if env_dir else PIPELINES_DIR)
     dags: list[DAG] = []
     for path in sorted(directory.glob("*.toml")):
-        dags.extend(pipeline_dags(load_pipeline_config(path)))
+        try:
+            built = pipeline_dags(load_pipeline_config(path))
+        except Exception as exc:  # one broken pipeline must not take the others down
+            log.error("pipeline config %s: its DAGs are not built: %s", path, exc)
+            built = [invalid_pipeline_dag(path, exc)]
+        dags.extend(built)
     return dags

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
-from flowctl.adapters.control_plane import ControlPlane, UnknownTopology
+from flowctl.adapters.control_plane import AdmissionConflict, ControlPlane, UnknownTopology
 from flowctl.adapters.db import DatabaseUnavailable, in_transaction
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -205,3 +205,60 @@ def test_operational_errors_are_retried_then_reported(plane: ControlPlane) -> No
 
     with pytest.raises(DatabaseUnavailable, match=r"broken work: gave up after 2 attempt"):
         in_transaction(plane.engine, broken, what="broken work", attempts=2)
+
+
+# -- one admitting topology per pipeline --------------------------------------------------------
+
+
+def _active(plane: ControlPlane, topology_id: str, pipeline: str = "wordcount") -> None:
+    plane.register_topology(topology_id, pipeline, "blue", 2)
+    plane.set_state(topology_id, "ACTIVE")
+
+
+def test_a_second_topology_is_refused_while_one_is_active(plane: ControlPlane) -> None:
+    _active(plane, "wc-blue-1")
+    with pytest.raises(AdmissionConflict) as info:
+        plane.register_topology("wc-blue-2", "wordcount", "blue", 4, wait_s=0)
+    message = str(info.value)
+    assert "topology_id='wc-blue-2' refused" in message and "'wc-blue-1'" in message, message
+    assert [t.topology_id for t in plane.topologies("wordcount")] == ["wc-blue-1"]
+    plane.register_topology("other-blue-1", "other", "blue", 1, wait_s=0)  # another pipeline
+    plane.set_state("wc-blue-1", "DRAINED")
+    assert plane.register_topology("wc-blue-2", "wordcount", "blue", 4, wait_s=0).state == (
+        "STARTING"
+    )
+
+
+def test_the_green_of_a_running_replacement_registers(plane: ControlPlane) -> None:
+    from flowctl.adapters.replacements import ReplacementLog
+
+    _active(plane, "wc-blue-1")
+    events = ReplacementLog(plane.engine)
+    event = events.record_replacement(
+        "wordcount", "wc-blue-1", "wc-green-p4", 2, 4, "load", outcome="running",
+        started_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    with pytest.raises(AdmissionConflict):  # not the event's green
+        plane.register_topology("wc-green-other", "wordcount", "green", 4, wait_s=0)
+    assert plane.register_topology("wc-green-p4", "wordcount", "green", 4, wait_s=0)
+    events.update_replacement(event, outcome="ok", finished_at=dt.datetime.now(dt.UTC))
+    with pytest.raises(AdmissionConflict):  # the replacement is over: no more greens
+        plane.register_topology("wc-green-late", "wordcount", "green", 4, wait_s=0)
+
+
+def test_a_dead_active_topology_does_not_block_a_restart(plane: ControlPlane) -> None:
+    _active(plane, "wc-blue-1")
+    t = schema.topologies
+    with plane.engine.begin() as conn:  # its driver was SIGKILLed a minute ago
+        conn.execute(
+            t.update()
+            .where(t.c.topology_id == "wc-blue-1")
+            .values(heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1))
+        )
+    assert plane.register_topology("wc-blue-2", "wordcount", "blue", 2, wait_s=0)
+
+
+def test_registration_waits_for_a_silent_heartbeat_to_go_stale(plane: ControlPlane) -> None:
+    _active(plane, "wc-blue-1")  # registered just now, never beats again (killed)
+    assert plane.register_topology("wc-blue-2", "wordcount", "blue", 2).state == "STARTING"
+    assert plane.get_topology("wc-blue-1").state == "ACTIVE"

@@ -229,3 +229,46 @@ def test_ingest_of_a_logetl_pipeline_produces_its_access_log_lines(
 def test_ingest_of_wordcount_still_produces_zipf_text() -> None:
     request = IngestRequest.parse(pipeline="wordcount", lines=50, seed=9)
     assert list(request.text()) == list(zipf_lines(50, seed=9))
+
+
+# -- ingest: a user's file, as it is ----------------------------------------------------------
+
+
+def _topic_values(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = kafka_log.new_consumer(bootstrap)
+    try:
+        return [
+            record.value
+            for partition, end in kafka_log.latest_offsets(consumer, topic).items()
+            for record in kafka_log.read_range(consumer, topic, partition, 0, end)
+        ]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("skip_empty", [False, True])
+def test_ingest_of_a_file_sends_every_line_unchanged(
+    kafka_bootstrap: str, tmp_path: Path, skip_empty: bool
+) -> None:
+    """Empty lines and undecodable bytes reach the topic as they are (no U+FFFD), so a
+    malformed line meets the pipeline, and its dead-letter topic, as the user wrote it."""
+    name = f"files{secrets.token_hex(3)}"
+    text = resolve_path("logetl").read_text().replace('name = "logetl"', f'name = "{name}"')
+    config_path = tmp_path / f"{name}.toml"
+    config_path.write_text(text.replace('eden = "logetl.eden"', f'eden = "{name}.eden"'))
+    lines = [b"GET /a 200", b"", b"caf\xe9 \xff\xfe broken", b"", b"  ", b"last"]
+    data = tmp_path / "input.log"
+    data.write_bytes(b"\r\n".join(lines[:3]) + b"\n" + b"\n".join(lines[3:]))
+
+    request = IngestRequest.parse(
+        pipeline=str(config_path), source="file", path=str(data), skip_empty=str(skip_empty)
+    )
+    outcome = ingest(request, kafka_bootstrap)
+
+    expected = [line for line in lines if line or not skip_empty]
+    assert outcome.records == len(expected)
+    values = _topic_values(kafka_bootstrap, outcome.topic)
+    assert sorted(values) == sorted(expected)
+    assert all(b"\xef\xbf\xbd" not in v for v in values)  # nothing became U+FFFD
+    with pytest.raises(PoisonRecord, match="not UTF-8"):  # so the DLQ gets it, with why
+        logetl.parse_line(b"caf\xe9 \xff\xfe broken")

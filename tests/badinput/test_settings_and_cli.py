@@ -284,12 +284,16 @@ def _job_exits_2_naming(capsys: pytest.CaptureFixture[str], argv: list[str], fla
 def test_job_parallelism_is_a_positive_integer_or_exits_2_naming_it(
     capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
+    # The DAGs' rule: a power of two within the config's bounds (wordcount: 1..16).
     number = _integer(value)
-    if number is not None and number >= 1:
+    if number in (1, 2, 4, 8, 16):
         assert job.parse_args([f"--parallelism={value}"]).parallelism == number
         return
     err = _job_exits_2_naming(capsys, [f"--parallelism={value}"], "--parallelism")
-    assert repr(value) in err, err
+    if number is not None and number >= 1:
+        assert f"--parallelism={number} is not allowed" in err and "[1, 2, 4, 8, 16]" in err, err
+    else:
+        assert repr(value) in err, err
 
 
 @PROPERTY

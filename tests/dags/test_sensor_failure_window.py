@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.config import load_pipeline_config
@@ -164,6 +165,15 @@ def test_no_decision_without_exactly_one_active_topology(sqlite_url: str) -> Non
     ControlPlane(sqlite_url).ensure_schema()
     assert "no ACTIVE topology" in evaluate(sqlite_url, "wordcount", PAPER).reason
     _topology(sqlite_url, [0, 0, 0, 9])
+    # The control plane registers no second admitting topology while the first one lives;
+    # two ACTIVE ones remain possible when the first one's driver died without a word.
+    t = schema.topologies
+    with ControlPlane(sqlite_url).engine.begin() as conn:
+        conn.execute(
+            t.update()
+            .where(t.c.topology_id == "wc-blue-1")
+            .values(heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5))
+        )
     _topology(sqlite_url, [0, 0, 0, 9], topology_id="wc-green-2")
     assert "2 ACTIVE topologies" in evaluate(sqlite_url, "wordcount", PAPER).reason
 

@@ -29,7 +29,7 @@ def test_driver_sigkilled_three_times_at_random_moments(
     with run.feeding():
         for attempt in (1, 2, 3):
             before = run.counted()
-            job = run.submit(f"faultkill-blue-{attempt}", rng.choice([2, 3]))
+            job = run.submit(f"faultkill-blue-{attempt}", rng.choice([2, 4]))
             wait_for(
                 lambda before=before: run.counted() > before,
                 timeout_s=180,
@@ -39,7 +39,7 @@ def test_driver_sigkilled_three_times_at_random_moments(
             time.sleep(rng.uniform(0.0, 3.0))
             job.kill_hard()
             assert run.counted() < len(run.produced), "the kill came after the stream's end"
-    job = run.submit("faultkill-blue-4", 3)
+    job = run.submit("faultkill-blue-4", 4)
     run.settle(job, "faultkill-blue-4")
     assert "spout built from the database" in job.log()
     check(run, "driver SIGKILL x3 (seeded moments), restarted", spark, tallies)

@@ -47,7 +47,7 @@ def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
     data = lines(6_000, seed=11)
     kafka_log.produce(bootstrap, "flowexact.eden", data)
     expected = dict(count_words(data))
-    job = flow.submit(config, "flowexact-blue-1", 3)
+    job = flow.submit(config, "flowexact-blue-1", 4)
     wait_for(
         lambda: counted(flow, "flowexact") == expected,
         timeout_s=180,
@@ -190,7 +190,7 @@ def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_
     data = lines(6_000, seed=31)
     kafka_log.produce(bootstrap, "flowslow.eden", data)
     expected = dict(count_words(data))
-    job = flow.submit(config, "flowslow-blue-1", 3)
+    job = flow.submit(config, "flowslow-blue-1", 4)
     wait_for(
         lambda: counted(flow, "flowslow") == expected,
         timeout_s=240,

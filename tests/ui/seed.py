@@ -53,6 +53,8 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
         )
 
     plane.register_topology(BLUE, PIPELINE, "blue", 2)
+    # Registered before BLUE admits: no second admitting topology registers beside an ACTIVE one.
+    plane.register_topology(GREEN, PIPELINE, "green", 4)
     plane.set_state(BLUE, "ACTIVE")
     for i, (failed, timed_out) in enumerate(BLUE_FAILS):
         plane.write_metrics_window(
@@ -71,7 +73,6 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
             backpressure_level=1.0 if i == 3 else 0.0,
             lanes=[{"lane": 0, "window": 4, "state": "NORMAL", "in_flight": 1}],
         )
-    plane.register_topology(GREEN, PIPELINE, "green", 4)
     plane.set_state(GREEN, "ACTIVE")
     plane.set_state(BLUE, "STOPPED")
     for i in (4, 5):

@@ -69,8 +69,47 @@ def test_a_bad_pipeline_config_exits_2_naming_it(
 
 
 def test_parallelism_outside_the_configured_bounds_exits_2(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLOWCTL_HOME", str(tmp_path))
-    assert main(["--parallelism", "1000"]) == 2
-    assert "--parallelism=1000 is outside [1, 16]" in caplog.text
+    with pytest.raises(SystemExit) as info:
+        main(["--parallelism", "1000"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--parallelism=1000 is not allowed" in err and "within [1, 16]" in err, err
+    assert "wordcount.toml" in err and "[1, 2, 4, 8, 16]" in err, err
+
+
+@pytest.mark.parametrize("script", ["stream.py", "logetl_stream.py"])
+def test_a_parallelism_the_dags_do_not_offer_is_refused_naming_the_script_run(
+    script: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.argv", [f"/opt/spark_jobs/{script}"])
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--parallelism", "3"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        f"{script}: error: --parallelism=3 is not allowed: it must be a power of two within "
+        f"[1, 16] of {Path(__file__).parents[2] / 'include/pipelines/wordcount.toml'}, "
+        "i.e. one of [1, 2, 4, 8, 16]"
+    ), err
+    assert "wordcount_stream.py" not in err
+
+
+def test_the_power_of_two_holds_even_when_the_config_cannot_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--pipeline-config", str(tmp_path / "gone.toml"), "--parallelism", "6"])
+    assert "--parallelism=6 is not allowed" in capsys.readouterr().err
+    args = parse_args(["--pipeline-config", str(tmp_path / "gone.toml"), "--parallelism", "64"])
+    assert args.parallelism == 64  # the bounds are the job's to report, naming the file
+
+
+def test_flowctl_ingest_file_passes_skip_empty_through() -> None:
+    from flowctl.cli import build_parser
+
+    args = build_parser().parse_args(["ingest", "--file", "x.txt", "--skip-empty"])
+    assert (args.file, args.skip_empty) == ("x.txt", True)
+    assert build_parser().parse_args(["ingest", "--file", "x.txt"]).skip_empty is False

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from flowctl.textgen import TextGenError, file_lines, vocabulary, zipf_lines
+from flowctl.textgen import TextGenError, file_records, vocabulary, zipf_lines
 
 
 def test_same_seed_same_text() -> None:
@@ -50,7 +50,28 @@ def test_bad_arguments_are_named(kwargs: dict[str, int], message: str) -> None:
         list(zipf_lines(**kwargs))
 
 
-def test_file_lines_skips_blank_lines_and_replaces_bad_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_file_records_are_the_lines_bytes_as_they_are(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "book.txt"
-    path.write_bytes(b"first line\r\n\nsecond \xff line\n")
-    assert list(file_lines(str(path))) == ["first line", "second \ufffd line"]
+    path.write_bytes(b"first line\r\n\nsecond \xff line\n\n  \nlast\rno newline")
+    assert list(file_records(str(path))) == [
+        b"first line",
+        b"",
+        b"second \xff line",
+        b"",
+        b"  ",
+        b"last\rno newline",
+    ]
+    assert list(file_records(str(path), skip_empty=True)) == [
+        b"first line",
+        b"second \xff line",
+        b"  ",
+        b"last\rno newline",
+    ]
+
+
+def test_an_empty_file_has_no_records_and_a_lone_newline_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"")
+    assert list(file_records(str(path))) == []
+    path.write_bytes(b"\n")
+    assert list(file_records(str(path))) == [b""]

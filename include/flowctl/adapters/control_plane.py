@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,10 +31,17 @@ T = TypeVar("T")
 
 #: States a topology never leaves.
 TERMINAL_STATES = frozenset({"STOPPED", "FAILED"})
+#: An ACTIVE topology whose heartbeat is older than this is taken for dead (its driver was
+#: killed without recording FAILED): a restart may register. Drivers beat every second.
+LIVE_HEARTBEAT_S = 5.0
 
 
 class UnknownTopology(LookupError):
     """No topology with that id is registered."""
+
+
+class AdmissionConflict(RuntimeError):
+    """A second topology that would admit while the pipeline's ACTIVE one is alive."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,41 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
+def _admission_conflict(conn: sa.Connection, pipeline: str, topology_id: str) -> str | None:
+    """Why ``topology_id`` may not register now (a live ACTIVE twin), or None."""
+    t, r = schema.topologies, schema.replacement_events
+    now = utcnow()
+    live = [
+        (row.topology_id, (now - row.heartbeat_at).total_seconds())
+        for row in conn.execute(
+            sa.select(t.c.topology_id, t.c.heartbeat_at).where(
+                t.c.pipeline == pipeline, t.c.state == "ACTIVE"
+            )
+        )
+        if row.heartbeat_at is not None
+        and (now - row.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
+    ]
+    if not live:
+        return None
+    green = conn.execute(
+        sa.select(r.c.id).where(
+            r.c.pipeline == pipeline,
+            r.c.outcome == "running",
+            r.c.new_topology_id == topology_id,
+        )
+    ).first()
+    if green is not None:
+        return None
+    active, age = live[0]
+    return (
+        f"topology_id={topology_id!r} refused: pipeline {pipeline!r} already has the ACTIVE "
+        f"topology {active!r} (heartbeat {age:.1f} s ago), and two topologies of one "
+        f"pipeline must not admit at once; only the green of a running replacement may "
+        f"register now (change the parallelism with rescale_{pipeline}, or stop {active!r} "
+        f"first)"
+    )
+
+
 class ControlPlane:
     """The control database at ``url`` (SQLite or PostgreSQL SQLAlchemy URL, or an engine)."""
 
@@ -150,11 +193,19 @@ class ControlPlane:
         *,
         generation: int | None = None,
         airflow_run_id: str | None = None,
+        wait_s: float = LIVE_HEARTBEAT_S + 1.0,
     ) -> Topology:
         """Register a new topology in state STARTING and return it.
 
         ``generation`` defaults to one more than the pipeline's highest so far.
         Registering an existing id again is an error (ids name one run).
+
+        At most one topology of a pipeline admits: while the pipeline has a live ACTIVE
+        topology, only the green of its running replacement (the event's
+        ``new_topology_id``, started standby) may register; anything else raises
+        :class:`AdmissionConflict`. An ACTIVE one whose heartbeat stopped
+        :data:`LIVE_HEARTBEAT_S` ago is dead (a killed driver): registration waits up to
+        ``wait_s`` for that to show, so a restart after a crash goes through.
         """
         check_text("topology_id", topology_id)
         check_text("pipeline", pipeline)
@@ -163,12 +214,16 @@ class ControlPlane:
         if generation is not None:
             check_int("generation", generation, 0)
         t = schema.topologies
+        deadline = time.monotonic() + wait_s
 
         def work(conn: sa.Connection) -> None:
             if conn.execute(
                 sa.select(t.c.topology_id).where(t.c.topology_id == topology_id)
             ).first():
                 raise ValueError(f"topology_id={topology_id!r} is already registered")
+            conflict = _admission_conflict(conn, pipeline, topology_id)
+            if conflict:
+                raise AdmissionConflict(conflict)
             gen = generation
             if gen is None:
                 top = conn.execute(
@@ -191,8 +246,14 @@ class ControlPlane:
                 )
             )
 
-        self._tx(f"registering topology {topology_id!r}", work)
-        return self.get_topology(topology_id)
+        while True:
+            try:
+                self._tx(f"registering topology {topology_id!r}", work)
+                return self.get_topology(topology_id)
+            except AdmissionConflict:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def set_state(self, topology_id: str, state: str) -> Topology:
         """Move a topology to ``state``; STOPPED and FAILED are final (re-setting is a no-op)."""

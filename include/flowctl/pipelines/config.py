@@ -9,7 +9,6 @@ with a silently defaulted setting.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import re
 import tomllib
@@ -19,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.validation import InvalidValue, choice, integer, number
 from flowctl.core.window import SLOW_DECREASES
 
 #: Where a bare pipeline name is looked up.
@@ -200,7 +200,7 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
     try:
         path = resolve_path(name_or_path)
         exists = path.is_file()
-    except ValueError as exc:  # a NUL byte: no file can have that name
+    except (ValueError, RuntimeError) as exc:  # a NUL byte, "~nosuchuser/...": no such file
         raise PipelineConfigError(f"pipeline config {name_or_path!r}: {exc}") from None
     if not exists:
         raise PipelineConfigError(f"pipeline config {name_or_path!r}: file {path} does not exist")
@@ -211,13 +211,14 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
         raise PipelineConfigError(f"{path}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise PipelineConfigError(f"{path}: not valid TOML (not UTF-8): {exc}") from None
-    return _parse(raw, path)
+    try:
+        return _parse(raw, path)
+    except InvalidValue as exc:  # every check below names the field and the value
+        raise PipelineConfigError(f"{path}: {exc}") from None
 
 
 def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
-    def fail(field: str, value: object, why: str) -> PipelineConfigError:
-        return PipelineConfigError(f"{path}: {field}={value!r} {why}")
-
+    fail = InvalidValue
     for section, known in _KNOWN.items():
         table = raw if not section else raw.get(section, {})
         if not isinstance(table, dict):
@@ -242,37 +243,27 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     except (ImportError, TypeError, ValueError) as exc:  # a relative name, a NUL byte, ...
         raise fail("definition", definition, f"cannot be imported: {exc}") from exc
 
-    def integer(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
-        value = table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise fail(f"{section}.{key}", value, f"must be an integer >= {lo}")
-        return value
+    def count(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
+        return integer(f"{section}.{key}", table.get(key, default), lo=lo)
 
     eden = topics.get("eden", f"{name}.eden")
     if not isinstance(eden, str) or not _TOPIC.match(eden):
         raise fail("topics.eden", eden, "must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
-    partitions = integer(topics, "topics", "partitions", 4, 1)
-    parallelism = integer(stream, "stream", "parallelism", 2, 1)
-    min_p = integer(stream, "stream", "min_parallelism", 1, 1)
-    max_p = integer(stream, "stream", "max_parallelism", max(16, parallelism), 1)
+    partitions = count(topics, "topics", "partitions", 4, 1)
+    parallelism = count(stream, "stream", "parallelism", 2, 1)
+    min_p = count(stream, "stream", "min_parallelism", 1, 1)
+    max_p = count(stream, "stream", "max_parallelism", max(16, parallelism), 1)
     if not min_p <= parallelism <= max_p:
         raise fail(
             "stream.parallelism",
             parallelism,
             f"must lie in [min_parallelism={min_p}, max_parallelism={max_p}]",
         )
-    max_rows = integer(stream, "stream", "max_records_per_batch", 50_000, 1)
-    tuple_size = integer(stream, "stream", "tuple_size", 100, 1)
-    trigger = stream.get("trigger_interval_s", 1.0)
-    if (
-        isinstance(trigger, bool)
-        or not isinstance(trigger, int | float)
-        or not math.isfinite(trigger)
-        or trigger < 0
-    ):
-        raise fail("stream.trigger_interval_s", trigger, "must be a finite number of seconds >= 0")
-    scaling = _parse_scaling(raw.get("scaling", {}), fail)
-    flow = _parse_flow(raw.get("flow", {}), fail)
+    max_rows = count(stream, "stream", "max_records_per_batch", 50_000, 1)
+    tuple_size = count(stream, "stream", "tuple_size", 100, 1)
+    trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
+    scaling = _parse_scaling(raw.get("scaling", {}))
+    flow = _parse_flow(raw.get("flow", {}))
     return PipelineConfig(
         name=name,
         definition=definition,
@@ -282,7 +273,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         min_parallelism=min_p,
         max_parallelism=max_p,
         max_records_per_batch=max_rows,
-        trigger_interval_s=float(trigger),
+        trigger_interval_s=trigger,
         tuple_size=tuple_size,
         source=path,
         scaling=scaling,
@@ -290,89 +281,70 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     )
 
 
-def _parse_scaling(table: dict[str, Any], fail: Any) -> ScalingConfig:
+def _parse_scaling(table: dict[str, Any]) -> ScalingConfig:
     """Validate ``[scaling]``: every key typed and bounded, the error naming ``scaling.<key>``."""
     defaults = ScalingConfig()
+    fail = InvalidValue
 
-    def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
-        value = table.get(key, getattr(defaults, key))
-        bad = isinstance(value, bool) or not isinstance(value, int | float)
-        bad = bad or not math.isfinite(value)
-        if not bad:
-            bad = value <= lo if lo_open else value < lo
-            bad = bad or (hi is not None and value > hi)
-        if bad:
-            low = f"> {lo:g}" if lo_open else f">= {lo:g}"
-            high = f" and <= {hi:g}" if hi is not None else ""
-            raise fail(f"scaling.{key}", value, f"must be a number {low}{high}")
-        return float(value)
+    def value(key: str) -> Any:
+        return table.get(key, getattr(defaults, key))
 
-    policy = table.get("policy", defaults.policy)
-    if policy not in SCALING_POLICIES:
-        raise fail("scaling.policy", policy, f"must be one of {', '.join(SCALING_POLICIES)}")
-    windows = table.get("history_windows", defaults.history_windows)
-    if isinstance(windows, bool) or not isinstance(windows, int) or windows < 2:
-        raise fail("scaling.history_windows", windows, "must be an integer >= 2")
+    def share(key: str, *, lo_open: bool = False) -> float:
+        return number(f"scaling.{key}", value(key), lo=0, hi=1, lo_open=lo_open)
+
+    def seconds(key: str, *, lo_open: bool = True) -> float:
+        return number(f"scaling.{key}", value(key), lo=0, lo_open=lo_open)
+
+    policy = choice("scaling.policy", value("policy"), SCALING_POLICIES)
+    windows = integer("scaling.history_windows", value("history_windows"), lo=2)
     schedule = table.get("schedule", defaults.schedule)
     if not isinstance(schedule, str) or not schedule.strip():
         raise fail("scaling.schedule", schedule, "must be a cron expression or preset ('@hourly')")
-    low_sat = number("low_saturation", lo=0, hi=1)
-    high_sat = number("high_saturation", lo=0, hi=1, lo_open=True)
+    low_sat = share("low_saturation")
+    high_sat = share("high_saturation", lo_open=True)
     if low_sat >= high_sat:
         raise fail("scaling.low_saturation", low_sat, f"must be < high_saturation={high_sat!r}")
-    low_batch = number("low_batch_fraction", lo=0, hi=1)
+    low_batch = share("low_batch_fraction")
     if low_batch >= 1:
         raise fail("scaling.low_batch_fraction", low_batch, "must be < 1")
     return ScalingConfig(
         policy=policy,
         history_windows=windows,
-        threshold_c=number("threshold_c", lo=0),
-        cooldown_s=number("cooldown_s", lo=0),
+        threshold_c=seconds("threshold_c", lo_open=False),
+        cooldown_s=seconds("cooldown_s", lo_open=False),
         schedule=schedule.strip(),
-        poke_interval_s=number("poke_interval_s", lo=0, lo_open=True),
-        sensor_timeout_s=number("sensor_timeout_s", lo=0, lo_open=True),
-        ready_timeout_s=number("ready_timeout_s", lo=0, lo_open=True),
-        drain_timeout_s=number("drain_timeout_s", lo=0, lo_open=True),
-        stop_timeout_s=number("stop_timeout_s", lo=0, lo_open=True),
-        target_utilisation=number("target_utilisation", lo=0, hi=1, lo_open=True),
+        poke_interval_s=seconds("poke_interval_s"),
+        sensor_timeout_s=seconds("sensor_timeout_s"),
+        ready_timeout_s=seconds("ready_timeout_s"),
+        drain_timeout_s=seconds("drain_timeout_s"),
+        stop_timeout_s=seconds("stop_timeout_s"),
+        target_utilisation=share("target_utilisation", lo_open=True),
         high_saturation=high_sat,
         low_saturation=low_sat,
         low_batch_fraction=low_batch,
-        poison_share=number("poison_share", lo=0, hi=1, lo_open=True),
+        poison_share=share("poison_share", lo_open=True),
     )
 
 
-def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
+def _parse_flow(table: dict[str, Any]) -> FlowConfig:
     """Validate ``[flow]``: every key typed and bounded, the error naming ``flow.<key>``."""
     defaults = FlowConfig()
+    fail = InvalidValue
 
-    def choice(key: str, allowed: tuple[str, ...]) -> str:
-        value = table.get(key, getattr(defaults, key))
-        if value not in allowed:
-            raise fail(f"flow.{key}", value, f"must be one of {', '.join(allowed)}")
-        return str(value)
+    def value(key: str) -> Any:
+        return table.get(key, getattr(defaults, key))
 
-    def integer(key: str, lo: int) -> int:
-        value = table.get(key, getattr(defaults, key))
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise fail(f"flow.{key}", value, f"must be an integer >= {lo}")
-        return value
+    def one_of(key: str, allowed: tuple[str, ...]) -> str:
+        return str(choice(f"flow.{key}", value(key), allowed))
 
-    def number(key: str, *, lo: float, hi: float | None = None, lo_open: bool = True) -> float:
-        value = table.get(key, getattr(defaults, key))
-        bad = isinstance(value, bool) or not isinstance(value, int | float)
-        bad = bad or not math.isfinite(value)
-        if not bad:
-            bad = value <= lo if lo_open else value < lo
-            bad = bad or (hi is not None and value >= hi)
-        if bad:
-            low = f"> {lo:g}" if lo_open else f">= {lo:g}"
-            high = f" and < {hi:g}" if hi is not None else ""
-            raise fail(f"flow.{key}", value, f"must be a number {low}{high}")
-        return float(value)
+    def count(key: str, lo: int) -> int:
+        return integer(f"flow.{key}", value(key), lo=lo)
 
-    w_min = integer("w_min", 1)
-    w_max = integer("w_max", 1)
+    def amount(key: str, *, lo: float, hi: float | None = None, lo_open: bool = True) -> float:
+        return number(f"flow.{key}", value(key), lo=lo, hi=hi, lo_open=lo_open, hi_open=True)
+
+    w_min = count("w_min", 1)
+    w_max = count("w_max", 1)
     if w_max < w_min:
         raise fail("flow.w_max", w_max, f"must be >= w_min={w_min}")
     w_init: int | None = None
@@ -382,37 +354,37 @@ def _parse_flow(table: dict[str, Any], fail: Any) -> FlowConfig:
             raise fail("flow.w_init", w_init, 'must be "auto" or an integer')
         if not w_min <= w_init <= w_max:
             raise fail("flow.w_init", w_init, f"must lie in [w_min={w_min}, w_max={w_max}]")
-    initial = number("replay_backoff_initial_s", lo=0)
-    most = number("replay_backoff_max_s", lo=0)
+    initial = amount("replay_backoff_initial_s", lo=0)
+    most = amount("replay_backoff_max_s", lo=0)
     if most < initial:
         raise fail(
             "flow.replay_backoff_max_s", most, f"must be >= replay_backoff_initial_s={initial!r}"
         )
-    load_factor = number("load_factor", lo=0.5, hi=1.0)
-    factor = number("backpressure_factor", lo=1.0)
+    load_factor = amount("load_factor", lo=0.5, hi=1.0)
+    factor = amount("backpressure_factor", lo=1.0)
     return FlowConfig(
-        mode=choice("mode", SOURCE_MODES),
+        mode=one_of("mode", SOURCE_MODES),
         w_min=w_min,
         w_max=w_max,
         w_init=w_init,
-        rtt=choice("rtt", RTT_MODES),
-        slow_decrease=choice("slow_decrease", SLOW_DECREASES),
-        latency_target_s=number("latency_target_s", lo=0),
-        rtt_min_threshold_s=number("rtt_min_threshold_s", lo=0, lo_open=False),
-        dispatch=choice("dispatch", DISPATCH_POLICIES),
-        tuple_timeout_s=number("tuple_timeout_s", lo=0),
-        ack_timeout_s=number("ack_timeout_s", lo=0),
-        linger_s=number("linger_s", lo=0, lo_open=False),
-        max_attempts=integer("max_attempts", 1),
+        rtt=one_of("rtt", RTT_MODES),
+        slow_decrease=one_of("slow_decrease", SLOW_DECREASES),
+        latency_target_s=amount("latency_target_s", lo=0),
+        rtt_min_threshold_s=amount("rtt_min_threshold_s", lo=0, lo_open=False),
+        dispatch=one_of("dispatch", DISPATCH_POLICIES),
+        tuple_timeout_s=amount("tuple_timeout_s", lo=0),
+        ack_timeout_s=amount("ack_timeout_s", lo=0),
+        linger_s=amount("linger_s", lo=0, lo_open=False),
+        max_attempts=count("max_attempts", 1),
         replay_backoff_initial_s=initial,
         replay_backoff_max_s=most,
-        flush_max_length=integer("flush_max_length", 1),
-        flush_update_time_s=number("flush_update_time_s", lo=0),
-        gap_grace_s=number("gap_grace_s", lo=0, lo_open=False),
-        persist_queue_capacity=integer("persist_queue_capacity", 1),
-        process_queue_capacity=integer("process_queue_capacity", 1),
+        flush_max_length=count("flush_max_length", 1),
+        flush_update_time_s=amount("flush_update_time_s", lo=0),
+        gap_grace_s=amount("gap_grace_s", lo=0, lo_open=False),
+        persist_queue_capacity=count("persist_queue_capacity", 1),
+        process_queue_capacity=count("process_queue_capacity", 1),
         load_factor=load_factor,
         backpressure_factor=factor,
-        admission_rate=number("admission_rate", lo=0),
-        metrics_window_s=number("metrics_window_s", lo=0),
+        admission_rate=amount("admission_rate", lo=0),
+        metrics_window_s=amount("metrics_window_s", lo=0),
     )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import math
 import os
 import sys
 import threading
@@ -41,6 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowctl.config import Settings
+from flowctl.core.validation import (
+    InvalidValue,
+    argparse_type,
+    integer_from_text,
+    number_from_text,
+    parallelism,
+)
 
 log = logging.getLogger("flowctl.job")
 
@@ -63,31 +69,19 @@ class JobArgs:
     standby: bool = False
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
+#: ``type=`` of an option that is a count >= 1 (the baseline job shares it).
+_positive_int = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
+#: ``type=`` of an option that is a finite number of seconds > 0.
+_positive_float = argparse_type(
+    lambda field, text: number_from_text(field, text, lo=0, lo_open=True)
+)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The job's options; ``prog`` defaults to the script actually run (``stream.py``, ...)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description="Run a flowctl stream topology until a stop signal arrives."
+        prog=prog or os.path.basename(sys.argv[0]) or "stream.py",
+        description="Run a flowctl stream topology until a stop signal arrives.",
     )
     parser.add_argument(
         "--pipeline-config",
@@ -125,7 +119,26 @@ def build_parser(prog: str = "wordcount_stream.py") -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> JobArgs:
-    ns = build_parser().parse_args(argv)
+    """The command line, checked: argparse's errors (exit 2) name the script and the option."""
+    from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config
+
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    # --parallelism must be one the DAGs offer (the rule of the stream DAG's form and the
+    # replace operator): a power of two within the config's bounds. A config that cannot
+    # be loaded is left to the job, which names the file; the power of two holds anyway.
+    if ns.parallelism is not None:
+        bounds: tuple[int, ...] = ()
+        try:
+            config = load_pipeline_config(ns.pipeline_config)
+            bounds = (config.min_parallelism, config.max_parallelism)
+        except PipelineConfigError:
+            pass
+        where = f"of {config.source}" if bounds else ""
+        try:
+            parallelism("--parallelism", ns.parallelism, *bounds, where=where)
+        except InvalidValue as exc:
+            parser.error(str(exc))
     return JobArgs(
         pipeline_config=ns.pipeline_config,
         topology_id=ns.topology_id,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from flowctl.core.validation import parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 
 if TYPE_CHECKING:
@@ -65,22 +66,11 @@ def _running_message(pipeline: str, event: Any) -> str:
 
 
 def validate_parallelism(field: str, value: Any, lo: int, hi: int) -> int:
-    """``value`` as an int that is a power of two within ``[lo, hi]``, or a ValueError naming it."""
-    allowed = [p for p in (1 << i for i in range(0, 31)) if lo <= p <= hi]
-    try:
-        number = int(value)
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{field}={value!r} is not an integer; allowed values: {allowed}"
-        ) from None
-    if number not in allowed:
-        raise ValueError(
-            f"{field}={number} is not allowed: it must be a power of two within "
-            f"[{lo}, {hi}], i.e. one of {allowed}"
-        )
-    return number
+    """``value`` as an int that is a power of two within ``[lo, hi]``, or a ValueError naming it.
+
+    The platform's one parallelism rule, :func:`flowctl.core.validation.parallelism`.
+    """
+    return parallelism(field, value, lo, hi)
 
 
 def trigger_dag_run(dag_id: str, run_id: str, conf: Mapping[str, Any], note: str) -> None:

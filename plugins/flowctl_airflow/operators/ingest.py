@@ -22,11 +22,14 @@ class IngestOperator(BaseOperator):
     :param source: ``synthetic`` (seeded Zipf text) or ``file``. (templated)
     :param lines: how many synthetic lines. (templated)
     :param seed: seed of the synthetic text; the same seed gives the same text. (templated)
-    :param path: the text file to load when ``source="file"``. (templated)
+    :param path: the file to load when ``source="file"``: one record per line, the bytes
+        as they are. (templated)
+    :param skip_empty: with a file, leave out its empty lines (default: each is a record);
+        a bool or its text. (templated)
     :param kafka_conn_id: connection of the Kafka cluster.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "source", "lines", "seed", "path")
+    template_fields: Sequence[str] = ("pipeline", "source", "lines", "seed", "path", "skip_empty")
     ui_color = "#e8f5e9"
 
     def __init__(
@@ -37,6 +40,7 @@ class IngestOperator(BaseOperator):
         lines: int | str = 100_000,
         seed: int | str = 7,
         path: str | None = None,
+        skip_empty: bool | str = False,
         kafka_conn_id: str = FlowctlKafkaHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -46,6 +50,7 @@ class IngestOperator(BaseOperator):
         self.lines = lines
         self.seed = seed
         self.path = path
+        self.skip_empty = skip_empty
         self.kafka_conn_id = kafka_conn_id
 
     def execute(self, context: Context) -> int:
@@ -57,6 +62,7 @@ class IngestOperator(BaseOperator):
             lines=self.lines,
             seed=self.seed,
             path=self.path,
+            skip_empty=self.skip_empty,
         )
         bootstrap = FlowctlKafkaHook(self.kafka_conn_id).bootstrap_servers
         result = ingest(request, bootstrap, on_progress=lambda n: self.log.info("produced %d", n))

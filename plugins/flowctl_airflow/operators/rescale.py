@@ -15,17 +15,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
-from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator, validate_parallelism
+from flowctl.core.validation import InvalidValue, allowed_parallelisms, choice, parallelism
+from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from flowctl.adapters.control_plane import Topology
+    from flowctl.pipelines.config import PipelineConfig
 
 DIRECTIONS = ("up", "down")
 
 
 class RescaleRequestError(ValueError):
     """A rescale request with a missing or bad field; the message names it and what is allowed."""
+
+
+def _as_form_value(value: Any) -> Any:
+    """A rendered template's text as the value the form held: ``""`` -> None, ``"8"`` -> 8.
+
+    Templates render to text; without this a request with both fields set would be
+    reported as ``target_parallelism='8'``, a number quoted as a string. Anything else
+    stays as it is, for the checks to name.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("", "None"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return value
 
 
 def _blank(value: Any) -> bool:
@@ -46,6 +67,7 @@ def validate_request(
     required. Raises :class:`RescaleRequestError` naming the field and the allowed values.
     """
     lo, hi = min_parallelism, max_parallelism
+    allowed = allowed_parallelisms(lo, hi)
     if _blank(reason) or not isinstance(reason, str):
         raise RescaleRequestError(
             f"reason={reason!r}: a non-empty text saying why is required (it is stored with "
@@ -55,18 +77,19 @@ def validate_request(
     if has_direction == has_target:
         raise RescaleRequestError(
             f"give exactly one of direction (one of {', '.join(DIRECTIONS)}) and "
-            f"target_parallelism (a power of two within [{lo}, {hi}]); got "
-            f"direction={direction!r}, target_parallelism={target_parallelism!r}"
+            f"target_parallelism (one of {allowed}); got direction={direction!r}, "
+            f"target_parallelism={target_parallelism!r}"
         )
-    if has_direction:
-        if direction not in DIRECTIONS:
+    try:
+        if has_direction:
+            wanted = choice("direction", direction, DIRECTIONS)
+            return wanted, None, reason.strip()
+        target = parallelism("target_parallelism", target_parallelism, lo, hi)
+    except InvalidValue as exc:
+        if exc.field == "direction":
             raise RescaleRequestError(
                 f"direction={direction!r} is not allowed; allowed values: {', '.join(DIRECTIONS)}"
-            )
-        return direction, None, reason.strip()
-    try:
-        target = validate_parallelism("target_parallelism", target_parallelism, lo, hi)
-    except ValueError as exc:
+            ) from None
         raise RescaleRequestError(str(exc)) from None
     return None, target, reason.strip()
 
@@ -136,6 +159,8 @@ class RescaleOperator(BlueGreenReplaceOperator):
         self.target_parallelism = target_parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.direction = _as_form_value(self.direction)
+        self.target_parallelism = _as_form_value(self.target_parallelism)
         config = self._config()
         # The request's own fields first: a bad form is reported before anything is read.
         validate_request(
@@ -145,9 +170,11 @@ class RescaleOperator(BlueGreenReplaceOperator):
             min_parallelism=config.min_parallelism,
             max_parallelism=config.max_parallelism,
         )
-        plane = FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
-        self._refuse_if_running(plane)
-        blue = self._blue_topology(plane)
+        self.decision = None
+        return super().execute(context)
+
+    def _target(self, blue: Topology, config: PipelineConfig) -> tuple[int, str, Any]:
+        """The request resolved against the ACTIVE topology: its target is the replacement's."""
         target, reason = resolve_rescale(
             direction=self.direction,
             target_parallelism=self.target_parallelism,
@@ -164,8 +191,4 @@ class RescaleOperator(BlueGreenReplaceOperator):
             target,
             reason,
         )
-        self.new_parallelism = target
-        self.reason = reason
-        self.blue_topology_id = blue.topology_id
-        self.decision = None
-        return super().execute(context)
+        return target, reason, None

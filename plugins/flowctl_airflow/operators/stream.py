@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
+from flowctl.core.validation import flag_from_text, parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
@@ -119,19 +120,12 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self._database_url: str | None = None
 
     def _validated_parallelism(self) -> int:
-        raw = self.parallelism
-        try:
-            value = int(raw)
-            # A bool or a fraction is not a lane count; int() would quietly read it as one.
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError(
-                f"parallelism={self.parallelism!r} is not an integer (a power of two >= 1)"
-            ) from None
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"parallelism={value} must be a power of two >= 1 (1, 2, 4, 8, ...)")
-        return value
+        """The rendered ``parallelism`` (text) as the lane count the platform allows.
+
+        The bounds are the job's to check (it reads the config); here the rule every
+        boundary shares: a power of two, a bool or a fraction refused, not rounded.
+        """
+        return parallelism("parallelism", self.parallelism)
 
     def _validated_colour(self) -> str:
         if self.colour not in COLOURS:
@@ -139,15 +133,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         return self.colour
 
     def _validated_standby(self) -> bool:
-        value = self.standby
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no", "", "none"):
-            return False
-        raise ValueError(f"standby={value!r} must be true or false")
+        return flag_from_text("standby", self.standby)
 
     def _job_env(self) -> dict[str, str]:
         db = FlowctlDbHook(self.flowctl_conn_id)

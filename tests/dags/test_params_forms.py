@@ -1,0 +1,109 @@
+"""The trigger forms read like forms: optional fields are optional, no "null" option, and a
+request the form cannot refuse fails before any side effect, in the user's words.
+
+The UI's rules (Airflow 3.3's flexible form): a field is required unless its ``type``
+allows ``null``; a dropdown (``enum``) labels each value with ``values_display[str(value)]``
+(``"null"`` for None) or shows the value itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from flowctl.pipelines.config import load_pipeline_config
+
+pytestmark = pytest.mark.airflow
+
+
+def _dags() -> dict[str, Any]:
+    from flowctl_airflow.dag_factory import pipeline_dags
+
+    return {dag.dag_id: dag for dag in pipeline_dags(load_pipeline_config("wordcount"))}
+
+
+def _required_in_form(schema: dict[str, Any]) -> bool:
+    kinds = schema.get("type")
+    return bool(kinds) and "null" not in (kinds if isinstance(kinds, list) else [kinds])
+
+
+@pytest.mark.parametrize("dag_id", ["ingest_wordcount", "stream_wordcount"])
+def test_the_untouched_form_can_be_triggered(dag_id: str) -> None:
+    params = copy.deepcopy(_dags()[dag_id].params)
+    for name in params:
+        param = params.get_param(name)
+        if _required_in_form(param.schema):
+            assert param.value not in (None, ""), f"{dag_id}: {name} is required but empty"
+    assert params.validate()  # the defaults pass the schema
+
+
+def test_ingest_from_a_file_needs_only_the_file() -> None:
+    params = copy.deepcopy(_dags()["ingest_wordcount"].params)
+    params.update({"source": "file", "path": "/data/in.txt"})
+    resolved = params.validate()
+    assert (resolved["path"], resolved["skip_empty"]) == ("/data/in.txt", False)
+
+
+def test_no_dropdown_shows_null_as_an_option() -> None:
+    for dag_id, dag in _dags().items():
+        for name in dag.params:
+            schema = dag.params.get_param(name).schema
+            if None in schema.get("enum", []):
+                label = schema.get("values_display", {}).get("null", "null")
+                assert label not in ("null", "None", ""), (dag_id, name, label)
+
+
+def test_every_rescale_choice_has_a_label_and_reaches_the_ui() -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    served = DagSerialization.from_dict(DagSerialization.to_dict(_dags()["rescale_wordcount"]))
+    for name in ("direction", "target_parallelism"):
+        param = served.params.get_param(name)
+        labels = param.schema["values_display"]
+        assert {("null" if v is None else str(v)) for v in param.schema["enum"]} == set(labels)
+        assert param.schema["title"] and param.description
+    assert served.params.get_param("target_parallelism").schema["values_display"]["4"] == (
+        "4 lanes"
+    )
+
+
+def test_both_fields_fail_before_any_side_effect_naming_both_as_the_form_held_them() -> None:
+    from flowctl_airflow.operators.rescale import RescaleOperator, RescaleRequestError
+
+    task = RescaleOperator(
+        task_id="replace",
+        pipeline="wordcount",
+        direction="up",  # rendered from {{ params.direction or '' }}
+        target_parallelism="8",  # rendered from {{ params.target_parallelism or '' }}
+        reason="more lanes",
+        flowctl_conn_id="no_such_connection",  # reaching the database would fail otherwise
+    )
+    with pytest.raises(RescaleRequestError) as info:
+        task.execute(context={})  # type: ignore[arg-type]
+    message = str(info.value)
+    assert "direction='up'" in message and "target_parallelism=8" in message, message
+    assert "'8'" not in message and "[1, 2, 4, 8, 16]" in message, message
+
+
+@pytest.mark.parametrize(
+    ("rendered", "message"),
+    [
+        ({"direction": "", "target_parallelism": "3"}, "target_parallelism=3 is not allowed"),
+        ({"direction": "sideways", "target_parallelism": ""}, "direction='sideways'"),
+        ({"direction": "", "target_parallelism": ""}, "give exactly one of direction"),
+    ],
+)
+def test_a_request_the_form_cannot_refuse_names_field_value_and_allowed_values(
+    rendered: dict[str, str], message: str
+) -> None:
+    from flowctl_airflow.operators.rescale import RescaleOperator, RescaleRequestError
+
+    task = RescaleOperator(
+        task_id="replace", pipeline="wordcount", reason="r",
+        flowctl_conn_id="no_such_connection", **rendered,
+    )  # fmt: skip
+    with pytest.raises(RescaleRequestError, match=r"allowed|one of") as info:
+        task.execute(context={})  # type: ignore[arg-type]
+    assert message in str(info.value)
