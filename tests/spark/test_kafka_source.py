@@ -16,12 +16,12 @@ from flowctl.adapters import kafka_log
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.wordcount import apply_records
 from flowctl.spark.kafka_source import (
-    FlowctlKafkaDataSource,
     LanePartition,
     SourceOptionError,
     arrow_schema,
     decode_offsets,
 )
+from flowctl.spark.source import FlowctlKafkaDataSource
 
 pytestmark = pytest.mark.integration
 

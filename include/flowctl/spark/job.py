@@ -283,7 +283,7 @@ class StreamJob:
         )
 
     def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
+        from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
 
         spark.dataSource.register(FlowctlKafkaDataSource)
         stream = (

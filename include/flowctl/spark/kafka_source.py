@@ -1,8 +1,8 @@
-"""``flowctl_kafka``: our Kafka streaming source on PySpark's Python Data Source API.
+"""``flowctl_kafka``: the source's options and its plain-mode reader.
 
-Roles (PySpark 4.2):
+The source itself (:class:`flowctl.spark.source.FlowctlKafkaDataSource`, what a job
+registers) chooses the reader by the ``mode`` option. Roles (PySpark 4.2):
 
-- :class:`FlowctlKafkaDataSource` holds only options (it is pickled).
 - :class:`FlowctlKafkaStreamReader` (``mode=plain``) runs ``initialOffset``, ``latestOffset``,
   ``partitions`` and ``commit`` in one long-lived planner process on the
   driver side; its state survives across micro-batches. The planning itself
@@ -38,12 +38,11 @@ Two modes (option ``mode``):
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import (
     BinaryType,
@@ -55,6 +54,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from flowctl.core.validation import (
+    InvalidValue,
+    choice,
+    integer_from_text,
+    number_from_text,
+)
 from flowctl.spark.lane_planner import LanePlanner, OffsetRange
 
 log = logging.getLogger(__name__)
@@ -71,8 +76,6 @@ SCHEMA = StructType(
     ]
 )
 
-
-_KIND_NAMES = {int: "an integer", float: "a finite number"}
 
 #: Source modes: ``plain`` (even split, records out) and ``flow`` (the spout, statuses out).
 MODES = ("plain", "flow")
@@ -121,27 +124,19 @@ class SourceOptions:
                 raise SourceOptionError(f"{SOURCE_NAME} option {key!r} is required, got {value!r}")
             return str(value)
 
-        def number(key: str, default: str | None, kind: type) -> Any:
+        def number(key: str, default: str | None, read: Any) -> Any:
             raw = opts.get(key) or default  # an empty option is the default, as when absent
-            if raw is None:
-                return None
-            try:
-                value = kind(raw)
-                if not math.isfinite(value):
-                    raise ValueError
-            except ValueError:
-                raise SourceOptionError(
-                    f"{SOURCE_NAME} option {key}={raw!r} is not {_KIND_NAMES[kind]}"
-                ) from None
-            if value <= 0:
-                raise SourceOptionError(f"{SOURCE_NAME} option {key}={raw!r} must be > 0")
-            return value
+            return None if raw is None else read(key, raw)
 
-        mode = opts.get("mode") or "plain"
-        if mode not in MODES:
-            raise SourceOptionError(
-                f"{SOURCE_NAME} option mode={mode!r} must be one of {', '.join(MODES)}"
+        try:
+            lanes = number("lanes", "2", lambda k, t: integer_from_text(k, t, lo=1))
+            max_rows = number("max_rows", None, lambda k, t: integer_from_text(k, t, lo=1))
+            read_timeout_s = number(
+                "read_timeout_s", "30", lambda k, t: number_from_text(k, t, lo=0, lo_open=True)
             )
+            mode = choice("mode", opts.get("mode") or "plain", MODES)
+        except InvalidValue as exc:
+            raise SourceOptionError(f"{SOURCE_NAME} option {exc}") from None
         standby = (opts.get("standby") or "false").lower()
         if standby not in ("true", "false"):
             raise SourceOptionError(
@@ -153,9 +148,9 @@ class SourceOptions:
             topic=required("topic"),
             pipeline=required("pipeline"),
             database_url=required("database_url"),
-            lanes=number("lanes", "2", int),
-            max_rows=number("max_rows", None, int),
-            read_timeout_s=number("read_timeout_s", "30", float),
+            lanes=lanes,
+            max_rows=max_rows,
+            read_timeout_s=read_timeout_s,
             mode=mode,
             config=required("config") if flow else opts.get("config"),
             memcached=required("memcached") if flow else opts.get("memcached"),
@@ -362,28 +357,3 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         self._drop_consumer()
-
-
-class FlowctlKafkaDataSource(DataSource):
-    """``spark.readStream.format("flowctl_kafka")``: see the module docstring for options."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> StructType | str:
-        if (self.options.get("mode") or "plain") == "flow":
-            from flowctl.spark.flow.lane import STATUS_SCHEMA
-
-            return STATUS_SCHEMA
-        return SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The plain reader, or in ``mode=flow`` the spout's
-        :class:`~flowctl.spark.flow.reader.FlowStreamReader`."""
-        options = SourceOptions.parse(self.options)
-        if options.mode == "flow":
-            from flowctl.spark.flow.reader import FlowStreamReader
-
-            return FlowStreamReader(options.flow_settings())
-        return FlowctlKafkaStreamReader(options)

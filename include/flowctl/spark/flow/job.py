@@ -146,7 +146,7 @@ class FlowStreamJob(StreamJob):
         self._set_state("READY")
 
     def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.kafka_source import SOURCE_NAME, FlowctlKafkaDataSource
+        from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
 
         spark.dataSource.register(FlowctlKafkaDataSource)
         stream = (
