@@ -4,7 +4,8 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
 
 1. start green as a NEW DAG RUN of ``stream_<pipeline>`` with conf
    ``{parallelism, colour, standby: true, replaces, topology_id}`` (so green's
-   Spark driver log is that run's task log) and wait until green is READY;
+   Spark driver log is that run's task log; created by ``TriggerDagRunOperator``)
+   and wait until green is READY;
 2. ``deactivate`` blue and wait until it is DRAINED (on timeout: ``stop`` it;
    its unapplied tuples are gaps that green dispatches first);
 3. ``activate`` green and wait until it is ACTIVE;
@@ -14,7 +15,9 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
    no topology had anything in flight) and the duplicates (0 by construction:
    every result is applied at most once under the durable checkpoint).
 
-At most one replacement per pipeline runs at a time: the event is opened
+The steps after green's run exists are :mod:`.replacement_steps`; with
+``deferrable`` every wait runs in the triggerer and the replacement holds no worker
+slot. At most one replacement per pipeline runs at a time: the event is opened
 (outcome ``running``) before anything is touched and a second operator that
 finds an earlier running event refuses with the id of the one in the way.
 Any failure rolls back (``activate`` blue if it was deactivated, ``stop``
@@ -25,25 +28,22 @@ forward: exactly one topology admits afterwards.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
-from flowctl_airflow.operators.replacement_state import Progress, roll_back, utcnow
-from flowctl_airflow.triggers.topology_state import (
-    ENDED,
-    Reached,
-    StateWaitFailed,
-    TopologyStateTrigger,
-    outcome_of,
-    wait_for_state,
+from flowctl_airflow.operators.replacement_state import (
+    Progress,
+    ReplacementFailed,
+    ReplacementRefused,
+    roll_back,
+    utcnow,
 )
+from flowctl_airflow.operators.replacement_steps import ReplacementSteps
+from flowctl_airflow.triggers.topology_state import StateWaitFailed, outcome_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,14 +53,6 @@ if TYPE_CHECKING:
     from flowctl.pipelines.config import PipelineConfig
 
 COLOURS = ("blue", "green")
-
-
-class ReplacementRefused(RuntimeError):
-    """A replacement cannot start (another one runs, no single active topology, bad target)."""
-
-
-class ReplacementFailed(RuntimeError):
-    """A step of the replacement failed or timed out; the message names the step."""
 
 
 #: Green's DAG run id is this prefix and green's topology id.
@@ -95,23 +87,7 @@ def validate_parallelism(field: str, value: Any, lo: int, hi: int) -> int:
     return number
 
 
-#: A wait's outcome, as :func:`~flowctl_airflow.triggers.topology_state.wait_for_state`
-#: returns it: the state reached, or None on timeout.
-Outcome = Reached | None
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A wait the protocol needs next: ``topology_id`` in ``wanted``, then phase ``then``."""
-
-    topology_id: str
-    wanted: frozenset[str]
-    timeout_s: float
-    what: str
-    then: str
-
-
-class BlueGreenReplaceOperator(BaseOperator):
+class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
     """Replace ``pipeline``'s ACTIVE topology by one with another parallelism, blue-green.
 
     The new parallelism comes from ``decision`` (the failure-window sensor's XCom,
@@ -341,7 +317,7 @@ class BlueGreenReplaceOperator(BaseOperator):
             target,
             reason,
         )
-        conf = {
+        run_conf = {
             "parallelism": target,
             "colour": colour,
             "standby": True,
@@ -349,24 +325,21 @@ class BlueGreenReplaceOperator(BaseOperator):
             "topology_id": green_id,
         }
         with self._rolling_back_on_failure():
-            self._start_green(context, progress, conf)
+            self._start_green(context, progress, run_conf)
         raise AssertionError("unreachable: starting green resumes at execute_complete")
 
-    def execute_complete(
-        self,
-        context: Context,
-        event: Any,
-        phase: str | None = None,
-        progress: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Resume: after green's run was created (``phase`` None), or after a deferred wait."""
+    def execute_complete(self, context: Context, event: Any) -> dict[str, Any]:
+        """Resume after green's run was created (``DagStateTrigger``'s event, a pair) or
+        after a deferred wait (:class:`TopologyStateTrigger`'s event: it carries the phase
+        to resume at and the progress)."""
         self._connect()
-        if phase is None:
-            self._progress = self._progress_after_start(event)
+        if not isinstance(event, dict):
+            with self._rolling_back_on_failure():
+                self._progress = self._progress_after_start(event)
             phase, outcome = "started", None
         else:
-            assert progress is not None
-            self._progress = Progress.from_dict(progress)
+            self._progress = Progress.from_dict(event["progress"])
+            phase = event["then"]
             try:
                 outcome = outcome_of(event)
             except StateWaitFailed as exc:
@@ -395,10 +368,17 @@ class BlueGreenReplaceOperator(BaseOperator):
     def _start_green(self, context: Context, progress: Progress, conf: dict[str, Any]) -> None:
         """Create green's DAG run with TriggerDagRunOperator; resumes at execute_complete.
 
-        ``TriggerDagRunOperator.execute`` raises the Task SDK's ``DagRunTriggerException``;
-        the task runner creates the run and, with ``wait_for_completion`` and
-        ``deferrable``, defers this task on ``DagStateTrigger`` until the run is in one of
-        ``allowed_states`` (a new run is queued at once) or ``failed_states``.
+        Why this way: an Airflow 3 task has no metadata-database access, and the public
+        ways to create a run are the REST API (an api-server URL and credentials in every
+        worker, and none under ``dag.test()``) and ``TriggerDagRunOperator`` (the
+        ``standard`` provider, kept in step with the Task SDK by its maintainers). Its
+        ``execute`` raises the Task SDK's ``DagRunTriggerException``; the task runner
+        creates the run and, with ``wait_for_completion`` and ``deferrable``, defers this
+        task on ``DagStateTrigger`` until the run is in ``allowed_states`` (a new run is
+        queued at once) or ``failed_states``, then resumes it at :meth:`execute_complete`
+        (the resume point the operator documents). Running one operator inside another
+        is allowed by ``allow_nested_operators`` (the default; Airflow logs a warning).
+        The private ``SUPERVISOR_COMMS`` channel used before is the Task SDK's to change.
         """
         from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
@@ -417,6 +397,7 @@ class BlueGreenReplaceOperator(BaseOperator):
             failed_states=["failed"],
             poke_interval=1,
             openlineage_inject_parent_info=False,
+            allow_nested_operators=True,
         ).execute(context)
 
     def _progress_after_start(self, event: Any) -> Progress:
@@ -451,169 +432,6 @@ class BlueGreenReplaceOperator(BaseOperator):
         return progress
 
     # -- the protocol -----------------------------------------------------------------------
-
-    def _drive(self, phase: str, outcome: Outcome) -> dict[str, Any]:
-        """Run the protocol from ``phase`` on: each phase acts, then waits, until it ends."""
-        assert self._progress is not None
-        while True:
-            if self._killed:
-                raise ReplacementFailed(f"killed before {phase}")
-            step = self._PHASES[phase](self, self._progress, outcome)
-            if isinstance(step, dict):
-                return step
-            if self.deferrable:
-                self._defer_wait(step)
-            self.log.info("step %s ...", step.what)
-            started = time.monotonic()
-            outcome = self._wait_here(step)
-            self.log.info("step %s done in %.2f s", step.what, time.monotonic() - started)
-            phase = step.then
-
-    def _wait_here(self, wait: Wait) -> Outcome:
-        assert self._plane is not None
-        try:
-            return wait_for_state(
-                self._plane,
-                wait.topology_id,
-                wait.wanted,
-                wait.what,
-                timeout_s=wait.timeout_s,
-                poll_interval_s=self.poll_interval_s,
-                killed=lambda: self._killed,
-            )
-        except StateWaitFailed as exc:
-            raise ReplacementFailed(str(exc)) from None
-
-    def _defer_wait(self, wait: Wait) -> None:
-        """Hand the wait to the triggerer; the task resumes at execute_complete."""
-        assert self._progress is not None
-        self.log.info("step %s: deferred to the triggerer", wait.what)
-        self.defer(
-            trigger=TopologyStateTrigger(
-                flowctl_conn_id=self.flowctl_conn_id,
-                topology_id=wait.topology_id,
-                wanted=wait.wanted,
-                what=wait.what,
-                end_at=time.time() + wait.timeout_s,
-                poll_interval=max(self.poll_interval_s, 0.1),
-                progress=self._progress.to_dict(),
-            ),
-            method_name="execute_complete",
-            kwargs={"phase": wait.then, "progress": self._progress.to_dict()},
-            # The trigger ends itself at end_at; this is a backstop only.
-            timeout=dt.timedelta(seconds=wait.timeout_s + 300),
-        )
-
-    def _update(self, **changes: Any) -> None:
-        assert self._events is not None and self._progress is not None
-        self._events.update_replacement(self._progress.event_id, **changes)
-
-    def _started(self, p: Progress, _: Outcome) -> Wait:
-        return Wait(p.green, frozenset({"READY"}), p.ready_s, "waiting for green READY", "ready")
-
-    def _ready(self, p: Progress, ready: Outcome) -> Wait:
-        assert self._plane is not None
-        if ready is None:
-            raise ReplacementFailed(
-                f"green {p.green} not READY within ready_timeout_s={p.ready_s:g} "
-                f"(is the {p.stream_dag_id} run {p.green_run_id} running?)"
-            )
-        self._update(ready_at=utcnow())
-        self.log.info("step deactivate blue %s", p.blue)
-        self._plane.send_signal(p.blue, "deactivate")
-        p.deactivated = True
-        deactivated_at = utcnow()
-        p.deactivated_at = deactivated_at.isoformat()
-        self._update(deactivated_at=deactivated_at)
-        return Wait(
-            p.blue, frozenset({"DRAINED"}), p.drain_s, "waiting for blue DRAINED", "drained"
-        )
-
-    def _drained(self, p: Progress, drained: Outcome) -> Wait:
-        if drained is None:
-            self.log.warning(
-                "blue %s not DRAINED within drain_timeout_s=%g: stopping it; green dispatches "
-                "its unapplied tuples first",
-                p.blue,
-                p.drain_s,
-            )
-            return self._stop(p, p.blue, "undrained_stopped")
-        p.quiet_since = drained.updated_at.isoformat()
-        return self._activate(p)
-
-    def _undrained_stopped(self, p: Progress, stopped: Outcome) -> Wait:
-        assert self._plane is not None
-        if stopped is None:
-            self.log.warning("%s did not reach STOPPED within %g s", p.blue, p.stop_s)
-        p.blue_stopped = True
-        p.quiet_since = self._plane.get_topology(p.blue).updated_at.isoformat()
-        return self._activate(p)
-
-    def _activate(self, p: Progress) -> Wait:
-        assert self._plane is not None and p.quiet_since and p.deactivated_at
-        quiet = max(
-            dt.datetime.fromisoformat(p.quiet_since), dt.datetime.fromisoformat(p.deactivated_at)
-        )
-        p.quiet_since = quiet.isoformat()
-        self._update(drained_at=quiet)
-        self.log.info("step activate green %s", p.green)
-        self._plane.send_signal(p.green, "activate")
-        return Wait(p.green, frozenset({"ACTIVE"}), p.ready_s, "waiting for green ACTIVE", "active")
-
-    def _active(self, p: Progress, active: Outcome) -> Wait | dict[str, Any]:
-        if active is None:
-            raise ReplacementFailed(
-                f"green {p.green} not ACTIVE within {p.ready_s:g} s after activate"
-            )
-        p.green_active = True
-        assert p.quiet_since is not None
-        quiet = dt.datetime.fromisoformat(p.quiet_since)
-        p.pause_ms = max(0.0, (active.updated_at - quiet).total_seconds() * 1000.0)
-        if p.blue_stopped:
-            return self._finish(p, None)
-        return self._stop(p, p.blue, "blue_stopped")
-
-    def _blue_stopped(self, p: Progress, stopped: Outcome) -> dict[str, Any]:
-        if stopped is None:
-            self.log.warning("%s did not reach STOPPED within %g s", p.blue, p.stop_s)
-        p.blue_stopped = True
-        return self._finish(p, stopped)
-
-    def _stop(self, p: Progress, topology_id: str, then: str) -> Wait:
-        """Send ``stop`` (unless it ended already) and wait for STOPPED; a timeout is logged."""
-        assert self._plane is not None
-        self.log.info("step stop %s", topology_id)
-        if self._plane.get_topology(topology_id).state not in ENDED:
-            self._plane.send_signal(topology_id, "stop")
-        return Wait(topology_id, ENDED, p.stop_s, "waiting for STOPPED", then)
-
-    def _finish(self, p: Progress, _: Outcome) -> dict[str, Any]:
-        """Complete the event: the time, the output pause and the duplicates (0)."""
-        assert self._events is not None
-        self._update(finished_at=utcnow(), pause_ms=p.pause_ms, duplicates=0, outcome="ok")
-        event = self._events.get_replacement(p.event_id)
-        self.log.info(
-            "replacement %d ok in %.1f s: %s ACTIVE with %d lanes, %s stopped; output pause "
-            "%.0f ms (blue quiet -> green ACTIVE), duplicates 0",
-            event.id,
-            (utcnow() - event.started_at).total_seconds(),
-            p.green,
-            p.target,
-            p.blue,
-            p.pause_ms or 0.0,
-        )
-        return event.to_dict()
-
-    _PHASES: Mapping[str, Callable[[Any, Progress, Outcome], Wait | dict[str, Any]]] = {
-        "started": _started,
-        "ready": _ready,
-        "drained": _drained,
-        "undrained_stopped": _undrained_stopped,
-        "active": _active,
-        "blue_stopped": _blue_stopped,
-    }
-
-    # -- failure paths ----------------------------------------------------------------------
 
     def _rollback(self, error: str) -> None:
         """Back to blue (or forward to green once it admits); record the outcome, once."""

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from flowctl.adapters.replacements import ReplacementLog
 
 
+class ReplacementRefused(RuntimeError):
+    """A replacement cannot start (another one runs, no single active topology, bad target)."""
+
+
+class ReplacementFailed(RuntimeError):
+    """A step of the replacement failed or timed out; the message names the step."""
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 

@@ -118,6 +118,10 @@ class TopologyStateTrigger(BaseTrigger):
     :param poll_interval: seconds between two looks.
     :param progress: the replacement's :meth:`Progress.to_dict`; with it, :meth:`on_kill`
         rolls the replacement back when a person marks the deferred task failed or clears it.
+    :param then: the replacement's phase after this wait.
+
+    ``progress`` and ``then`` are echoed in every event: the task resumes from the event
+    alone (``dag.test()`` hands the resume method the event and drops ``defer``'s kwargs).
     """
 
     def __init__(
@@ -130,6 +134,7 @@ class TopologyStateTrigger(BaseTrigger):
         end_at: float,
         poll_interval: float = 1.0,
         progress: dict[str, Any] | None = None,
+        then: str | None = None,
     ) -> None:
         super().__init__()
         self.flowctl_conn_id = flowctl_conn_id
@@ -139,6 +144,7 @@ class TopologyStateTrigger(BaseTrigger):
         self.end_at = float(end_at)
         self.poll_interval = float(poll_interval)
         self.progress = progress
+        self.then = then
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -151,6 +157,7 @@ class TopologyStateTrigger(BaseTrigger):
                 "end_at": self.end_at,
                 "poll_interval": self.poll_interval,
                 "progress": self.progress,
+                "then": self.then,
             },
         )
 
@@ -165,18 +172,21 @@ class TopologyStateTrigger(BaseTrigger):
                     look, plane, self.topology_id, self.wanted, self.what
                 )
                 if reached is not None:
-                    yield TriggerEvent(reached.to_event())
+                    yield self._event(reached.to_event())
                     return
                 if time.time() >= self.end_at:
-                    yield TriggerEvent({"status": "timeout", "topology_id": self.topology_id})
+                    yield self._event({"status": "timeout", "topology_id": self.topology_id})
                     return
                 await asyncio.sleep(min(self.poll_interval, max(0.0, self.end_at - time.time())))
         except StateWaitFailed as exc:
-            yield TriggerEvent({"status": "error", "message": str(exc)})
+            yield self._event({"status": "error", "message": str(exc)})
         except Exception as exc:  # reported to the task, which rolls back and fails
-            yield TriggerEvent(
+            yield self._event(
                 {"status": "error", "message": f"{self.what}: {type(exc).__name__}: {exc}"}
             )
+
+    def _event(self, payload: dict[str, Any]) -> TriggerEvent:
+        return TriggerEvent({**payload, "then": self.then, "progress": self.progress})
 
     async def on_kill(self) -> None:
         """The deferred replace task was killed: undo the replacement like its ``on_kill``."""
