@@ -328,3 +328,16 @@ def test_a_deferred_replacement_rolls_back_a_green_that_fails(
     assert event.outcome == "rolled_back" and "ended FAILED" in event.error
     plane = ControlPlane(flowctl_db)
     assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []
+
+
+def test_a_missing_stream_dag_is_rolled_back_before_blue_is_touched(flowctl_db: str) -> None:
+    from flowctl_airflow.dag_factory import rescale_dag
+
+    dag = rescale_dag(load_pipeline_config("wordcount"))
+    dag.get_task("replace").stream_dag_id = "stream_nowhere"
+    run = dag.test(run_conf={"direction": "up", "reason": "r"})
+    assert str(run.state).endswith("failed")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "rolled_back" and "'stream_nowhere'" in event.error
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []

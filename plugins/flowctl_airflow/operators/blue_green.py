@@ -385,6 +385,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         self.log.info(
             "step start green (%s run %s) ...", progress.stream_dag_id, progress.green_run_id
         )
+        self._check_stream_dag(context, progress.stream_dag_id)
         TriggerDagRunOperator(
             task_id=f"{self.task_id}__start_green",
             trigger_dag_id=progress.stream_dag_id,
@@ -399,6 +400,23 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             openlineage_inject_parent_info=False,
             allow_nested_operators=True,
         ).execute(context)
+
+    @staticmethod
+    def _check_stream_dag(context: Context, dag_id: str) -> None:
+        """Fail (and so roll back) here if green's DAG is unknown.
+
+        The task runner turns a failed ``DagRunTriggerException`` into a failed task
+        without this operator's rollback, which would leave the event ``running``.
+        """
+        ti = context.get("ti")
+        if ti is None:
+            return
+        try:
+            found = ti.get_dag(dag_id)
+        except Exception as exc:
+            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r}: {exc}") from None
+        if getattr(found, "dag_id", None) != dag_id:
+            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r} not found ({found})")
 
     def _progress_after_start(self, event: Any) -> Progress:
         """The progress of the replacement whose green run ``DagStateTrigger`` saw created."""
