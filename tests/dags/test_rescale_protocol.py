@@ -132,7 +132,7 @@ def job_side(flowctl_db: str, request: pytest.FixtureRequest) -> Iterator[JobSid
     side.join(timeout=5)
 
 
-def _rescale(conf: dict, **scaling: float):
+def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
     from flowctl_airflow.dag_factory import rescale_dag
 
     config = load_pipeline_config("wordcount")
@@ -142,6 +142,7 @@ def _rescale(conf: dict, **scaling: float):
     )  # fmt: skip
     dag = rescale_dag(dataclasses.replace(config, scaling=short))
     dag.get_task("replace").poll_interval_s = 0.1
+    dag.get_task("replace").deferrable = deferrable
     return dag.test(run_conf=conf)
 
 
@@ -215,3 +216,128 @@ def test_killing_the_task_mid_way_leaves_blue_the_only_admitting_topology(
         time.sleep(0.05)
     states = {t.topology_id: t.state for t in plane.topologies("wordcount")}
     assert states == {BLUE: "ACTIVE", job_side.green: "STOPPED"}
+
+
+# -- green's run, and the waits in the triggerer ---------------------------------------------
+
+
+@pytest.fixture
+def trigger_waits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every TopologyStateTrigger run: (topology, what it waited for), in order."""
+    from flowctl_airflow.triggers.topology_state import TopologyStateTrigger
+
+    runs: list[tuple[str, str]] = []
+    real_run = TopologyStateTrigger.run
+
+    def run(self: TopologyStateTrigger):
+        runs.append((self.topology_id, self.what))
+        return real_run(self)
+
+    monkeypatch.setattr(TopologyStateTrigger, "run", run)
+    return runs
+
+
+def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    """The public TriggerDagRunOperator path creates the run in the metadata database (run
+    type ``operator_triggered``; the task runner's ``trigger_run_id`` XCom on the replace
+    task): if that interface changes, green's run does not appear and this test fails."""
+    import sqlalchemy as sa
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    run_id = f"replace__{event.new_topology_id}"
+    with create_session() as session:
+        green = session.scalars(sa.select(DagRun).where(DagRun.run_id == run_id)).one()
+        assert (green.dag_id, str(green.run_type)) == ("stream_wordcount", "operator_triggered")
+        assert green.conf == {
+            "parallelism": 8,
+            "colour": "green",
+            "standby": True,
+            "replaces": BLUE,
+            "topology_id": event.new_topology_id,
+        }
+        marker = session.scalars(
+            sa.select(XComModel.value).where(
+                XComModel.dag_id == run.dag_id,
+                XComModel.run_id == run.run_id,
+                XComModel.task_id == "replace",
+                XComModel.key == "trigger_run_id",
+            )
+        ).one()
+    assert str(marker).strip('"') == run_id
+
+
+def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(
+    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
+) -> None:
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, deferrable=True)
+    assert str(run.state).endswith("success")
+    green_id = job_side.green
+    assert trigger_waits == [
+        (green_id, "waiting for green READY"),
+        (BLUE, "waiting for blue DRAINED"),
+        (green_id, "waiting for green ACTIVE"),
+        (BLUE, "waiting for STOPPED"),
+    ]
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok" and event.error is None
+    assert event.started_at <= event.ready_at <= event.deactivated_at
+    assert event.deactivated_at <= event.drained_at <= event.finished_at
+    assert event.pause_ms is not None and event.pause_ms >= 0 and event.duplicates == 0
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "STOPPED"
+    assert _kinds(plane, BLUE) == ["deactivate", "stop"]
+    assert _kinds(plane, green_id) == ["activate"]
+    assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [green_id]
+
+
+@pytest.mark.parametrize("job_side", [{"drains": False}], indirect=True)
+def test_a_deferred_replacement_stops_a_blue_that_does_not_drain(
+    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
+) -> None:
+    run = _rescale({"direction": "up", "reason": "r"}, deferrable=True, drain_timeout_s=1.0)
+    assert str(run.state).endswith("success")
+    assert [what for _, what in trigger_waits] == [
+        "waiting for green READY",
+        "waiting for blue DRAINED",
+        "waiting for STOPPED",
+        "waiting for green ACTIVE",
+    ]
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok" and event.drained_at is not None
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "STOPPED"
+    assert _kinds(plane, BLUE) == ["deactivate", "stop"]
+    assert plane.get_topology(job_side.green).state == "ACTIVE"
+
+
+@pytest.mark.parametrize("job_side", [{"green_fails": True}], indirect=True)
+def test_a_deferred_replacement_rolls_back_a_green_that_fails(
+    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
+) -> None:
+    run = _rescale({"direction": "up", "reason": "r"}, deferrable=True)
+    assert str(run.state).endswith("failed")
+    assert [what for _, what in trigger_waits] == ["waiting for green READY"]
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "rolled_back" and "ended FAILED" in event.error
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []
+
+
+def test_a_missing_stream_dag_is_rolled_back_before_blue_is_touched(flowctl_db: str) -> None:
+    from flowctl_airflow.dag_factory import rescale_dag
+
+    dag = rescale_dag(load_pipeline_config("wordcount"))
+    dag.get_task("replace").stream_dag_id = "stream_nowhere"
+    run = dag.test(run_conf={"direction": "up", "reason": "r"})
+    assert str(run.state).endswith("failed")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "rolled_back" and "'stream_nowhere'" in event.error
+    plane = ControlPlane(flowctl_db)
+    assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import time
 
 import pytest
@@ -21,6 +22,18 @@ POLICY = WindowPolicy(
     min_parallelism=1,
     max_parallelism=16,
 )
+
+
+@pytest.fixture
+def conn_of(monkeypatch: pytest.MonkeyPatch):
+    """Name a database by an Airflow connection (the trigger carries its id, not the URL)."""
+
+    def use(url: str, conn_id: str = "flowctl_test_db") -> str:
+        conn = {"conn_type": "generic", "extra": {"sqlalchemy_url": url}}
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+        return conn_id
+
+    return use
 
 
 def _collect(trigger: FailureWindowTrigger) -> list:
@@ -48,7 +61,7 @@ def _topology(url: str, failures: list[int], parallelism: int = 2) -> str:
 
 def test_serialize_round_trips_to_an_equal_trigger() -> None:
     trigger = FailureWindowTrigger(
-        database_url="sqlite:///x.db",
+        flowctl_conn_id="flowctl_db",
         pipeline="wordcount",
         policy=POLICY.to_dict(),
         topology_id="wc-blue-1",
@@ -62,12 +75,18 @@ def test_serialize_round_trips_to_an_equal_trigger() -> None:
     again = import_string(path)(**kwargs)
     assert again.serialize() == (path, kwargs)
     assert WindowPolicy.from_dict(kwargs["policy"]) == POLICY
+    # The kwargs land in the trigger table: a connection id, never a URL with a password.
+    assert kwargs["flowctl_conn_id"] == "flowctl_db"
+    assert not any("://" in str(value) for value in kwargs.values())
 
 
-def test_a_spike_yields_exactly_one_decision_event(database_url: str) -> None:
+def test_a_spike_yields_exactly_one_decision_event(database_url: str, conn_of) -> None:
     tid = _topology(database_url, [0, 0, 0, 9])
     trigger = FailureWindowTrigger(
-        database_url=database_url, pipeline="wordcount", policy=POLICY.to_dict(), poke_interval=0.1
+        flowctl_conn_id=conn_of(database_url),
+        pipeline="wordcount",
+        policy=POLICY.to_dict(),
+        poke_interval=0.1,
     )
     (event,) = _collect(trigger)
     assert event.payload["status"] == "decision"
@@ -80,10 +99,10 @@ def test_a_spike_yields_exactly_one_decision_event(database_url: str) -> None:
     )
 
 
-def test_no_decision_until_end_at_yields_one_timeout_event(sqlite_url: str) -> None:
+def test_no_decision_until_end_at_yields_one_timeout_event(sqlite_url: str, conn_of) -> None:
     _topology(sqlite_url, [1, 1, 1, 1])
     trigger = FailureWindowTrigger(
-        database_url=sqlite_url,
+        flowctl_conn_id=conn_of(sqlite_url),
         pipeline="wordcount",
         policy=POLICY.to_dict(),
         poke_interval=0.05,
@@ -94,9 +113,9 @@ def test_no_decision_until_end_at_yields_one_timeout_event(sqlite_url: str) -> N
     assert "stable" in event.payload["reason"]
 
 
-def test_a_bad_policy_yields_one_error_event_naming_the_key(sqlite_url: str) -> None:
+def test_a_bad_policy_yields_one_error_event_naming_the_key(sqlite_url: str, conn_of) -> None:
     trigger = FailureWindowTrigger(
-        database_url=sqlite_url,
+        flowctl_conn_id=conn_of(sqlite_url),
         pipeline="wordcount",
         policy={**POLICY.to_dict(), "policy": "magic"},
     )
@@ -104,3 +123,46 @@ def test_a_bad_policy_yields_one_error_event_naming_the_key(sqlite_url: str) -> 
     assert event.payload["status"] == "error"
     assert "policy='magic'" in event.payload["message"]
     assert "paper, adaptive" in event.payload["message"]
+
+
+def test_the_schema_is_ensured_once_per_run_not_per_look(
+    sqlite_url: str, conn_of, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _topology(sqlite_url, [1, 1, 1, 1])
+    ensured: list[str] = []
+    real = ControlPlane.ensure_schema
+
+    def counting(self: ControlPlane) -> None:
+        ensured.append("ensure_schema")
+        real(self)
+
+    monkeypatch.setattr(ControlPlane, "ensure_schema", counting)
+    looks: list[str] = []
+    from flowctl_airflow.triggers import failure_window
+
+    real_evaluate = failure_window.evaluate
+
+    def counting_evaluate(*args, **kwargs):
+        looks.append("look")
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(failure_window, "evaluate", counting_evaluate)
+    trigger = FailureWindowTrigger(
+        flowctl_conn_id=conn_of(sqlite_url),
+        pipeline="wordcount",
+        policy=POLICY.to_dict(),
+        poke_interval=0.02,
+        end_at=time.time() + 0.3,
+    )
+    (event,) = _collect(trigger)
+    assert event.payload["status"] == "timeout"
+    assert len(looks) > 1 and ensured == ["ensure_schema"]
+
+
+def test_an_unknown_connection_yields_one_error_event_naming_it() -> None:
+    trigger = FailureWindowTrigger(
+        flowctl_conn_id="no_such_flowctl_conn", pipeline="wordcount", policy=POLICY.to_dict()
+    )
+    (event,) = _collect(trigger)
+    assert event.payload["status"] == "error"
+    assert "no_such_flowctl_conn" in event.payload["message"]

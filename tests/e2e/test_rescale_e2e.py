@@ -17,7 +17,7 @@ the jobs all read it from there) and its definition is :data:`DEFINITION` below 
 workers import this module for it).
 
 ``dag.test()`` runs the autoscale and rescale DAGs in this process. Topologies are runs of
-``stream_wordcount``: the replace operator creates green's run through the execution API
+``stream_wordcount``: the replace operator creates green's run with TriggerDagRunOperator
 like any task would; with no scheduler in a test, :class:`StandInScheduler` plays its
 part for that one DAG and runs each queued run's task with ``airflow tasks test <dag>
 topology <run id>`` (a separate process, since a topology runs until it is stopped).

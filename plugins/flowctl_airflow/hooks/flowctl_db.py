@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
     from flowctl.adapters.control_plane import ControlPlane
 
 
@@ -45,22 +47,12 @@ class FlowctlDbHook(BaseHook):
     @cached_property
     def sqlalchemy_url(self) -> str:
         """The database URL; a clear error names the connection if it has none."""
-        conn = self.get_connection(self.flowctl_conn_id)
-        url = (conn.extra_dejson or {}).get("sqlalchemy_url")
-        if url:
-            return str(url)
-        if conn.conn_type in ("postgres", "postgresql"):
-            auth = conn.login or "postgres"
-            if conn.password:
-                auth += f":{conn.password}"
-            port = f":{conn.port}" if conn.port else ""
-            return f"postgresql+psycopg2://{auth}@{conn.host}{port}/{conn.schema or 'postgres'}"
-        if conn.conn_type == "sqlite" and conn.host:
-            return f"sqlite:///{conn.host}"
-        raise ValueError(
-            f"connection {self.flowctl_conn_id!r} (conn_type={conn.conn_type!r}) has no "
-            'database URL: set its extra to {"sqlalchemy_url": "<SQLAlchemy URL>"}'
-        )
+        return connection_url(self.get_connection(self.flowctl_conn_id), self.flowctl_conn_id)
+
+    @classmethod
+    async def async_sqlalchemy_url(cls, flowctl_conn_id: str = default_conn_name) -> str:
+        """:attr:`sqlalchemy_url` for a trigger: the connection read without blocking the loop."""
+        return connection_url(await cls.aget_connection(flowctl_conn_id), flowctl_conn_id)
 
     def get_control_plane(self) -> ControlPlane:
         """The control plane on this database, schema ensured."""
@@ -82,3 +74,32 @@ class FlowctlDbHook(BaseHook):
         except Exception as exc:  # reported to the UI, not raised
             return False, f"{type(exc).__name__}: {exc}"
         return True, "flowctl database reachable"
+
+
+def connection_url(conn: Connection, conn_id: str) -> str:
+    """The SQLAlchemy URL a connection names: its ``sqlalchemy_url`` extra, or its fields.
+
+    Built with ``sqlalchemy.URL.create`` so a login or password holding ``@``, ``/``,
+    ``:`` or ``%`` is escaped; rendered with the password because the URL is handed to
+    engines and to job processes (never log it: ``flowctl.adapters.db.masked_url`` hides it).
+    """
+    import sqlalchemy as sa
+
+    url = (conn.extra_dejson or {}).get("sqlalchemy_url")
+    if url:
+        return str(url)
+    if conn.conn_type in ("postgres", "postgresql"):
+        return sa.URL.create(
+            "postgresql+psycopg2",
+            username=conn.login or "postgres",
+            password=conn.password or None,
+            host=conn.host,
+            port=conn.port or None,
+            database=conn.schema or "postgres",
+        ).render_as_string(hide_password=False)
+    if conn.conn_type == "sqlite" and conn.host:
+        return sa.URL.create("sqlite", database=conn.host).render_as_string()
+    raise ValueError(
+        f"connection {conn_id!r} (conn_type={conn.conn_type!r}) has no "
+        'database URL: set its extra to {"sqlalchemy_url": "<SQLAlchemy URL>"}'
+    )

@@ -4,7 +4,8 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
 
 1. start green as a NEW DAG RUN of ``stream_<pipeline>`` with conf
    ``{parallelism, colour, standby: true, replaces, topology_id}`` (so green's
-   Spark driver log is that run's task log) and wait until green is READY;
+   Spark driver log is that run's task log; created by ``TriggerDagRunOperator``)
+   and wait until green is READY;
 2. ``deactivate`` blue and wait until it is DRAINED (on timeout: ``stop`` it;
    its unapplied tuples are gaps that green dispatches first);
 3. ``activate`` green and wait until it is ACTIVE;
@@ -14,7 +15,9 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
    no topology had anything in flight) and the duplicates (0 by construction:
    every result is applied at most once under the durable checkpoint).
 
-At most one replacement per pipeline runs at a time: the event is opened
+The steps after green's run exists are :mod:`.replacement_steps`; with
+``deferrable`` every wait runs in the triggerer and the replacement holds no worker
+slot. At most one replacement per pipeline runs at a time: the event is opened
 (outcome ``running``) before anything is touched and a second operator that
 finds an earlier running event refuses with the id of the one in the way.
 Any failure rolls back (``activate`` blue if it was deactivated, ``stop``
@@ -24,15 +27,24 @@ forward: exactly one topology admits afterwards.
 
 from __future__ import annotations
 
-import datetime as dt
-import time
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from flowctl.core.validation import parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.operators.replacement_state import (
+    Progress,
+    ReplacementFailed,
+    ReplacementRefused,
+    roll_back,
+    utcnow,
+)
+from flowctl_airflow.operators.replacement_steps import ReplacementSteps
+from flowctl_airflow.triggers.topology_state import StateWaitFailed, outcome_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -44,16 +56,8 @@ if TYPE_CHECKING:
 COLOURS = ("blue", "green")
 
 
-class ReplacementRefused(RuntimeError):
-    """A replacement cannot start (another one runs, no single active topology, bad target)."""
-
-
-class ReplacementFailed(RuntimeError):
-    """A step of the replacement failed or timed out; the message names the step."""
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+#: Green's DAG run id is this prefix and green's topology id.
+GREEN_RUN_PREFIX = "replace__"
 
 
 def _running_message(pipeline: str, event: Any) -> str:
@@ -73,35 +77,21 @@ def validate_parallelism(field: str, value: Any, lo: int, hi: int) -> int:
     return parallelism(field, value, lo, hi)
 
 
-def trigger_dag_run(dag_id: str, run_id: str, conf: Mapping[str, Any], note: str) -> None:
-    """Create a DAG run from inside a running task and keep going.
-
-    Airflow 3 tasks have no metadata-database access; ``TriggerDagRunOperator``
-    asks its task runner to send the ``TriggerDagRun`` request to the execution
-    API and then *ends* its task. A replacement must keep running after starting
-    green, so it sends the same request itself, through the same channel.
-    """
-    from airflow.sdk.execution_time import task_runner
-    from airflow.sdk.execution_time.comms import ErrorResponse, TriggerDagRun
-
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None:
-        raise ReplacementFailed(
-            f"cannot trigger {dag_id}: not running inside an Airflow task (no supervisor channel)"
-        )
-    response = comms.send(TriggerDagRun(dag_id=dag_id, run_id=run_id, conf=dict(conf), note=note))
-    if isinstance(response, ErrorResponse):
-        raise ReplacementFailed(
-            f"triggering {dag_id} run {run_id!r} failed: {response.error} {response.detail}"
-        )
-
-
-class BlueGreenReplaceOperator(BaseOperator):
+class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
     """Replace ``pipeline``'s ACTIVE topology by one with another parallelism, blue-green.
 
     The new parallelism comes from ``decision`` (the failure-window sensor's XCom,
     ``Decision.to_dict()``) or from ``new_parallelism``. Returns the replacement
     event as a dict (XCom).
+
+    Green is started with :class:`TriggerDagRunOperator`, Airflow's supported way for a
+    task to create a DAG run (tasks have no metadata-database access; the private
+    supervisor channel it uses underneath is the Task SDK's to change). It waits for the
+    new run to exist (``wait_for_completion`` on the states ``queued``/``running``, in the
+    triggerer: ``DagStateTrigger``) and resumes this operator at :meth:`execute_complete`.
+    With ``deferrable`` the waits for READY, DRAINED, ACTIVE and STOPPED are deferred too
+    (:class:`TopologyStateTrigger`): the replacement then holds no worker slot while a
+    Spark job gets ready or drains. Without it they poll in the worker.
 
     :param pipeline: the pipeline. (templated)
     :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
@@ -120,6 +110,7 @@ class BlueGreenReplaceOperator(BaseOperator):
         ``[scaling] stop_timeout_s``.
     :param poll_interval_s: seconds between two reads of a topology's state.
     :param flowctl_conn_id: connection of the flowctl database.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     """
 
     template_fields: Sequence[str] = (
@@ -146,6 +137,7 @@ class BlueGreenReplaceOperator(BaseOperator):
         stop_timeout_s: float | None = None,
         poll_interval_s: float = 0.1,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -161,20 +153,14 @@ class BlueGreenReplaceOperator(BaseOperator):
         self.stop_timeout_s = stop_timeout_s
         self.poll_interval_s = poll_interval_s
         self.flowctl_conn_id = flowctl_conn_id
-        # Progress, for rollback and on_kill.
+        self.deferrable = deferrable
+        # This execution's view, for rollback and on_kill (rebuilt on every resume).
         self._plane: ControlPlane | None = None
         self._events: ReplacementLog | None = None
-        self._event_id: int | None = None
-        self._blue: str | None = None
-        self._green: str | None = None
-        self._green_run_id: str | None = None
-        self._deactivated = False
-        self._green_active = False
-        self._blue_stopped = False
+        self._progress: Progress | None = None
         self._finished = False
         self._killed = False
         self._rolled_back = False
-        self._started = time.monotonic()
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -190,6 +176,13 @@ class BlueGreenReplaceOperator(BaseOperator):
             float(self.drain_timeout_s or s.drain_timeout_s),
             float(self.stop_timeout_s or s.stop_timeout_s),
         )
+
+    def _connect(self) -> ControlPlane:
+        from flowctl.adapters.replacements import ReplacementLog
+
+        self._plane = plane = FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
+        self._events = ReplacementLog(plane.engine)
+        return plane
 
     def _refuse_if_running(self, plane: ControlPlane) -> None:
         """Refuse while a replacement of the pipeline is running (one at a time)."""
@@ -249,54 +242,6 @@ class BlueGreenReplaceOperator(BaseOperator):
             )
         return target, reason, decision
 
-    # -- steps ------------------------------------------------------------------------------
-
-    def _step(self, name: str, work: Callable[[], Any]) -> Any:
-        """Run one step, logging its duration (the task log is the replacement's record)."""
-        if self._killed:
-            raise ReplacementFailed(f"killed before step {name}")
-        self.log.info("step %s ...", name)
-        started = time.monotonic()
-        result = work()
-        self.log.info("step %s done in %.2f s", name, time.monotonic() - started)
-        return result
-
-    def _wait_state(
-        self, topology_id: str, wanted: set[str], timeout_s: float, what: str
-    ) -> Topology | None:
-        """Poll until ``topology_id`` is in ``wanted``; None on timeout, an error on FAILED."""
-        from flowctl.adapters.control_plane import UnknownTopology
-
-        assert self._plane is not None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                topo = self._plane.get_topology(topology_id)
-            except UnknownTopology:
-                topo = None  # green's job has not registered yet
-            if topo is not None:
-                if topo.state in wanted:
-                    return topo
-                if topo.state in ("FAILED", "STOPPED") and not wanted & {"FAILED", "STOPPED"}:
-                    raise ReplacementFailed(
-                        f"{what}: {topology_id} ended {topo.state} (see its stream task log)"
-                    )
-                if "READY" in wanted and topo.state == "ACTIVE":
-                    # A green that admits at once would make two admitting topologies.
-                    raise ReplacementFailed(
-                        f"{what}: {topology_id} went ACTIVE without waiting in READY (was it "
-                        f"started without standby?)"
-                    )
-            if self._killed:
-                raise ReplacementFailed(f"{what}: the replace task was killed")
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(self.poll_interval_s)
-
-    def _update(self, **changes: Any) -> None:
-        assert self._events is not None and self._event_id is not None
-        self._events.update_replacement(self._event_id, **changes)
-
     def _open_event(
         self, blue: Topology, target: int, reason: str, decision: Any, green_id: str
     ) -> int:
@@ -309,7 +254,7 @@ class BlueGreenReplaceOperator(BaseOperator):
             blue.parallelism,
             target,
             reason,
-            started_at=_utcnow(),
+            started_at=utcnow(),
             outcome="running",
             decision=decision,
         )
@@ -321,30 +266,38 @@ class BlueGreenReplaceOperator(BaseOperator):
         if earlier:
             message = _running_message(self.pipeline, earlier[-1])
             self._events.update_replacement(
-                event_id, outcome="failed", error=f"refused: {message}", finished_at=_utcnow()
+                event_id, outcome="failed", error=f"refused: {message}", finished_at=utcnow()
             )
             raise ReplacementRefused(message)
         return event_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        from flowctl.adapters.replacements import ReplacementLog
+    # -- execution entry points -------------------------------------------------------------
 
+    def execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         ready_s, drain_s, stop_s = self._timeouts(config)
-        self._plane = plane = FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
-        self._events = ReplacementLog(plane.engine)
+        plane = self._connect()
         self._refuse_if_running(plane)
         blue = self._blue_topology(plane)
         target, reason, decision = self._target(blue, config)
         colour = "green" if blue.colour == "blue" else "blue"
-        stamp = _utcnow().strftime("%Y%m%dT%H%M%S%f")
+        stamp = utcnow().strftime("%Y%m%dT%H%M%S%f")
         green_id = f"{self.pipeline}-{colour}-p{target}-{stamp}"
-        self._blue, self._green = blue.topology_id, green_id
-        self._event_id = self._open_event(blue, target, reason, decision, green_id)
-        self._started = time.monotonic()
+        event_id = self._open_event(blue, target, reason, decision, green_id)
+        self._progress = progress = Progress(
+            event_id=event_id,
+            blue=blue.topology_id,
+            green=green_id,
+            green_run_id=f"{GREEN_RUN_PREFIX}{green_id}",
+            stream_dag_id=self.stream_dag_id or f"stream_{self.pipeline}",
+            target=target,
+            ready_s=ready_s,
+            drain_s=drain_s,
+            stop_s=stop_s,
+        )
         self.log.info(
             "replacement %d of %s: %s (%s, %d lanes) -> %s (%s, %d lanes); reason: %s",
-            self._event_id,
+            event_id,
             self.pipeline,
             blue.topology_id,
             blue.colour,
@@ -354,177 +307,152 @@ class BlueGreenReplaceOperator(BaseOperator):
             target,
             reason,
         )
-        try:
-            result = self._replace(blue, green_id, colour, target, ready_s, drain_s, stop_s)
-        except BaseException as exc:
-            self._rollback(f"{type(exc).__name__}: {exc}", stop_s)
-            raise
-        self._finished = True
-        return result
-
-    def _replace(
-        self,
-        blue: Topology,
-        green_id: str,
-        colour: str,
-        target: int,
-        ready_s: float,
-        drain_s: float,
-        stop_s: float,
-    ) -> dict[str, Any]:
-        assert self._plane is not None and self._events is not None
-        plane = self._plane
-        dag_id = self.stream_dag_id or f"stream_{self.pipeline}"
-        self._green_run_id = f"replace__{green_id}"
-        conf = {
+        run_conf = {
             "parallelism": target,
             "colour": colour,
             "standby": True,
             "replaces": blue.topology_id,
             "topology_id": green_id,
         }
-        self._step(
-            f"start green ({dag_id} run {self._green_run_id})",
-            lambda: trigger_dag_run(
-                dag_id,
-                self._green_run_id,  # type: ignore[arg-type]
-                conf,
-                note=f"green of replacement {self._event_id}: replaces {blue.topology_id}",
-            ),
-        )
-        ready = self._step(
-            "wait green READY",
-            lambda: self._wait_state(green_id, {"READY"}, ready_s, "waiting for green READY"),
-        )
-        if ready is None:
-            raise ReplacementFailed(
-                f"green {green_id} not READY within ready_timeout_s={ready_s:g} "
-                f"(is the {dag_id} run {self._green_run_id} running?)"
-            )
-        self._update(ready_at=_utcnow())
+        with self._rolling_back_on_failure():
+            self._start_green(context, progress, run_conf)
+        raise AssertionError("unreachable: starting green resumes at execute_complete")
 
-        self._step("deactivate blue", lambda: plane.send_signal(blue.topology_id, "deactivate"))
-        self._deactivated = True
-        deactivated_at = _utcnow()
-        self._update(deactivated_at=deactivated_at)
-        drained = self._step(
-            "wait blue DRAINED",
-            lambda: self._wait_state(
-                blue.topology_id, {"DRAINED"}, drain_s, "waiting for blue DRAINED"
-            ),
-        )
-        if drained is None:
-            self.log.warning(
-                "blue %s not DRAINED within drain_timeout_s=%g: stopping it; green dispatches "
-                "its unapplied tuples first",
-                blue.topology_id,
-                drain_s,
-            )
-            self._stop(blue.topology_id, stop_s)
-            self._blue_stopped = True
-            quiet_since = plane.get_topology(blue.topology_id).updated_at
+    def execute_complete(self, context: Context, event: Any) -> dict[str, Any]:
+        """Resume after green's run was created (``DagStateTrigger``'s event, a pair) or
+        after a deferred wait (:class:`TopologyStateTrigger`'s event: it carries the phase
+        to resume at and the progress)."""
+        self._connect()
+        if not isinstance(event, dict):
+            with self._rolling_back_on_failure():
+                self._progress = self._progress_after_start(event)
+            phase, outcome = "started", None
         else:
-            quiet_since = drained.updated_at
-        quiet_since = max(quiet_since, deactivated_at)
-        self._update(drained_at=quiet_since)
+            self._progress = Progress.from_dict(event["progress"])
+            phase = event["then"]
+            try:
+                outcome = outcome_of(event)
+            except StateWaitFailed as exc:
+                with self._rolling_back_on_failure():
+                    raise ReplacementFailed(str(exc)) from None
+        with self._rolling_back_on_failure():
+            result = self._drive(phase, outcome)
+        self._finished = True
+        return result
 
-        self._step("activate green", lambda: plane.send_signal(green_id, "activate"))
-        active = self._step(
-            "wait green ACTIVE",
-            lambda: self._wait_state(green_id, {"ACTIVE"}, ready_s, "waiting for green ACTIVE"),
-        )
-        if active is None:
-            raise ReplacementFailed(
-                f"green {green_id} not ACTIVE within {ready_s:g} s after activate"
-            )
-        self._green_active = True
-        pause_ms = max(0.0, (active.updated_at - quiet_since).total_seconds() * 1000.0)
+    @contextlib.contextmanager
+    def _rolling_back_on_failure(self) -> Iterator[None]:
+        """Roll back on any failure; a deferral or the start of green's run is no failure."""
+        from airflow.sdk.exceptions import DagRunTriggerException, TaskDeferred
 
-        if not self._blue_stopped:
-            self._step("stop blue", lambda: self._stop(blue.topology_id, stop_s))
-            self._blue_stopped = True
-        finished = _utcnow()
-        self._update(finished_at=finished, pause_ms=pause_ms, duplicates=0, outcome="ok")
-        event = self._events.get_replacement(self._event_id)  # type: ignore[arg-type]
+        try:
+            yield
+        except (TaskDeferred, DagRunTriggerException):
+            raise
+        except BaseException as exc:
+            self._rollback(f"{type(exc).__name__}: {exc}")
+            raise
+
+    # -- green's DAG run --------------------------------------------------------------------
+
+    def _start_green(self, context: Context, progress: Progress, conf: dict[str, Any]) -> None:
+        """Create green's DAG run with TriggerDagRunOperator; resumes at execute_complete.
+
+        Why this way: an Airflow 3 task has no metadata-database access, and the public
+        ways to create a run are the REST API (an api-server URL and credentials in every
+        worker, and none under ``dag.test()``) and ``TriggerDagRunOperator`` (the
+        ``standard`` provider, kept in step with the Task SDK by its maintainers). Its
+        ``execute`` raises the Task SDK's ``DagRunTriggerException``; the task runner
+        creates the run and, with ``wait_for_completion`` and ``deferrable``, defers this
+        task on ``DagStateTrigger`` until the run is in ``allowed_states`` (a new run is
+        queued at once) or ``failed_states``, then resumes it at :meth:`execute_complete`
+        (the resume point the operator documents). Running one operator inside another
+        is allowed by ``allow_nested_operators`` (the default; Airflow logs a warning).
+        The private ``SUPERVISOR_COMMS`` channel used before is the Task SDK's to change.
+        """
+        from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
         self.log.info(
-            "replacement %d ok in %.1f s: %s ACTIVE with %d lanes, %s stopped; output pause "
-            "%.0f ms (blue quiet -> green ACTIVE), duplicates 0",
-            event.id,
-            time.monotonic() - self._started,
-            green_id,
-            target,
-            blue.topology_id,
-            pause_ms,
+            "step start green (%s run %s) ...", progress.stream_dag_id, progress.green_run_id
         )
-        return event.to_dict()
+        self._check_stream_dag(context, progress.stream_dag_id)
+        TriggerDagRunOperator(
+            task_id=f"{self.task_id}__start_green",
+            trigger_dag_id=progress.stream_dag_id,
+            trigger_run_id=progress.green_run_id,
+            conf=conf,
+            note=f"green of replacement {progress.event_id}: replaces {progress.blue}",
+            wait_for_completion=True,
+            deferrable=True,
+            allowed_states=["queued", "running", "success"],
+            failed_states=["failed"],
+            poke_interval=1,
+            openlineage_inject_parent_info=False,
+            allow_nested_operators=True,
+        ).execute(context)
 
-    def _stop(self, topology_id: str, stop_s: float) -> None:
-        """Send ``stop`` and wait for STOPPED (a topology that ignores it is only logged)."""
-        assert self._plane is not None
-        topo = self._plane.get_topology(topology_id)
-        if topo.state in ("STOPPED", "FAILED"):
+    @staticmethod
+    def _check_stream_dag(context: Context, dag_id: str) -> None:
+        """Fail (and so roll back) here if green's DAG is unknown.
+
+        The task runner turns a failed ``DagRunTriggerException`` into a failed task
+        without this operator's rollback, which would leave the event ``running``.
+        """
+        ti = context.get("ti")
+        if ti is None:
             return
-        self._plane.send_signal(topology_id, "stop")
-        done = self._wait_state(topology_id, {"STOPPED", "FAILED"}, stop_s, "waiting for STOPPED")
-        if done is None:
-            self.log.warning("%s did not reach STOPPED within %g s", topology_id, stop_s)
+        try:
+            found = ti.get_dag(dag_id)
+        except Exception as exc:
+            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r}: {exc}") from None
+        if getattr(found, "dag_id", None) != dag_id:
+            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r} not found ({found})")
 
-    # -- failure paths ----------------------------------------------------------------------
+    def _progress_after_start(self, event: Any) -> Progress:
+        """The progress of the replacement whose green run ``DagStateTrigger`` saw created."""
+        assert self._events is not None
+        _, data = event
+        (run_id,) = data["run_ids"]
+        green = str(run_id).removeprefix(GREEN_RUN_PREFIX)
+        ours = [e for e in self._events.replacements(self.pipeline) if e.new_topology_id == green]
+        if not ours:
+            raise ReplacementFailed(f"no replacement event of {self.pipeline} starts green {green}")
+        e = ours[-1]
+        ready_s, drain_s, stop_s = self._timeouts(self._config())
+        progress = Progress(
+            event_id=e.id,
+            blue=e.old_topology_id,
+            green=green,
+            green_run_id=str(run_id),
+            stream_dag_id=data["dag_id"],
+            target=e.new_parallelism,
+            ready_s=ready_s,
+            drain_s=drain_s,
+            stop_s=stop_s,
+        )
+        self._progress = progress
+        if e.outcome != "running":
+            raise ReplacementFailed(f"replacement {e.id} is {e.outcome} already: {e.error}")
+        state = data.get(run_id)
+        if state == "failed":
+            raise ReplacementFailed(f"green's run {run_id} of {data['dag_id']} failed at once")
+        self.log.info("step start green done: run %s is %s", run_id, state)
+        return progress
 
-    def _rollback(self, error: str, stop_s: float) -> None:
-        """Back to blue: activate it if it was deactivated, stop green; record the outcome."""
-        from flowctl.adapters.control_plane import UnknownTopology
+    # -- the protocol -----------------------------------------------------------------------
 
-        if self._plane is None or self._event_id is None or self._rolled_back:
+    def _rollback(self, error: str) -> None:
+        """Back to blue (or forward to green once it admits); record the outcome, once."""
+        if self._plane is None or self._events is None or self._progress is None:
+            return
+        if self._rolled_back:
             return
         self._rolled_back = True
-        plane = self._plane
-        outcome = "rolled_back"
-        self.log.error("replacement %d failed: %s; rolling back", self._event_id, error)
-        try:
-            # Signals only, no waiting: this may run in on_kill, and the job acts on a signal
-            # within its poll interval whether or not anyone waits for it.
-            if self._green_active:
-                # Green already admits: keep it, finish blue instead (exactly one admitting).
-                outcome = "failed"
-                if self._blue and not self._blue_stopped:
-                    plane.send_signal(self._blue, "stop")
-                    self.log.info("green is ACTIVE: stop sent to blue %s", self._blue)
-            elif self._blue_stopped and self._green:
-                # Blue did not drain and was stopped: green is the only topology left.
-                outcome = "failed"
-                plane.send_signal(self._green, "activate")
-                self.log.error(
-                    "blue %s is stopped; activate sent to green %s again (the only topology "
-                    "left): check it admits",
-                    self._blue,
-                    self._green,
-                )
-            else:
-                if self._deactivated and self._blue:
-                    plane.send_signal(self._blue, "activate")
-                    self.log.info("rollback: activate sent to blue %s", self._blue)
-                if self._green:
-                    try:
-                        plane.send_signal(self._green, "stop")
-                        self.log.info("rollback: stop sent to green %s", self._green)
-                    except UnknownTopology:
-                        self.log.error(
-                            "rollback: green %s never registered; if its run %s starts later, "
-                            "mark it failed in the UI (it would only wait in READY)",
-                            self._green,
-                            self._green_run_id,
-                        )
-        finally:
-            try:
-                self._update(outcome=outcome, error=error[:2000], finished_at=_utcnow())
-            except Exception:
-                self.log.exception("could not record the outcome of replacement %d", self._event_id)
+        roll_back(self._plane, self._events, self._progress, error, self.log)
 
     def on_kill(self) -> None:
         """Killed mid-way: leave exactly one topology admitting, then record the outcome."""
-        if self._finished or self._event_id is None:
+        if self._finished or self._progress is None:
             return
         self._killed = True
-        _, _, stop_s = self._timeouts(self._config())
-        self._rollback("the replace task was killed", min(stop_s, 30.0))
+        self._rollback("the replace task was killed")

@@ -136,7 +136,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
         if isinstance(done, PokeReturnValue):
             return done.xcom_value
         trigger = FailureWindowTrigger(
-            database_url=self._database_url(),
+            flowctl_conn_id=self.flowctl_conn_id,
             pipeline=self.pipeline,
             policy=self._window_policy().to_dict(),
             topology_id=self.topology_id or None,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
-    from flowctl.adapters.control_plane import MetricsWindow
+    from flowctl.adapters.control_plane import ControlPlane, MetricsWindow
     from flowctl.core.scaling import Decision, WindowStats
     from flowctl.pipelines.config import PipelineConfig
 
@@ -166,15 +166,17 @@ def window_stats(windows: Sequence[MetricsWindow]) -> WindowStats:
 
 
 def evaluate(
-    database_url: str,
+    database: str | ControlPlane,
     pipeline: str,
     policy: WindowPolicy,
     *,
     topology_id: str | None = None,
     now: dt.datetime | None = None,
 ) -> Evaluation:
-    """Decide from the database, now; never writes anything.
+    """Decide from the database, now; never writes anything but the schema.
 
+    ``database`` is a URL (its schema is ensured: a sensor pokes from a new process each
+    time) or a :class:`ControlPlane` whose schema the caller ensured once (the trigger).
     No decision (``decision`` None or direction ``none``) when: no single ACTIVE
     topology (none runs, or two during a replacement); a replacement of the pipeline
     is running; the last replacement finished less than ``cooldown_s`` ago; fewer
@@ -185,8 +187,11 @@ def evaluate(
     from flowctl.core.scaling import adaptive_decision, paper_decision
 
     now = now or dt.datetime.now(dt.UTC)
-    plane = ControlPlane(database_url)
-    plane.ensure_schema()
+    if isinstance(database, ControlPlane):
+        plane = database
+    else:
+        plane = ControlPlane(database)
+        plane.ensure_schema()
 
     def none(reason: str, topo: str | None = topology_id) -> Evaluation:
         return Evaluation(pipeline, topo, None, reason)
@@ -261,7 +266,11 @@ class FailureWindowTrigger(BaseTrigger):
     decision and the topology), ``timeout`` (with the last reason) or ``error`` (with
     the message). The database calls run in a worker thread.
 
-    :param database_url: SQLAlchemy URL of the flowctl database.
+    The trigger carries the connection id, not the URL: its kwargs are stored in the
+    trigger table, where a password must not land. The URL is resolved and the schema
+    ensured once per run of the trigger, not on every look.
+
+    :param flowctl_conn_id: connection of the flowctl database.
     :param pipeline: the pipeline whose (active) topology is watched.
     :param policy: :meth:`WindowPolicy.to_dict` of the decision rule.
     :param topology_id: watch this topology instead of the pipeline's active one.
@@ -272,7 +281,7 @@ class FailureWindowTrigger(BaseTrigger):
     def __init__(
         self,
         *,
-        database_url: str,
+        flowctl_conn_id: str = "flowctl_db",
         pipeline: str,
         policy: Mapping[str, Any],
         topology_id: str | None = None,
@@ -280,7 +289,7 @@ class FailureWindowTrigger(BaseTrigger):
         end_at: float | None = None,
     ) -> None:
         super().__init__()
-        self.database_url = database_url
+        self.flowctl_conn_id = flowctl_conn_id
         self.pipeline = pipeline
         self.policy = dict(policy)
         self.topology_id = topology_id
@@ -291,7 +300,7 @@ class FailureWindowTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "database_url": self.database_url,
+                "flowctl_conn_id": self.flowctl_conn_id,
                 "pipeline": self.pipeline,
                 "policy": dict(self.policy),
                 "topology_id": self.topology_id,
@@ -300,21 +309,40 @@ class FailureWindowTrigger(BaseTrigger):
             },
         )
 
+    async def _control_plane(self) -> ControlPlane:
+        """The control plane of the connection, schema ensured (once per trigger run)."""
+        from flowctl.adapters.control_plane import ControlPlane
+        from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+
+        url = await FlowctlDbHook.async_sqlalchemy_url(self.flowctl_conn_id)
+        plane = ControlPlane(url)
+        await asyncio.to_thread(plane.ensure_schema)
+        return plane
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             policy = WindowPolicy.from_dict(self.policy)
         except (TypeError, ValueError) as exc:
             yield TriggerEvent({"status": "error", "message": f"bad policy: {exc}"})
             return
+        try:
+            plane = await self._control_plane()
+        except Exception as exc:  # reported to the task, which fails with it
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        async for event in self._watch(plane, policy):
+            yield event
+            return
+
+    async def _watch(
+        self, plane: ControlPlane, policy: WindowPolicy
+    ) -> AsyncIterator[TriggerEvent]:
+        """Evaluate every ``poke_interval`` until a decision, a timeout or an error."""
         reason = "not evaluated yet"
         while True:
             try:
                 result = await asyncio.to_thread(
-                    evaluate,
-                    self.database_url,
-                    self.pipeline,
-                    policy,
-                    topology_id=self.topology_id,
+                    evaluate, plane, self.pipeline, policy, topology_id=self.topology_id
                 )
             except Exception as exc:  # reported to the task, which fails with it
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})

@@ -1,0 +1,119 @@
+"""How far a blue-green replacement got, and how to undo it from there.
+
+A deferrable replacement runs in several task executions (and its waits in the
+triggerer), so its progress cannot live in the operator object: :class:`Progress` is
+plain data carried through ``defer(kwargs=...)`` and the trigger's kwargs, and
+:func:`roll_back` works from it alone, for the operator (a failed step, ``on_kill``)
+and for the trigger (``on_kill`` when the deferred task is marked failed or cleared).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.replacements import ReplacementLog
+
+
+class ReplacementRefused(RuntimeError):
+    """A replacement cannot start (another one runs, no single active topology, bad target)."""
+
+
+class ReplacementFailed(RuntimeError):
+    """A step of the replacement failed or timed out; the message names the step."""
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class Progress:
+    """A replacement's identity, its timeouts and what has been done so far (JSON types)."""
+
+    event_id: int
+    blue: str
+    green: str
+    green_run_id: str
+    stream_dag_id: str
+    target: int
+    ready_s: float
+    drain_s: float
+    stop_s: float
+    deactivated: bool = False
+    deactivated_at: str | None = None
+    quiet_since: str | None = None
+    green_active: bool = False
+    blue_stopped: bool = False
+    pause_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Progress:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def roll_back(
+    plane: ControlPlane,
+    events: ReplacementLog,
+    progress: Progress,
+    error: str,
+    log: logging.Logger,
+) -> str:
+    """Leave exactly one admitting topology and record the outcome; returns the outcome.
+
+    Signals only, no waiting: this runs in ``on_kill`` too, and a job acts on a signal
+    within its poll interval whether or not anyone waits for it. Before green admits:
+    ``activate`` blue if it was deactivated and ``stop`` green (``rolled_back``). Once
+    green admits, or once blue was stopped for not draining, green is the one kept
+    (``failed``: the replacement did not finish cleanly but finished forward).
+    """
+    from flowctl.adapters.control_plane import UnknownTopology
+
+    p = progress
+    outcome = "rolled_back"
+    log.error("replacement %d failed: %s; rolling back", p.event_id, error)
+    try:
+        if p.green_active:
+            outcome = "failed"
+            if not p.blue_stopped:
+                plane.send_signal(p.blue, "stop")
+                log.info("green is ACTIVE: stop sent to blue %s", p.blue)
+        elif p.blue_stopped:
+            outcome = "failed"
+            plane.send_signal(p.green, "activate")
+            log.error(
+                "blue %s is stopped; activate sent to green %s again (the only topology left): "
+                "check it admits",
+                p.blue,
+                p.green,
+            )
+        else:
+            if p.deactivated:
+                plane.send_signal(p.blue, "activate")
+                log.info("rollback: activate sent to blue %s", p.blue)
+            try:
+                plane.send_signal(p.green, "stop")
+                log.info("rollback: stop sent to green %s", p.green)
+            except UnknownTopology:
+                log.error(
+                    "rollback: green %s never registered; if its run %s starts later, mark it "
+                    "failed in the UI (it would only wait in READY)",
+                    p.green,
+                    p.green_run_id,
+                )
+    finally:
+        try:
+            events.update_replacement(
+                p.event_id, outcome=outcome, error=error[:2000], finished_at=utcnow()
+            )
+        except Exception:
+            log.exception("could not record the outcome of replacement %d", p.event_id)
+    return outcome
