@@ -34,6 +34,7 @@ def configure() -> Path:
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # plugins/.airflowignore
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "SPARK_LOCAL_IP": "127.0.0.1",
