@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from flowctl import demo
 from flowctl.config import Settings
@@ -85,16 +86,18 @@ def _poll(what: str, timeout_s: float, probe: Callable[[], object], every_s: flo
 
 def _open_trigger_form(page: Page, base: str, dag_id: str) -> None:
     page.goto(f"{base}/dags/{dag_id}")
-    page.get_by_role("button", name=re.compile(r"^Trigger$")).first.click()
+    page.get_by_test_id("trigger-dag-button").first.click()
     dialog = page.get_by_role("dialog")
-    expect(dialog.get_by_text("Trigger Dag", exact=False).first).to_be_visible(timeout=30_000)
+    expect(dialog.get_by_test_id("trigger-dag-submit")).to_be_visible(timeout=30_000)
+    # The DAGs are paused at creation: a run of a paused DAG never starts.
     unpause = dialog.get_by_role("checkbox", name=re.compile(r"^Unpause "))
-    if unpause.count():  # the DAGs are paused at creation: a run of a paused DAG never starts
-        unpause.set_checked(True, force=True)
+    if unpause.count() and not unpause.is_checked():
+        dialog.get_by_text(re.compile(r"^Unpause ")).click()
+        expect(unpause).to_be_checked()
 
 
 def _submit_trigger(page: Page) -> None:
-    page.get_by_role("dialog").get_by_role("button", name=re.compile(r"^Trigger$")).click()
+    page.get_by_role("dialog").get_by_test_id("trigger-dag-submit").click()
 
 
 def _choose(page: Page, param: str, option: str) -> None:
@@ -173,7 +176,7 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
 
         # 5. its task log shows a window or checkpoint line within a minute
         log_url = f"{base}/dags/stream_{PIPELINE}/runs/{stream_run['dag_run_id']}/tasks/topology"
-        pattern = re.compile(r"windows .* -> |checkpoint", re.I)
+        pattern = re.compile(r"\bwindows?\b|checkpoint", re.I)
 
         page.set_viewport_size({"width": 1400, "height": 3000})  # the viewer renders what fits
 
@@ -221,23 +224,15 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         assert re.fullmatch(r"\d+(\.\d+)?", pause_ms), f"pause ms cell reads {pause_ms!r}"
         _shot(page, "10_metrics_after_rescale")
 
-        # 9. a bad rescale (both fields set) is refused with a message naming the fields
-        _open_trigger_form(page, base, f"rescale_{PIPELINE}")
-        both = "direction.*target_parallelism|target_parallelism.*direction"
-        before = _texts_naming(page, both)
-        _choose(page, "direction", "up")
-        _choose(page, "target_parallelism", "8")
-        page.locator("#element_reason").fill("journey test: both fields")
-        trigger = page.get_by_role("dialog").get_by_role("button", name=re.compile(r"^Trigger$"))
-        if trigger.is_enabled():
-            trigger.click()
-        _poll(
-            "a message naming direction and target_parallelism",
-            30,
-            lambda: _texts_naming(page, both) - before,
-            1,
-        )
-        _shot(page, "11_bad_rescale_refused")
+        # 9. a bad rescale (both fields set) is refused with a message naming the fields.
+        # Independent of step 10: a failure here is reported after step 10 has run too.
+        refused: Exception | None = None
+        try:
+            _bad_rescale_is_refused(page, base)
+        except (AssertionError, PlaywrightTimeoutError) as exc:
+            refused = exc
+        finally:
+            _shot(page, "11_bad_rescale")
 
         # 10. logged out, the metrics page and its API refuse the browser
         browser.clear_cookies()
@@ -252,6 +247,26 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
     demo.stop_topologies(platform, say=lambda _: None)
     close_runs(platform, wait_s=60.0, note="closed by the journey test's teardown")
     assert api.open_runs() == []
+    if refused is not None:
+        raise refused
+
+
+def _bad_rescale_is_refused(page: Page, base: str) -> None:
+    _open_trigger_form(page, base, f"rescale_{PIPELINE}")
+    both = "direction.*target_parallelism|target_parallelism.*direction"
+    before = _texts_naming(page, both)
+    _choose(page, "direction", "up")
+    _choose(page, "target_parallelism", "8")
+    page.locator("#element_reason").fill("journey test: both fields")
+    trigger = page.get_by_role("dialog").get_by_test_id("trigger-dag-submit")
+    if trigger.is_enabled():
+        trigger.click()
+    _poll(
+        "a message naming direction and target_parallelism",
+        30,
+        lambda: _texts_naming(page, both) - before,
+        1,
+    )
 
 
 def _texts_naming(page: Page, pattern: str) -> set[str]:
