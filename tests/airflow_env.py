@@ -35,7 +35,6 @@ def configure() -> Path:
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # plugins/.airflowignore
             # HS512 wants 64 bytes; Airflow's generated 16-byte key makes PyJWT warn.
             "AIRFLOW__API_AUTH__JWT_SECRET": base64.b64encode(os.urandom(64)).decode(),
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",

@@ -107,9 +107,12 @@ def _choose(page: Page, param: str, option: str) -> None:
 
 
 def _newest_run(api: AirflowApi, dag_id: str) -> dict[str, object]:
+    """The DAG's newest run; a failed one fails the test at once (its log says why)."""
     body = api._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=1")
     runs = body["dag_runs"]
-    return runs[0] if runs else {}
+    run = runs[0] if runs else {}
+    assert run.get("state") != "failed", f"{dag_id} run {run.get('dag_run_id')} failed"
+    return run
 
 
 def _metrics_page(page: Page, base: str) -> dict[str, str]:
