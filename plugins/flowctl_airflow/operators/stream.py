@@ -186,6 +186,9 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         )
         self.topology_id = topology_id
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        # Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
+        # nothing to a reader of the task log; the job's own lines are Python logging.
+        self.conf = {"spark.log.level": "WARN", **(self.conf or {})}
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
@@ -243,9 +246,11 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             return None
         from flowctl.adapters.control_plane import ControlPlane
 
-        return MetricsRelay(
-            ControlPlane(self._database_url), topology_id, pipeline=self.pipeline
-        ).start()
+        plane = ControlPlane(self._database_url)
+        # On a fresh database the job creates the tables only once Spark is up; without them
+        # every early poll logged five retries and an ERROR with the SQL into the task log.
+        plane.ensure_schema()
+        return MetricsRelay(plane, topology_id, pipeline=self.pipeline).start()
 
     def on_kill(self) -> None:
         """Ask the topology to stop cleanly; kill spark-submit only if it does not."""
