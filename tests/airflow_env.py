@@ -9,6 +9,7 @@ in a temporary ``AIRFLOW_HOME``, migrated once per session.
 from __future__ import annotations
 
 import atexit
+import base64
 import os
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ def configure() -> Path:
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # HS512 wants 64 bytes; Airflow's generated 16-byte key makes PyJWT warn.
+            "AIRFLOW__API_AUTH__JWT_SECRET": base64.b64encode(os.urandom(64)).decode(),
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "SPARK_LOCAL_IP": "127.0.0.1",

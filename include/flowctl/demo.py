@@ -15,10 +15,10 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 
+from flowctl import feed
 from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.airflow import AirflowService, admin_password, airflow_bin, airflow_env
@@ -26,7 +26,7 @@ from flowctl.services.base import ServiceError
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
-DEMO_SEED = 7
+DEMO_SEED = feed.DEMO_SEED
 
 
 def _airflow(settings: Settings, *args: str, timeout: float = 120.0) -> str:
@@ -89,50 +89,48 @@ def word_total(settings: Settings, pipeline: str) -> tuple[int, int]:
 
 
 def watch(
-    settings: Settings,
-    pipeline: str,
-    *,
-    seconds: float,
-    feed_rate: int,
-    say: Say,
-    interval: float = 3.0,
+    settings: Settings, pipeline: str, *, seconds: float, say: Say, interval: float = 3.0
 ) -> None:
-    """Print the live counts every ``interval`` s; meanwhile feed ``feed_rate`` lines/s."""
-    stop = threading.Event()
-    feeder = None
-    if feed_rate > 0:
-        feeder = threading.Thread(
-            target=_feed, args=(settings, pipeline, feed_rate, stop), daemon=True
-        )
-        feeder.start()
+    """Print the live counts every ``interval`` s for ``seconds``."""
     deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            try:
-                total, distinct = word_total(settings, pipeline)
-                say(f"  live counts: {total:>10,d} words counted, {distinct:,d} distinct")
-            except Exception as exc:  # results table not there yet: the stream is starting
-                say(f"  live counts: waiting for the stream ({type(exc).__name__})")
-            time.sleep(interval)
-    finally:
-        stop.set()
-        if feeder is not None:
-            feeder.join(timeout=10)
+    while time.monotonic() < deadline:
+        try:
+            total, distinct = word_total(settings, pipeline)
+            say(f"  live counts: {total:>10,d} words counted, {distinct:,d} distinct")
+        except Exception as exc:  # results table not there yet: the stream is starting
+            say(f"  live counts: waiting for the stream ({type(exc).__name__})")
+        time.sleep(interval)
 
 
-def _feed(settings: Settings, pipeline: str, rate: int, stop: threading.Event) -> None:
-    from flowctl.adapters import kafka_log
-    from flowctl.pipelines.config import load_pipeline_config
-    from flowctl.textgen import zipf_lines
+def pipeline_names() -> list[str]:
+    from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 
-    topic = load_pipeline_config(pipeline).eden_topic
-    seed = int(time.time())
-    while not stop.is_set():
-        started = time.monotonic()
-        lines = zipf_lines(rate, seed=seed, vocab_seed=DEMO_SEED)
-        kafka_log.produce(settings.kafka_bootstrap, topic, lines)
-        seed += 1
-        stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
+    return [load_pipeline_config(path).name for path in sorted(PIPELINES_DIR.glob("*.toml"))]
+
+
+def dag_guide(pipelines: list[str], url: str) -> list[str]:
+    """What a user can do with each generated DAG, and where (the demo prints it)."""
+    what = {
+        "ingest": "load more text into Kafka (synthetic lines, or a file)",
+        "stream": "the streaming topology; its task log shows windows, checkpoints, signals",
+        "rescale": "replace the running topology blue-green: direction up/down or a "
+        "target parallelism, and a reason",
+        "autoscale": "rescales from the failure-rate windows on its schedule, once unpaused",
+        "reconcile": "checks the stored results against the Kafka log (hourly once unpaused)",
+    }
+    rows = [(f"{kind}_{name}", text) for name in pipelines for kind, text in what.items()]
+    width = max(len(dag_id) for dag_id, _ in rows)
+    return [
+        f"In the Airflow UI ({url}), page Dags; a DAG's Trigger button opens its form:",
+        *(f"  {dag_id:<{width}}  {text}" for dag_id, text in rows),
+        f"Metrics: Browse > Flowctl metrics ({url}/plugin/flowctl-metrics)",
+    ]
+
+
+def _start_feed(settings: Settings, pipeline: str, rate: int, say: Say) -> None:
+    feed.stop(settings)
+    if rate > 0:
+        say(feed.start(settings, pipeline, rate))
 
 
 def up(
@@ -142,19 +140,24 @@ def up(
     lines: int = 200_000,
     watch_seconds: float = 60.0,
     feed_rate: int = 2_000,
+    idle_feed_rate: int = 50,
     say: Say = print,
 ) -> None:
-    """Bring the whole platform up and start the pipeline's stream."""
+    """Bring the whole platform up, start the pipeline's stream and keep feeding it."""
     from flowctl.ingest import IngestRequest, ingest
 
     started = time.monotonic()
     for message in manager.up(settings):
         say(message)
     say("starting Airflow (standalone) ...")
-    say(AirflowService().up(settings))
-    dags = [f"ingest_{pipeline}", f"stream_{pipeline}"]
-    wait_for_dags(settings, dags)
-    say(f"DAGs loaded: {', '.join(dags)}")
+    airflow = AirflowService()
+    was_up = airflow.status(settings).ok
+    say(airflow.up(settings))
+    if not was_up:
+        _close_stale_runs(settings, say)
+    pipelines = pipeline_names()
+    kinds = ("ingest", "stream", "rescale", "autoscale", "reconcile")
+    wait_for_dags(settings, [f"{kind}_{name}" for name in pipelines for kind in kinds])
 
     say(f"loading {lines:,d} lines of demo text into Kafka ...")
     result = ingest(
@@ -169,14 +172,29 @@ def up(
 
     url = f"http://{settings.host}:{settings.airflow_port}"
     password = admin_password(settings)
+    login = f"Airflow UI: {url}  login: admin / {password or '(see AIRFLOW_HOME)'}"
     say("")
-    say(f"Airflow UI: {url}  login: admin / {password or '(see AIRFLOW_HOME)'}")
+    say(login)
     say(f"platform up in {time.monotonic() - started:.0f} s; watching the counts ...")
-    watch(settings, pipeline, seconds=watch_seconds, feed_rate=feed_rate, say=say)
+    _start_feed(settings, pipeline, feed_rate, say)
+    watch(settings, pipeline, seconds=watch_seconds, say=say)
+    _start_feed(settings, pipeline, idle_feed_rate, say)
     say("")
-    say(f"Airflow UI: {url}  login: admin / {password or '(see AIRFLOW_HOME)'}")
+    for line in dag_guide(pipelines, url):
+        say(line)
+    say("")
+    say(login)
     say("the stream keeps running. Live counts: `.venv/bin/flowctl stream counts`")
     say("stop everything: `scripts/demo down`")
+
+
+def _close_stale_runs(settings: Settings, say: Say) -> None:
+    """Runs left open by an unclean stop (no task of them can be running now)."""
+    from flowctl.services.airflow_runs import close_runs
+
+    note = "closed by `flowctl demo up`: Airflow had stopped while this run was open"
+    for dag_id, run_id in close_runs(settings, wait_s=0.0, note=note):
+        say(f"marked stale run {dag_id} / {run_id} failed")
 
 
 def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None:
@@ -207,10 +225,23 @@ def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None
 
 
 def down(settings: Settings, say: Say = print) -> None:
-    """Stop topologies, Airflow and the services, in that order."""
+    """Stop the feed, the topologies, Airflow and the services, in that order.
+
+    Between the topologies and Airflow, the DAG runs are closed: no run is left
+    ``running`` (see :mod:`flowctl.services.airflow_runs`).
+    """
+    from flowctl.services.airflow_runs import close_runs
+
+    say(feed.stop(settings))
     airflow = AirflowService()
     if airflow.status(settings).ok:
         stop_topologies(settings, say)
+        note = "closed by `flowctl demo down`: Airflow stopped before the run finished"
+        try:
+            for dag_id, run_id in close_runs(settings, wait_s=60.0, note=note):
+                say(f"run {dag_id} / {run_id} was still open: marked failed")
+        except ServiceError as exc:
+            say(f"could not close the open DAG runs: {exc}")
     say(airflow.down(settings))
     for message in manager.down(settings):
         say(message)

@@ -118,6 +118,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=2_000,
         help="lines/s fed while watching (2000; 0: off)",
     )
+    up.add_argument(
+        "--idle-feed-rate",
+        type=_count(0),
+        default=50,
+        help="lines/s fed after that, until `demo down`, so the UI shows live data (50; 0: off)",
+    )
     up.set_defaults(func=_demo_up)
     down = actions.add_parser("down", help="stop topologies, Airflow and the services")
     down.set_defaults(func=_demo_down)
@@ -270,6 +276,7 @@ def _demo_up(args: argparse.Namespace) -> int:
         lines=args.lines,
         watch_seconds=args.watch_seconds,
         feed_rate=args.feed_rate,
+        idle_feed_rate=args.idle_feed_rate,
         say=_say,
     )
     return 0

@@ -18,6 +18,7 @@ from flowctl.services.airflow import (
     airflow_env,
     connections,
     daemon,
+    executor_parallelism,
     process_tree,
 )
 from flowctl.services.process import proc_cmdline
@@ -46,6 +47,18 @@ def test_spark_master_url_becomes_host_and_port(tmp_path: Path) -> None:
         "host": "spark://spark-master",
         "port": 7077,
     }
+
+
+def test_executor_parallelism_follows_the_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert executor_parallelism(2) == 6  # blue + green + rescale + a short task fit
+    assert executor_parallelism(16) == 32
+    monkeypatch.delenv("AIRFLOW__CORE__PARALLELISM", raising=False)
+    env = airflow_env(Settings(home=tmp_path))
+    assert env["AIRFLOW__CORE__PARALLELISM"] == str(executor_parallelism())
+    monkeypatch.setenv("AIRFLOW__CORE__PARALLELISM", "3")
+    assert airflow_env(Settings(home=tmp_path))["AIRFLOW__CORE__PARALLELISM"] == "3"
 
 
 def test_standalone_up_lists_dags_and_down_leaves_nothing(tmp_path: Path) -> None:

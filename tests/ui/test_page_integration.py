@@ -115,12 +115,15 @@ def test_the_page_is_in_the_airflow_navigation(airflow: Settings, token: str) ->
 
 def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str) -> None:
     base = base_url(airflow)
-    with chromium(width=1400, height=2400) as page:
-        page.call("Network.setCookie", name="_token", value=token, url=base, httpOnly=True)
-        page.call("Page.navigate", url=f"{base}/flowctl/#pipeline={data.PIPELINE}")
-        rendered = page.wait_for("document.body && document.body.dataset.rendered", timeout=30)
-        dom = page.evaluate("document.documentElement.outerHTML")
-        page.screenshot(ARTIFACTS / "metrics_page.png")
+    with chromium(width=1400, height=2400) as browser:
+        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
+        page = browser.new_page()
+        page.goto(f"{base}/flowctl/#pipeline={data.PIPELINE}")
+        rendered = page.wait_for_function(
+            "document.body && document.body.dataset.rendered", timeout=30_000
+        ).json_value()
+        dom = page.content()
+        page.screenshot(path=ARTIFACTS / "metrics_page.png", full_page=True)
     assert rendered == data.PIPELINE
     assert page_text_has(dom, f'<option value="{data.PIPELINE}">{data.PIPELINE}</option>')
     cards = {card: value for card, value in cards_of(dom)}
@@ -139,26 +142,30 @@ def test_the_page_shows_inside_the_airflow_ui(airflow: Settings, token: str) -> 
     """The nav entry's route shows the page in Airflow's iframe, same origin, same session."""
     base = base_url(airflow)
     frame = "document.querySelector('iframe')"
-    with chromium(width=1400, height=1000) as page:
-        page.call("Network.setCookie", name="_token", value=token, url=base, httpOnly=True)
-        page.call("Page.navigate", url=f"{base}/plugin/flowctl-metrics")
-        src = page.wait_for(f"{frame} && {frame}.getAttribute('src')", timeout=30)
-        rendered = page.wait_for(
+    with chromium(width=1400, height=1000) as browser:
+        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
+        page = browser.new_page()
+        page.goto(f"{base}/plugin/flowctl-metrics")
+        src = page.wait_for_function(
+            f"{frame} && {frame}.getAttribute('src')", timeout=30_000
+        ).json_value()
+        rendered = page.wait_for_function(
             f"{frame}.contentDocument && {frame}.contentDocument.body "
             f"&& {frame}.contentDocument.body.dataset.rendered",
-            timeout=30,
-        )
-        page.screenshot(ARTIFACTS / "metrics_page_in_airflow.png")
+            timeout=30_000,
+        ).json_value()
+        page.screenshot(path=ARTIFACTS / "metrics_page_in_airflow.png")
     assert src.rstrip("/").endswith("flowctl")
     assert rendered == data.PIPELINE  # the running pipeline with the newest window
 
 
 def test_the_page_sends_a_browser_without_session_to_the_login(airflow: Settings) -> None:
-    with chromium() as page:
-        page.call("Page.navigate", url=f"{base_url(airflow)}/flowctl/")
-        location = page.wait_for(
-            "location.pathname.startsWith('/auth/login') && location.href", timeout=30
-        )
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{base_url(airflow)}/flowctl/")
+        location = page.wait_for_function(
+            "location.pathname.startsWith('/auth/login') && location.href", timeout=30_000
+        ).json_value()
     assert "next=" in location and "flowctl" in location
 
 

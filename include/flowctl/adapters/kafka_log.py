@@ -32,6 +32,11 @@ from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 from flowctl.adapters.retry import RetriesExhausted, retry_call
 
 log = logging.getLogger(__name__)
+# kafka-python logs every connect, API-version probe and metadata refresh at INFO (about 50
+# lines per ingest task log); only its warnings mean something to a user. A level set by
+# the user's own logging config is kept.
+if logging.getLogger("kafka").level == logging.NOTSET:
+    logging.getLogger("kafka").setLevel(logging.WARNING)
 
 #: The name under which the per-worker consumer cache lives in ``sys.modules``.
 #: Spark's Python workers re-import modules per task (module globals reset),
@@ -330,7 +335,14 @@ def produce(
         raise ValueError(f"progress_every={progress_every!r} must be >= 1")
     producer = retry_call(
         lambda: KafkaProducer(
-            bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024, retries=3
+            bootstrap_servers=bootstrap,
+            acks=1,
+            # Idempotence needs acks=all; said explicitly, kafka-python does not warn
+            # "Idempotence will be disabled" at every producer.
+            enable_idempotence=False,
+            linger_ms=5,
+            batch_size=256 * 1024,
+            retries=3,
         ),
         what=f"connecting a producer to {bootstrap}",
         retry_on=(KafkaError, OSError),

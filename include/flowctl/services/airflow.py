@@ -18,6 +18,7 @@ children first.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -50,6 +51,38 @@ def airflow_bin() -> str:
     return str(candidate) if candidate.exists() else "airflow"
 
 
+PATHSPEC_WARNING = "ignore:GitWildMatchPattern:DeprecationWarning"
+
+
+def jwt_secret(settings: Settings) -> str:
+    """The JWT signing key of this Airflow home: 64 random bytes, made once, owner-only."""
+    path = airflow_home(settings) / "jwt_secret"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = base64.b64encode(os.urandom(64)).decode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another command of the same home made it first
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as out:
+        out.write(secret)
+    return secret
+
+
+def executor_parallelism(cpus: int | None = None) -> int:
+    """LocalExecutor worker processes for this machine (Airflow's default is 32).
+
+    A stream task holds its worker for the topology's life, and a replacement
+    runs blue, green and the rescale task at once, next to a short reconcile
+    or autoscale task: so at least 6, and 2 per core beyond that. Each idle
+    worker is a forked Airflow interpreter (~150 MB), so not more.
+    """
+    return max(6, 2 * (cpus or os.cpu_count() or 1))
+
+
 def airflow_env(settings: Settings) -> dict[str, str]:
     """Environment for every ``airflow`` command and task of the embedded platform."""
     venv_bin = str(Path(sys.executable).parent)
@@ -63,12 +96,26 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": os.environ.get(
+            "AIRFLOW__CORE__PARALLELISM", str(executor_parallelism())
+        ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__API__HOST": settings.host,
         "AIRFLOW__API__PORT": str(settings.airflow_port),
         "AIRFLOW__API__BASE_URL": f"http://{settings.host}:{settings.airflow_port}",
         # New and changed DAG files show up within seconds, not minutes.
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        # HS512 wants a 64-byte key; Airflow generates a 16-byte one and PyJWT warns about
+        # its length in every component's log. One persisted key, shared by all of them.
+        "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret(settings),
+        # Airflow reads plugins/.airflowignore with pathspec's deprecated GitWildMatchPattern
+        # (the task runner always in glob syntax, whatever [core] dag_ignore_file_syntax
+        # says), and every task log warned about it. Not ours to fix: silenced here, by
+        # message. (A PYTHONWARNINGS also turns off Airflow's own "show our deprecation
+        # warnings" filter; Python's defaults apply to those instead.)
+        "PYTHONWARNINGS": ",".join(
+            w for w in (os.environ.get("PYTHONWARNINGS"), PATHSPEC_WARNING) if w
+        ),
         "SPARK_LOCAL_IP": settings.host,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
     }

@@ -164,13 +164,23 @@ def build_session(app_name: str) -> Any:
     # Local executors must run the driver's interpreter (the one with flowctl installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cores = os.cpu_count() or 2
-    return (
+    spark = (
         SparkSession.builder.appName(app_name)
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.python.worker.reuse", "true")
         .config("spark.ui.showConsoleProgress", "false")
+        # The session runs streaming queries only, where AQE does not apply: left on, Spark
+        # warns "spark.sql.adaptive.enabled is not supported in streaming" at every start.
+        .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
+    # Stopping a query cancels its job group; between micro-batches the group has no job and
+    # the DAGScheduler warns "Failed to cancel job group" at every clean stop. Not a fault.
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.scheduler.DAGScheduler", jvm.org.apache.logging.log4j.Level.ERROR
+    )
+    return spark
 
 
 class _Progress:

@@ -21,10 +21,11 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
@@ -33,6 +34,7 @@ from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
 from flowctl_airflow.metrics_relay import MetricsRelay
+from flowctl_airflow.operators.driver_log import tidy_lines, topology_label
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -170,6 +172,9 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         )
         self.topology_id = topology_id
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        # Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
+        # nothing to a reader of the task log; the job's own lines are Python logging.
+        self.conf = {"spark.log.level": "WARN", **(self.conf or {})}
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
@@ -192,9 +197,10 @@ class FlowctlStreamOperator(SparkSubmitOperator):
                 f" (it replaces {self.replaces})" if self.replaces else "",
             )
         self.log.info(
-            "submitting topology %s: pipeline=%s colour=%s parallelism=%d (stop it with "
-            "`flowctl stream stop %s`)",
+            "submitting topology %s (shown as %s below): pipeline=%s colour=%s "
+            "parallelism=%d (stop it with `flowctl stream stop %s`)",
             topology_id,
+            topology_label(self.pipeline, self.colour),
             self.pipeline,
             self.colour,
             parallelism,
@@ -208,15 +214,29 @@ class FlowctlStreamOperator(SparkSubmitOperator):
                 relay.stop()
         self.log.info("topology %s ended cleanly", topology_id)
 
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, relaying the driver's lines tidied (see ``driver_log``)."""
+        hook = super()._get_hook()
+        relay = hook._process_spark_submit_log
+        label = topology_label(self.pipeline, self.colour)
+
+        def tidied(lines: Iterator[Any]) -> None:
+            relay(tidy_lines(lines, self.topology_id, label))
+
+        hook._process_spark_submit_log = tidied  # type: ignore[method-assign]
+        return hook
+
     def _start_metrics_relay(self, topology_id: str) -> MetricsRelay | None:
         """Relay the topology's metrics windows to Airflow's StatsD/OpenTelemetry, if any."""
         if self._database_url is None:
             return None
         from flowctl.adapters.control_plane import ControlPlane
 
-        return MetricsRelay(
-            ControlPlane(self._database_url), topology_id, pipeline=self.pipeline
-        ).start()
+        plane = ControlPlane(self._database_url)
+        # On a fresh database the job creates the tables only once Spark is up; without them
+        # every early poll logged five retries and an ERROR with the SQL into the task log.
+        plane.ensure_schema()
+        return MetricsRelay(plane, topology_id, pipeline=self.pipeline).start()
 
     def on_kill(self) -> None:
         """Ask the topology to stop cleanly; kill spark-submit only if it does not."""

@@ -119,6 +119,14 @@
     return d.toLocaleTimeString([], { hour12: false });
   }
 
+  // Topology ids run to ~60 characters (pipeline, colour, Airflow run id, try): shown
+  // shortened, with the full id on hover (a title).
+  const SHORT_ID = 24;
+  function shortId(id) {
+    const text = String(id);
+    return text.length <= SHORT_ID ? text : text.slice(0, 15) + "…" + text.slice(-8);
+  }
+
   function colourOf(name) {
     if (NAMED_COLOURS[name]) return NAMED_COLOURS[name];
     let h = 0;
@@ -201,15 +209,50 @@
     }
   }
 
+  // items: [label, colour, dashed, title on hover].
   function legend(f, items) {
     const g = el("g", { class: "legend" });
     let x = f.m.left + 8;
-    for (const [label, colour, dashed] of items) {
+    for (const [label, colour, dashed, title] of items) {
       g.append(el("line", { x1: x, x2: x + 16, y1: 8, y2: 8, stroke: colour, "stroke-width": 2, ...(dashed ? { "stroke-dasharray": "6 4" } : {}) }));
-      g.append(el("text", { x: x + 20, y: 12 }, label));
+      const text = el("text", { x: x + 20, y: 12 }, label);
+      if (title) text.append(el("title", {}, title));
+      g.append(text);
       x += 28 + label.length * 6.5;
     }
     f.svg.append(g);
+  }
+
+  // Two windows of a topology are one stretch of line when the second starts within a
+  // window's length of the first one's end; a longer silence (an idle or stopped
+  // topology) and a window without the value (no latency sample) leave a gap.
+  function contiguous(prev, next) {
+    const prevEnd = Date.parse(prev.window_end);
+    const length = prevEnd - Date.parse(prev.window_start);
+    return Date.parse(next.window_start) - prevEnd <= Math.max(1000, length);
+  }
+
+  function stretches(rows, key, label) {
+    const out = [];
+    let current = [];
+    let prev = null;
+    for (const w of rows) {
+      const v = w[key];
+      const missing = v === null || v === undefined;
+      if ((missing || (prev && !contiguous(prev, w))) && current.length) {
+        out.push(current);
+        current = [];
+      }
+      if (!missing) current.push([Date.parse(w.window_end), v, label]);
+      prev = w;
+    }
+    if (current.length) out.push(current);
+    return out;
+  }
+
+  // One topology's series of ``key``: a polyline per stretch, gaps left empty.
+  function series(f, rows, key, colour, label, attrs) {
+    for (const points of stretches(rows, key, label)) polyline(f, points, colour, attrs);
   }
 
   function byTopology(windows) {
@@ -242,8 +285,8 @@
     const f = frame(box, domain, Math.max(...metrics.windows.map((w) => w.records_per_s)), "rec/s");
     const items = [];
     for (const [id, group] of byTopology(metrics.windows)) {
-      polyline(f, group.rows.map((w) => [Date.parse(w.window_end), w.records_per_s, id]), colourOf(group.colour));
-      items.push([id, colourOf(group.colour)]);
+      series(f, group.rows, "records_per_s", colourOf(group.colour), shortId(id));
+      items.push([shortId(id), colourOf(group.colour), false, id]);
     }
     legend(f, items);
   }
@@ -253,10 +296,15 @@
     const values = metrics.windows.flatMap((w) => [w.latency_p50_ms, w.latency_p99_ms]).filter((v) => v !== null);
     if (!values.length) return empty(box, "no latency samples yet");
     const f = frame(box, domain, Math.max(...values), "ms");
-    const pts = (key) => metrics.windows.map((w) => [Date.parse(w.window_end), w[key], w.topology_id]);
-    polyline(f, pts("latency_p50_ms"), "#3182ce");
-    polyline(f, pts("latency_p99_ms"), "#dd6b20", { "stroke-dasharray": "5 3" });
-    legend(f, [["p50", "#3182ce"], ["p99", "#dd6b20", true]]);
+    // One series per topology in its colour, as in the throughput chart: p50 solid, p99 dashed.
+    const items = [];
+    for (const [id, group] of byTopology(metrics.windows)) {
+      const colour = colourOf(group.colour);
+      series(f, group.rows, "latency_p50_ms", colour, shortId(id) + " p50");
+      series(f, group.rows, "latency_p99_ms", colour, shortId(id) + " p99", { "stroke-dasharray": "5 3" });
+      items.push([shortId(id), colour, false, id]);
+    }
+    legend(f, [...items, ["p50", "#2d3748"], ["p99", "#2d3748", true]]);
   }
 
   function drawFailures(metrics, domain) {
@@ -280,7 +328,7 @@
       f.svg.append(bar);
     }
     for (const [, group] of byTopology(metrics.windows)) {
-      polyline(f, group.rows.map((w) => [Date.parse(w.window_end), w.mean, "E(M)"]), "#2d3748", { "stroke-dasharray": "4 3" });
+      series(f, group.rows, "mean", "#2d3748", "E(M)", { "stroke-dasharray": "4 3" });
     }
     legend(f, [["failNum (red: rule says up, green: down)", "#a0aec0"], ["E(M)", "#2d3748", true]]);
 
@@ -289,7 +337,7 @@
     g.svg.append(el("line", { class: "threshold", x1: g.m.left, x2: g.width - g.m.right, y1: g.y(c), y2: g.y(c) }));
     g.svg.append(el("text", { x: g.width - g.m.right, y: g.y(c) - 4, "text-anchor": "end" }, `C = ${fmt(c)}`));
     for (const [, group] of byTopology(metrics.windows)) {
-      polyline(g, group.rows.map((w) => [Date.parse(w.window_end), w.s2, "S^2"]), "#805ad5");
+      series(g, group.rows, "s2", "#805ad5", "S^2");
     }
     legend(g, [[`S^2 over A = ${metrics.history} windows`, "#805ad5"], ["C", "#e53e3e", true]]);
   }
@@ -299,13 +347,12 @@
     if (!metrics.windows.length) return empty(box, "no metrics windows yet");
     const maxBacklog = Math.max(...metrics.windows.map((w) => w.backlog));
     const f = frame(box, domain, maxBacklog, "records");
-    const points = metrics.windows.map((w) => [Date.parse(w.window_end), w.backlog, w.topology_id]);
-    polyline(f, points, "#319795");
     const maxLevel = Math.max(1, ...metrics.windows.map((w) => w.backpressure_level));
-    const scaled = metrics.windows.map((w) => [
-      Date.parse(w.window_end), (w.backpressure_level / maxLevel) * (maxBacklog || 1), `backpressure ${fmt(w.backpressure_level)}`,
-    ]);
-    polyline(f, scaled, "#dd6b20", { "stroke-dasharray": "2 2" });
+    for (const [id, group] of byTopology(metrics.windows)) {
+      series(f, group.rows, "backlog", "#319795", shortId(id));
+      const scaled = group.rows.map((w) => ({ ...w, level: (w.backpressure_level / maxLevel) * (maxBacklog || 1) }));
+      series(f, scaled, "level", "#dd6b20", "backpressure", { "stroke-dasharray": "2 2" });
+    }
     legend(f, [["backlog", "#319795"], [`backpressure level (max ${fmt(maxLevel)})`, "#dd6b20", true]]);
   }
 
@@ -368,7 +415,7 @@
     const last = metrics.windows[metrics.windows.length - 1];
     const cards = [
       ["pipeline", metrics.pipeline, ""],
-      ["topology", current ? current.topology_id : "–", ""],
+      ["topology", current ? shortId(current.topology_id) : "–", "", current && shortId(current.topology_id) !== current.topology_id ? current.topology_id : ""],
       ["parallelism", current ? current.parallelism : "–", ""],
       ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
       ["records/s", last ? fmt(last.records_per_s) : "–", ""],
@@ -379,10 +426,10 @@
       ["failNum / E(M)", last ? `${last.fail_num} / ${fmt(last.mean)}` : "–", last && last.signal !== "none" ? "bad" : ""],
     ];
     $("cards").replaceChildren(
-      ...cards.map(([label, value, cls]) =>
+      ...cards.map(([label, value, cls, title]) =>
         html("div", { class: "card", "data-card": label }, [
           html("div", { class: "label" }, label),
-          html("div", { class: "value " + cls }, String(value)),
+          html("div", { class: "value " + cls, ...(title ? { title } : {}) }, String(value)),
         ]),
       ),
     );
@@ -402,7 +449,7 @@
     const parts = [];
     for (const t of metrics.latest) {
       const lanes = Array.isArray(t.lanes) ? t.lanes : [];
-      parts.push(html("h3", {}, `${t.topology_id} · ${t.colour} ×${t.parallelism} · window ending ${clock(Date.parse(t.window_end))}`));
+      parts.push(html("h3", { title: t.topology_id }, `${shortId(t.topology_id)} · ${t.colour} ×${t.parallelism} · window ending ${clock(Date.parse(t.window_end))}`));
       if (!lanes.length) {
         parts.push(html("p", { class: "muted" }, "no per-lane figures in this window"));
         continue;
@@ -433,7 +480,7 @@
         [["started"], ["old → new"], ["parallelism"], ["outcome"], ["pause ms", true], ["duplicates", true], ["took s", true], ["reason / error"]],
         rows.map((r) => [
           [new Date(Date.parse(r.started_at)).toLocaleString()],
-          [`${r.old_topology_id} → ${r.new_topology_id || "–"}`],
+          [html("span", { title: `${r.old_topology_id} → ${r.new_topology_id || "–"}` }, `${shortId(r.old_topology_id)} → ${r.new_topology_id ? shortId(r.new_topology_id) : "–"}`)],
           [`${r.old_parallelism} → ${r.new_parallelism}`],
           [html("span", { class: "state " + r.outcome }, r.outcome)],
           [fmt(r.pause_ms), true],
