@@ -128,9 +128,15 @@ class SourceOptions:
             raw = opts.get(key) or default  # an empty option is the default, as when absent
             return None if raw is None else read(key, raw)
 
+        def positive_integer(key: str, text: str) -> int:
+            value = integer_from_text(key, text)
+            if value <= 0:
+                raise InvalidValue(key, text, "must be > 0")
+            return value
+
         try:
-            lanes = number("lanes", "2", lambda k, t: integer_from_text(k, t, lo=1))
-            max_rows = number("max_rows", None, lambda k, t: integer_from_text(k, t, lo=1))
+            lanes = number("lanes", "2", positive_integer)
+            max_rows = number("max_rows", None, positive_integer)
             read_timeout_s = number(
                 "read_timeout_s", "30", lambda k, t: number_from_text(k, t, lo=0, lo_open=True)
             )
