@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -147,9 +148,58 @@ def test_a_spark_worker_killed_under_load_loses_nothing(process_cluster: Cluster
         stop.set()
         feeder.join(timeout=60)
     _wait("exact counts after losing a worker", _exact(c))
+    print(f"worker loss: {len(LINES)} lines in, all counted exactly once")
     assert _active(plane) == [topology_id], "the topology survived the lost worker"
     log = _task_log(c, run_id)
     assert "Lost executor" in log, log[-3000:]
     # `cluster up` brings the dead worker back; the cluster is whole again.
     cluster.up(c.layout)
     assert all(r.ok for r in cluster.status(c.layout))
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def _celery_worker_of(c: Cluster, task_pid: int):  # type: ignore[no-untyped-def]
+    """The airflow-worker-N daemon whose process tree holds ``task_pid``."""
+    workers = {
+        d.running().pid: d
+        for d in cluster.airflow_daemons(c.layout)
+        if d.name.startswith("airflow-worker-") and d.running() is not None
+    }
+    pid: int | None = task_pid
+    while pid and pid not in workers:
+        pid = _ppid(pid)
+    assert pid, f"task pid {task_pid} is not under a Celery worker {sorted(workers)}"
+    return workers[pid]
+
+
+def test_a_celery_worker_killed_under_the_stream_task(process_cluster: Cluster) -> None:
+    """SIGKILL the Celery worker running the topology's task (its driver dies with it);
+    a new run of the stream DAG resumes from the durable checkpoint; counts end exact."""
+    c, api = process_cluster, process_cluster.api
+    plane = ControlPlane(c.url)
+    (topology_id,) = _active(plane)
+    run_id = plane.get_topology(topology_id).airflow_run_id
+    ti = api.task_instance(STREAM, run_id, "topology")
+    worker = _celery_worker_of(c, int(ti["pid"]))
+    record = worker.running()
+    _ingest(c, 1000, seed=300)
+    tree = process_tree(record.pid)  # the Celery worker, its task processes, their drivers
+    for pid in tree:
+        os.kill(pid, signal.SIGKILL)
+    _wait("the Celery worker gone", lambda: all(proc_cmdline(p) is None for p in tree))
+    _ingest(c, 1000, seed=301)  # arrives while no topology runs
+
+    cluster.up(c.layout)  # restarts the dead Celery worker
+    api.trigger(STREAM, "restart-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-r"})
+    _wait("the new topology ACTIVE", lambda: "wc-r" in _active(plane))
+    _wait("exact counts after the lost Celery worker", _exact(c))
+    print(f"celery worker loss: {len(LINES)} lines in, all counted exactly once")
+    api.trigger(RECONCILE, "reconcile-2", {})
+    assert api.wait_run(RECONCILE, "reconcile-2", timeout=WAIT_S) == "success"

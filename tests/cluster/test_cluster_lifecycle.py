@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,20 @@ def test_every_process_is_up_and_up_again_is_a_no_op(process_cluster: Cluster) -
     alive = [w for w in master["workers"] if w["state"] == "ALIVE"]
     assert len(alive) == 2, master["workers"]
     assert {w["cores"] for w in alive} == {layout.worker_cores}
+    print(f"cluster processes: {_rss_mb(pids.values()):.0f} MB resident, idle")
+
+
+def _rss_mb(pids) -> float:  # type: ignore[no-untyped-def]
+    """Resident memory of the processes and their descendants (the report's figure)."""
+    from flowctl.services.airflow import process_tree
+
+    total = 0
+    for pid in {p for root in pids if root for p in process_tree(root)}:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0
+        )
+    return total / 1024

@@ -114,8 +114,22 @@ def job_health(layout: ClusterLayout, job_type: str, timeout: float) -> None:
         raise ServiceError(f"no {job_type} heartbeat in the last {JOB_HEARTBEAT_S:.0f} s")
 
 
+def api_health(layout: ClusterLayout, timeout: float) -> None:
+    """The api-server answers its (public) health endpoint and reaches the metadata DB."""
+    url = f"http://{layout.host}:{layout.airflow_port}/api/v2/monitor/health"
+    body = _http_json(url, timeout)
+    status = (body.get("metadatabase") or {}).get("status") if isinstance(body, dict) else None
+    if status != "healthy":
+        raise ServiceError(f"Airflow api-server at {url}: metadata database is {status}")
+
+
 def http_ok(url: str, timeout: float) -> None:
-    _http_json(url, timeout)
+    """``url`` answers 200 (any body)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ServiceError(f"{url} is not answering: {exc}") from None
 
 
 def redis_ping(url: str, timeout: float) -> None:
@@ -205,10 +219,7 @@ def airflow_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
         ),
         "dag-processor": (0, lambda t: job_health(layout, "DagProcessorJob", t)),
         "triggerer": (layout.triggerer_log_port, lambda t: job_health(layout, "TriggererJob", t)),
-        "api-server": (
-            layout.airflow_port,
-            lambda t: http_ok(f"http://{host}:{layout.airflow_port}/api/v2/version", t),
-        ),
+        "api-server": (layout.airflow_port, lambda t: api_health(layout, t)),
     }
     for i in range(1, WORKERS + 1):
         checks[f"worker-{i}"] = (layout.celery_log_ports[i - 1], lambda t: None)
