@@ -214,6 +214,8 @@ class ClusterLayout:
                 self.scheduler_health_port
             ),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.triggerer_log_port),
+            # One api-server worker process: one machine, one user (compose: per container).
+            "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(
                 airflow_home(settings) / "simple_auth_manager_passwords.json.generated"
             ),
