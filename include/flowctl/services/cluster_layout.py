@@ -199,7 +199,7 @@ class ClusterLayout:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata,
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CELERY__BROKER_URL": self.redis_url,
-            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + metadata.replace("+psycopg2", ""),
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + metadata,
             "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "true",
