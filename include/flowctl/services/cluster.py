@@ -38,7 +38,7 @@ from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home, stop_tree
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
-from flowctl.services.process import Daemon, check_tcp
+from flowctl.services.process import Daemon, PidRecord, check_tcp, proc_cmdline
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,49 @@ def _http_json(url: str, timeout: float) -> object:
         raise ServiceError(f"{url} is not answering: {exc}") from None
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
 @dataclass
 class ClusterDaemon(Daemon):
-    """A daemon whose stop takes its whole process tree; port 0 means it listens on none."""
+    """A daemon whose stop takes its whole process tree; port 0 means it listens on none.
+
+    The api-server and the Celery workers rename themselves (setproctitle), so their
+    command line no longer matches the PID file's: such a process is recognised by its
+    PID and its start time, recorded beside the PID file once it is up (a recycled PID
+    has another start time).
+    """
+
+    @property
+    def start_file(self) -> Path:
+        return self.pid_file.with_suffix(".start")
+
+    def _start(self) -> str:
+        message = super()._start()
+        record = PidRecord.load(self.pid_file.read_text())
+        self.start_file.write_text(_start_time(record.pid) or "")
+        return message
+
+    def running(self) -> PidRecord | None:
+        try:
+            record = PidRecord.load(self.pid_file.read_text())
+            started = self.start_file.read_text() if self.start_file.exists() else ""
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return super().running()  # logs and removes the unreadable file
+        if started and _start_time(record.pid) == started and proc_cmdline(record.pid):
+            return record
+        found = super().running()
+        if found is None:
+            self.start_file.unlink(missing_ok=True)
+        return found
 
     def health_at(self, host: str, port: int, timeout: float) -> None:
         if port:
@@ -70,6 +110,7 @@ class ClusterDaemon(Daemon):
         started = time.monotonic()
         tree = stop_tree(record.pid, timeout=self.stop_timeout)
         self.pid_file.unlink(missing_ok=True)
+        self.start_file.unlink(missing_ok=True)
         took = time.monotonic() - started
         return f"{self.name} down ({len(tree)} processes) in {took:.1f} s"
 
