@@ -19,8 +19,8 @@ def where(_: object) -> list[dict[str, str]]:
 
     return [
         {
-            "flowctl": flowctl.__file__,
-            "definition": wordcount.__file__,
+            "flowctl": os.path.abspath(flowctl.__file__),
+            "definition": os.path.abspath(wordcount.__file__),
             "pythonpath": os.environ.get("PYTHONPATH", ""),
             "cwd": os.getcwd(),
         }
