@@ -34,14 +34,18 @@ INFRA_SERVICES = (
     "spark-master",
     "spark-worker-1",
     "spark-worker-2",
+    "redis",
 )
 AIRFLOW_SERVICES = (
     "airflow-apiserver",
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
+    "airflow-worker-1",
+    "airflow-worker-2",
     "airflow-init",
 )
+CELERY_WORKERS = ("airflow-worker-1", "airflow-worker-2")
 PROJECT_FOLDERS = ("dags", "plugins", "include", "spark_jobs")
 AIRFLOW_HOME = "/opt/airflow"
 SPARK_MASTER_URL = "spark://spark-master:7077"
@@ -165,7 +169,9 @@ def test_required_services_exist(rendered: dict) -> None:
 def test_airflow_services_share_the_common_anchor(raw: dict) -> None:
     common = raw.get("x-airflow-common")
     assert common, "docker-compose.yaml has no x-airflow-common block"
-    assert common["environment"]["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    # Tasks (and the Spark drivers they start) run on any Celery worker, on any host.
+    assert common["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert common["environment"]["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://redis:")
     for name in AIRFLOW_SERVICES:
         service = raw["services"][name]
         assert service["image"] == common["image"], name
@@ -229,26 +235,34 @@ def test_spark_cluster_listens_where_the_connection_points(rendered: dict) -> No
         assert service["build"] == master["build"], "workers and master must run one image"
 
 
-def test_executors_can_reach_the_drivers(rendered: dict) -> None:
-    """The drivers run in the scheduler (LocalExecutor, client mode) under a resolvable name."""
-    scheduler = rendered["services"]["airflow-scheduler"]
-    advertised = _env(scheduler).get("SPARK_LOCAL_HOSTNAME")
-    assert advertised, "the scheduler must set SPARK_LOCAL_HOSTNAME (the drivers' address)"
-    assert advertised == scheduler.get("hostname") == "airflow-scheduler"
+@pytest.mark.parametrize("name", CELERY_WORKERS)
+def test_executors_can_reach_the_drivers(rendered: dict, name: str) -> None:
+    """The drivers run in the Celery workers (client mode) under a resolvable name."""
+    worker = rendered["services"][name]
+    advertised = _env(worker).get("SPARK_LOCAL_HOSTNAME")
+    assert advertised, f"{name} must set SPARK_LOCAL_HOSTNAME (the drivers' address)"
+    assert advertised == worker.get("hostname") == name
     assert advertised in rendered["services"], "the drivers' name must be a service name"
-    assert _env(scheduler).get("SPARK_LOCAL_IP", "") not in ("127.0.0.1", "localhost")
+    assert _env(worker).get("SPARK_LOCAL_IP", "") not in ("127.0.0.1", "localhost")
 
 
 @pytest.mark.parametrize("name", ["spark-worker-1", "spark-worker-2"])
 def test_executors_run_the_drivers_code(rendered: dict, name: str) -> None:
-    """Workers mount the same include/ as the Airflow containers (the drivers)."""
-    mounts = _bind_mounts(rendered["services"][name])
-    target = "/opt/flowctl/src/include"
-    assert target in mounts, f"{name} does not mount ./include at {target}: {mounts}"
-    assert Path(mounts[target]).resolve() == (ROOT / "include").resolve()
-    assert "-e /opt/flowctl/src" in (ROOT / "docker" / "spark" / "Dockerfile").read_text(), (
-        "the Spark image must install the project editable from /opt/flowctl/src"
+    """The executors get flowctl only from the zip their driver ships (spark.submit.pyFiles):
+    the workers neither mount include/ nor install the project; airflow-init builds the
+    zip and names it in the spark-defaults.conf of every Airflow container's SPARK_CONF_DIR."""
+    services = rendered["services"]
+    mounts = _bind_mounts(services[name])
+    assert not any(target.startswith("/opt/flowctl/src") for target in mounts), mounts
+    dockerfile = (ROOT / "docker" / "spark" / "Dockerfile").read_text()
+    assert not re.search(r"pip install[^\n]*-e /opt/flowctl/src", dockerfile), (
+        "the Spark image must not install flowctl: the executors import the shipped zip"
     )
+    init = " ".join(services["airflow-init"]["command"])
+    conf_dir = _env(services["airflow-scheduler"])["SPARK_CONF_DIR"]
+    assert f"python -m flowctl.spark.shipping {conf_dir} " in init
+    for airflow in AIRFLOW_SERVICES:
+        assert _env(services[airflow])["SPARK_CONF_DIR"] == conf_dir, airflow
 
 
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
@@ -552,3 +566,100 @@ def test_postgres_init_script_creates_both_databases(rendered: dict) -> None:
         for name in names.values():
             sql(f"drop database if exists {name}")
             sql(f"drop role if exists {name}")
+
+
+# -- the process cluster (`flowctl cluster`) against this file ----------------------------
+def _flags(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``--flag value`` pairs of a command line."""
+    argv = list(argv)
+    return {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+
+
+def _cluster_layout(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from flowctl.services.cluster_layout import ClusterLayout
+
+    return ClusterLayout(home=tmp_path)
+
+
+def test_process_cluster_runs_the_same_services(rendered: dict) -> None:
+    from flowctl.services.cluster_layout import COMPOSE_SERVICES
+
+    assert set(COMPOSE_SERVICES) == set(rendered["services"]), (
+        "every compose service needs its part in flowctl.services.cluster_layout and back"
+    )
+
+
+def test_process_cluster_runs_the_same_spark_commands(rendered: dict, tmp_path: Path) -> None:
+    layout = _cluster_layout(tmp_path)
+    services = rendered["services"]
+    master, ours = services["spark-master"]["command"], layout.master_argv()
+    assert Path(master[0]).name == Path(ours[0]).name == "spark-class"
+    assert master[1] == ours[1]
+    assert set(_flags(master)) == set(_flags(ours))
+    for i in (1, 2):
+        compose, ours = services[f"spark-worker-{i}"]["command"], layout.worker_argv(i)
+        assert compose[1] == ours[1] and Path(ours[0]).name == "spark-class"
+        assert set(_flags(compose)) <= set(_flags(ours)), (compose, ours)
+        for flag in ("--cores", "--memory"):
+            assert _flags(compose)[flag] == _flags(ours)[flag], flag
+        assert compose[-1] == SPARK_MASTER_URL and ours[-1] == layout.spark_master_url
+
+
+def test_process_cluster_runs_the_same_airflow_commands(rendered: dict, tmp_path: Path) -> None:
+    layout = _cluster_layout(tmp_path)
+    services = rendered["services"]
+    parts = {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+        "airflow-worker-1": "worker-1",
+        "airflow-worker-2": "worker-2",
+    }
+    for service, component in parts.items():
+        command = services[service]["command"]
+        command = command.split() if isinstance(command, str) else command
+        ours = layout.airflow_argv(component)[2:]  # after python and the airflow script
+        assert [a for a in command if not a.startswith("-")][:2] == [
+            a for a in ours if not a.startswith("-")
+        ][:2], (service, command, ours)
+        assert set(_flags(command)) == set(_flags(ours)), (service, command, ours)
+        if component.startswith("worker-"):
+            assert _flags(command)["--concurrency"] == _flags(ours)["--concurrency"]
+            assert _flags(ours)["--celery-hostname"].startswith(f"{component}-")
+            assert _flags(command)["--celery-hostname"] == f"{component}@%h"
+
+
+def test_process_cluster_has_the_same_airflow_settings_and_connections(
+    rendered: dict, tmp_path: Path
+) -> None:
+    from flowctl.services.cluster_layout import COMPOSE_ONLY_ENV
+
+    layout = _cluster_layout(tmp_path)
+    ours = layout.airflow_env()
+    for name in AIRFLOW_SERVICES:
+        env = _env(rendered["services"][name])
+        missing = {
+            key
+            for key in env
+            if key.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "FLOWCTL_", "SPARK_CONF_DIR"))
+            and key not in ours
+            and key not in COMPOSE_ONLY_ENV
+        }
+        assert not missing, f"{name} sets {sorted(missing)}, the process cluster does not"
+        for key in (
+            "AIRFLOW__CORE__EXECUTOR",
+            "AIRFLOW__CORE__LOAD_EXAMPLES",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK",
+        ):
+            assert env[key].lower() == ours[key].lower(), key
+        assert ours["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+        assert ours["AIRFLOW__OPERATORS__DEFAULT_QUEUE"].startswith(
+            env["AIRFLOW__OPERATORS__DEFAULT_QUEUE"]
+        )
+        for key in (k for k in env if k.startswith("AIRFLOW_CONN_")):
+            compose_conn, our_conn = json.loads(env[key]), json.loads(ours[key])
+            assert compose_conn["conn_type"] == our_conn["conn_type"], key
+        spark = json.loads(ours["AIRFLOW_CONN_SPARK_DEFAULT"])
+        assert f"{spark['host']}:{spark['port']}" == layout.spark_master_url

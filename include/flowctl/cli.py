@@ -23,7 +23,11 @@ from flowctl.config import ConfigError, Settings
 from flowctl.pipelines.config import PipelineConfigError
 from flowctl.services.base import ServiceError
 
-COMMAND_MODULES: tuple[str, ...] = ("flowctl.services.cli", "flowctl.platform_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "flowctl.services.cli",
+    "flowctl.services.cluster_cli",
+    "flowctl.platform_cli",
+)
 
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (ServiceError, ConfigError, PipelineConfigError)
 """Failures shown as one line; anything else is a bug and keeps its traceback."""

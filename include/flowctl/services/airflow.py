@@ -151,12 +151,15 @@ def connections_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def _run_airflow(settings: Settings, *args: str, timeout: float = 300.0) -> str:
+def _run_airflow(
+    settings: Settings, *args: str, timeout: float = 300.0, env: dict[str, str] | None = None
+) -> str:
+    """``airflow args...`` in the platform's environment (``env``: another Airflow's)."""
     cmd = [airflow_bin(), *args]
     try:
         done = subprocess.run(
             cmd,
-            env={**os.environ, **airflow_env(settings)},
+            env={**os.environ, **(env if env is not None else airflow_env(settings))},
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -89,10 +89,23 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+#: Launcher scripts that ``exec`` the real program with their own arguments last
+#: (``spark-class`` becomes ``java ... <class> <args>``).
+EXEC_LAUNCHERS = ("spark-class",)
+
+
 def _matches(cmdline: tuple[str, ...], argv: Sequence[str]) -> bool:
     wanted = tuple(argv)
     # A script started through its ``#!`` line shows as ``interpreter script args...``.
-    return cmdline == wanted or (len(cmdline) == len(wanted) + 1 and cmdline[1:] == wanted)
+    if cmdline == wanted or (len(cmdline) == len(wanted) + 1 and cmdline[1:] == wanted):
+        return True
+    tail = wanted[1:]
+    return (
+        bool(tail)
+        and Path(wanted[0]).name in EXEC_LAUNCHERS
+        and len(cmdline) > len(tail)
+        and cmdline[-len(tail) :] == tail
+    )
 
 
 def is_alive(pid: int, argv: Sequence[str]) -> bool:

@@ -1,0 +1,443 @@
+"""``flowctl cluster``: docker-compose.yaml's deployment as processes on this machine.
+
+What runs (see :mod:`flowctl.services.cluster_layout` for ports and commands):
+
+- the embedded services of ``flowctl services`` in durable mode (Tansu on its
+  S3 store, memcached) and PostgreSQL databases of their own on the local server
+  (results and control plane; Airflow's metadata);
+- Redis, the Celery broker: the one answering at the layout's URL, else a
+  ``redis-server`` of our own;
+- a Spark standalone master and two workers (separate JVMs and work dirs);
+- Airflow split as in compose: api-server, scheduler, dag-processor, triggerer
+  and two Celery workers, all on the PostgreSQL metadata database.
+
+Every process is a :class:`~flowctl.services.process.Daemon` (PID file with its
+command line, log in ``<home>/logs``, a health check); a stop takes its whole
+process tree (executors, task processes, the drivers they started), so ``down``
+leaves no process. ``up`` is idempotent and rolls back what it started if a
+step fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from flowctl.services import manager
+from flowctl.services.airflow import _run_airflow, airflow_home, stop_tree
+from flowctl.services.base import ServiceError, ServiceStatus
+from flowctl.services.cluster_layout import WORKERS, ClusterLayout
+from flowctl.services.process import Daemon, PidRecord, check_tcp, proc_cmdline
+
+log = logging.getLogger(__name__)
+
+AIRFLOW_COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+JOB_HEARTBEAT_S = 60.0  # a dag-processor or triggerer older than this is not alive
+
+
+def _http_json(url: str, timeout: float) -> object:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServiceError(f"{url} is not answering: {exc}") from None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+@dataclass
+class ClusterDaemon(Daemon):
+    """A daemon whose stop takes its whole process tree; port 0 means it listens on none.
+
+    The api-server and the Celery workers rename themselves (setproctitle), so their
+    command line no longer matches the PID file's: such a process is recognised by its
+    PID and its start time, recorded beside the PID file once it is up (a recycled PID
+    has another start time).
+    """
+
+    @property
+    def start_file(self) -> Path:
+        return self.pid_file.with_suffix(".start")
+
+    def _start(self) -> str:
+        message = super()._start()
+        record = PidRecord.load(self.pid_file.read_text())
+        self.start_file.write_text(_start_time(record.pid) or "")
+        return message
+
+    def running(self) -> PidRecord | None:
+        try:
+            record = PidRecord.load(self.pid_file.read_text())
+            started = self.start_file.read_text() if self.start_file.exists() else ""
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return super().running()  # logs and removes the unreadable file
+        if started and _start_time(record.pid) == started and proc_cmdline(record.pid):
+            return record
+        found = super().running()
+        if found is None:
+            self.start_file.unlink(missing_ok=True)
+        return found
+
+    def health_at(self, host: str, port: int, timeout: float) -> None:
+        if port:
+            check_tcp(host, port, timeout)
+        self.health(timeout)
+
+    def down(self) -> str:
+        record = self.running()
+        if record is None:
+            return f"{self.name} already down"
+        started = time.monotonic()
+        tree = stop_tree(record.pid, timeout=self.stop_timeout)
+        self.pid_file.unlink(missing_ok=True)
+        self.start_file.unlink(missing_ok=True)
+        took = time.monotonic() - started
+        return f"{self.name} down ({len(tree)} processes) in {took:.1f} s"
+
+
+# -- health checks --------------------------------------------------------------------------
+def master_health(layout: ClusterLayout, timeout: float) -> None:
+    url = f"http://{layout.host}:{layout.spark_master_ui_port}/json/"
+    state = _http_json(url, timeout)
+    if not isinstance(state, dict) or state.get("status") != "ALIVE":
+        raise ServiceError(f"Spark master at {url} is not ALIVE")
+
+
+def worker_health(layout: ClusterLayout, index: int, timeout: float) -> None:
+    """The worker has registered with our master (its state names the master)."""
+    url = f"http://{layout.host}:{layout.spark_worker_ui_ports[index - 1]}/json/"
+    state = _http_json(url, timeout)
+    if not isinstance(state, dict) or state.get("masterurl") != layout.spark_master_url:
+        raise ServiceError(f"Spark worker at {url} has not registered with the master")
+
+
+def job_health(layout: ClusterLayout, job_type: str, timeout: float) -> None:
+    """A running Airflow job of ``job_type`` with a recent heartbeat, in the metadata DB."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        layout.database_url(layout.airflow_db), connect_args={"connect_timeout": int(timeout) + 1}
+    )
+    try:
+        with engine.connect() as conn:
+            age = conn.execute(
+                sa.text(
+                    "SELECT EXTRACT(EPOCH FROM (now() - max(latest_heartbeat))) FROM job "
+                    "WHERE job_type = :t AND state = 'running'"
+                ),
+                {"t": job_type},
+            ).scalar()
+    except sa.exc.SQLAlchemyError as exc:
+        raise ServiceError(f"{job_type}: metadata DB not answering: {exc}") from None
+    finally:
+        engine.dispose()
+    if age is None or float(age) > JOB_HEARTBEAT_S:
+        raise ServiceError(f"no {job_type} heartbeat in the last {JOB_HEARTBEAT_S:.0f} s")
+
+
+def api_health(layout: ClusterLayout, timeout: float) -> None:
+    """The api-server answers its (public) health endpoint and reaches the metadata DB."""
+    url = f"http://{layout.host}:{layout.airflow_port}/api/v2/monitor/health"
+    body = _http_json(url, timeout)
+    status = (body.get("metadatabase") or {}).get("status") if isinstance(body, dict) else None
+    if status != "healthy":
+        raise ServiceError(f"Airflow api-server at {url}: metadata database is {status}")
+
+
+def http_ok(url: str, timeout: float) -> None:
+    """``url`` answers 200 (any body)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ServiceError(f"{url} is not answering: {exc}") from None
+
+
+def redis_ping(url: str, timeout: float) -> None:
+    """``PING`` answered with ``+PONG`` at the Redis of ``url``."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 6379), timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            answer = sock.recv(64)
+    except OSError as exc:
+        raise ServiceError(f"redis at {url} is not answering: {exc}") from None
+    if not answer.startswith(b"+PONG"):
+        raise ServiceError(f"redis at {url} answered {answer!r} to PING")
+
+
+# -- components -----------------------------------------------------------------------------
+def _daemon(
+    layout: ClusterLayout,
+    name: str,
+    argv: tuple[str, ...],
+    port: int,
+    health: Callable[[float], None],
+    env: dict[str, str],
+    start_timeout: float = 120.0,
+) -> ClusterDaemon:
+    return ClusterDaemon(
+        name=name,
+        argv=argv,
+        host=layout.host,
+        port=port,
+        settings=layout.settings,
+        health=health,
+        env=env,
+        start_timeout=start_timeout,
+        stop_timeout=30.0,
+        check_timeout=5.0,
+    )
+
+
+def redis_daemon(layout: ClusterLayout) -> ClusterDaemon:
+    """Our own ``redis-server`` (no persistence) when none answers at the layout's URL."""
+    port = urlsplit(layout.redis_url).port or 6379
+    argv = (
+        shutil.which("redis-server") or "redis-server",
+        "--bind",
+        layout.host,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    )
+    return _daemon(layout, "redis", argv, port, lambda t: redis_ping(layout.redis_url, t), {}, 30.0)
+
+
+def spark_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
+    env = layout.spark_env()
+    master = _daemon(
+        layout,
+        "spark-master",
+        layout.master_argv(),
+        layout.spark_master_ui_port,
+        lambda t: master_health(layout, t),
+        env,
+    )
+    workers = [
+        _daemon(
+            layout,
+            f"spark-worker-{i}",
+            layout.worker_argv(i),
+            layout.spark_worker_ui_ports[i - 1],
+            lambda t, i=i: worker_health(layout, i, t),
+            env,
+        )
+        for i in range(1, WORKERS + 1)
+    ]
+    return [master, *workers]
+
+
+def airflow_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
+    host = layout.host
+    checks: dict[str, tuple[int, Callable[[float], None]]] = {
+        "scheduler": (
+            layout.scheduler_health_port,
+            lambda t: http_ok(f"http://{host}:{layout.scheduler_health_port}/health", t),
+        ),
+        "dag-processor": (0, lambda t: job_health(layout, "DagProcessorJob", t)),
+        "triggerer": (layout.triggerer_log_port, lambda t: job_health(layout, "TriggererJob", t)),
+        "api-server": (layout.airflow_port, lambda t: api_health(layout, t)),
+    }
+    for i in range(1, WORKERS + 1):
+        checks[f"worker-{i}"] = (layout.celery_log_ports[i - 1], lambda t: None)
+    return [
+        _daemon(
+            layout,
+            f"airflow-{component}",
+            layout.airflow_argv(component),
+            port,
+            health,
+            layout.component_env(component),
+            start_timeout=240.0,
+        )
+        for component, (port, health) in checks.items()
+    ]
+
+
+# -- steps that start nothing ---------------------------------------------------------------
+def ensure_databases(layout: ClusterLayout) -> str:
+    """Create the cluster's two databases on the PostgreSQL server if they do not exist."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(
+        layout.postgres_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
+    )
+    created = []
+    try:
+        with admin.connect() as conn:
+            for name in (layout.flowctl_db, layout.airflow_db):
+                exists = conn.execute(
+                    sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+                ).scalar()
+                if not exists:
+                    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                    created.append(name)
+    except sa.exc.OperationalError as exc:
+        raise ServiceError(
+            f"postgres: cannot reach {sa.make_url(layout.postgres_url).render_as_string()}: "
+            f"{str(exc).splitlines()[0]}"
+        ) from None
+    finally:
+        admin.dispose()
+    return f"postgres: databases {layout.flowctl_db}, {layout.airflow_db}" + (
+        f" (created {', '.join(created)})" if created else " (already there)"
+    )
+
+
+def airflow_init(layout: ClusterLayout) -> str:
+    """compose's airflow-init: migrate the metadata DB; an admin password for the REST API."""
+    started = time.monotonic()
+    home = airflow_home(layout.settings)
+    home.mkdir(parents=True, exist_ok=True)
+    passwords = home / "simple_auth_manager_passwords.json.generated"
+    if not passwords.exists():
+        passwords.write_text(json.dumps({"admin": secrets.token_urlsafe(12)}))
+    _run_airflow(layout.settings, "db", "migrate", env=layout.airflow_env())
+    return f"airflow-init: metadata database ready in {time.monotonic() - started:.1f} s"
+
+
+def ship_code(layout: ClusterLayout) -> str:
+    """The flowctl zip and the drivers' spark-defaults.conf (see flowctl.spark.shipping)."""
+    from flowctl.spark.shipping import build_zip, spark_defaults, write_spark_defaults
+
+    zip_path = build_zip(layout.home / "dist")
+    properties = spark_defaults(zip_path, executor_memory=layout.executor_memory, cores_max=WORKERS)
+    conf = write_spark_defaults(layout.spark_conf_dir, properties)
+    return f"code: {zip_path} shipped to the executors by {conf}"
+
+
+def admin_login(layout: ClusterLayout) -> tuple[str, str]:
+    """The REST API's user and password."""
+    home = airflow_home(layout.settings)
+    data = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+    return "admin", data["admin"]
+
+
+# -- up / down / status ---------------------------------------------------------------------
+def _start_all(daemons: list[ClusterDaemon], started: list[ClusterDaemon]) -> list[str]:
+    """Start ``daemons`` side by side (their health waits overlap); record what started."""
+
+    def one(d: ClusterDaemon) -> str:
+        was_running = d.running() is not None
+        message = d.up()
+        if not was_running:
+            started.append(d)
+        return message
+
+    with ThreadPoolExecutor(max_workers=len(daemons)) as pool:
+        futures = [pool.submit(one, d) for d in daemons]
+        messages, errors = [], []
+        for future in futures:
+            try:
+                messages.append(future.result())
+            except ServiceError as exc:
+                errors.append(str(exc))
+    if errors:
+        raise ServiceError("; ".join(errors))
+    return messages
+
+
+def _own_redis(layout: ClusterLayout) -> bool:
+    """True if we run the broker (someone else's answers, or ours is recorded)."""
+    daemon = redis_daemon(layout)
+    if daemon.running() is not None:
+        return True
+    try:
+        redis_ping(layout.redis_url, 2.0)
+    except ServiceError:
+        return True
+    return False
+
+
+def up(layout: ClusterLayout) -> list[str]:
+    """Bring the whole cluster up; a no-op for what already runs. Rolls back on failure."""
+    t0 = time.monotonic()
+    layout.save()
+    settings = layout.settings
+    started: list[ClusterDaemon] = []
+    messages = [ensure_databases(layout)]
+    services_before = {s.name for s in manager.status(settings) if s.pid}
+    try:
+        if _own_redis(layout):
+            messages += _start_all([redis_daemon(layout)], started)
+        else:
+            messages.append(f"redis: using the one at {layout.redis_url}")
+        messages += manager.up(settings)
+        messages.append(ship_code(layout))
+        spark = spark_daemons(layout)
+        messages += _start_all(spark[:1], started)
+        messages += _start_all(spark[1:], started)
+        messages.append(airflow_init(layout))
+        messages += _start_all(airflow_daemons(layout), started)
+    except ServiceError:
+        for daemon in reversed(started):
+            log.warning("rolling back: %s", daemon.down())
+        started_services = {s.name for s in manager.status(settings) if s.pid}
+        if started_services - services_before:
+            manager.down(settings, only=started_services - services_before)
+        raise
+    messages.append(f"cluster up in {time.monotonic() - t0:.1f} s")
+    return messages
+
+
+def all_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
+    """Every process of the cluster in start order (services of ``manager`` aside)."""
+    return [redis_daemon(layout), *spark_daemons(layout), *airflow_daemons(layout)]
+
+
+def down(layout: ClusterLayout) -> list[str]:
+    """Stop every process of the cluster, Airflow first; the databases stay."""
+    t0 = time.monotonic()
+    messages = [d.down() for d in reversed(all_daemons(layout))]
+    messages += manager.down(layout.settings)
+    messages.append(f"cluster down in {time.monotonic() - t0:.1f} s")
+    return messages
+
+
+def status(layout: ClusterLayout) -> list[ServiceStatus]:
+    """One row per process, plus the services of ``manager`` and the broker."""
+    rows = manager.status(layout.settings)
+    redis = redis_daemon(layout)
+    if redis.running() is None:
+        try:
+            redis_ping(layout.redis_url, 2.0)
+            rows.append(ServiceStatus("redis", "external", None, layout.redis_url, "PONG"))
+        except ServiceError as exc:
+            rows.append(ServiceStatus("redis", "unreachable", None, layout.redis_url, str(exc)))
+    else:
+        rows.append(redis.status())
+    rows += [d.status() for d in all_daemons(layout)[1:]]
+    return rows
+
+
+def healthy(layout: ClusterLayout) -> bool:
+    return all(r.ok for r in status(layout))
+
+
+def layout_for(home: Path) -> ClusterLayout:
+    """The saved layout of ``home``, else the default one."""
+    return ClusterLayout.load(home) or ClusterLayout.from_env(home)

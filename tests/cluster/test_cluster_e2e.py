@@ -1,0 +1,205 @@
+"""The platform on the process cluster, end to end, and a Spark worker lost under load.
+
+Everything goes the way a user's would: runs are triggered through the split
+Airflow's REST API and executed by its Celery workers; the topologies' drivers run
+in the Celery workers' task processes and their executors on the two Spark workers,
+with flowctl shipped to them. The tests share the session's cluster and run in
+order: the second starts from the topology the first leaves ACTIVE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flowctl.adapters import kafka_log, results
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.replacements import ReplacementLog
+from flowctl.pipelines.wordcount import count_words
+from flowctl.services import cluster
+from flowctl.services.airflow import airflow_home, process_tree
+from flowctl.services.process import proc_cmdline
+from flowctl.textgen import zipf_lines
+from tests.cluster.conftest import EDEN, PIPELINE, Cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.integration]
+
+STREAM, RESCALE, RECONCILE = (f"{k}_{PIPELINE}" for k in ("stream", "rescale", "reconcile"))
+WAIT_S = 240.0
+LINES: list[str] = []  # everything produced to EDEN this session
+
+
+def _wait(what: str, check, timeout: float = WAIT_S, every: float = 1.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _ingest(c: Cluster, n: int, seed: int) -> None:
+    batch = list(zipf_lines(n, seed=seed))
+    kafka_log.produce(c.layout.settings.kafka_bootstrap, EDEN, batch)
+    LINES.extend(batch)
+
+
+def _exact(c: Cluster):  # type: ignore[no-untyped-def]
+    expected = dict(count_words(LINES))
+    return lambda: results.word_counts(c.url, PIPELINE) == expected
+
+
+def _active(plane: ControlPlane) -> list[str]:
+    return [t.topology_id for t in plane.topologies(PIPELINE, states=["ACTIVE"])]
+
+
+def _json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _executors_by_worker(c: Cluster) -> dict[int, set[str]]:
+    """Worker index -> the application ids with an executor on it (the workers' /json/)."""
+    layout = c.layout
+    return {
+        i: {e["appid"] for e in _json(f"http://127.0.0.1:{port}/json/")["executors"]}
+        for i, port in enumerate(layout.spark_worker_ui_ports, start=1)
+    }
+
+
+def _task_log(c: Cluster, run_id: str) -> str:
+    logs = airflow_home(c.layout.settings) / "logs"
+    found = sorted(logs.glob(f"dag_id={STREAM}/run_id={run_id}/task_id=topology/attempt=*.log"))
+    return "\n".join(p.read_text(errors="replace") for p in found)
+
+
+def test_ingest_stream_rescale_reconcile_through_the_rest_api(process_cluster: Cluster) -> None:
+    c, api = process_cluster, process_cluster.api
+    for dag_id in (STREAM, RESCALE, RECONCILE):
+        api.wait_for_dag(dag_id, timeout=120)
+        api.unpause(dag_id)
+    plane = ControlPlane(c.url)
+    plane.ensure_schema()
+    kafka_log.ensure_topics(c.layout.settings.kafka_bootstrap, {EDEN: 4})
+    _ingest(c, 3000, seed=1)
+
+    api.trigger(STREAM, "blue-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-blue"})
+    _wait("blue ACTIVE", lambda: _active(plane) == ["wc-blue"])
+    _wait("blue's exact counts", _exact(c))
+
+    # The master runs the topology as one application with an executor on each worker.
+    master = _json(f"http://127.0.0.1:{c.layout.spark_master_ui_port}/json/")
+    (app,) = [a for a in master["activeapps"] if a["state"] == "RUNNING"]
+    placed = _executors_by_worker(c)
+    assert all(app["id"] in apps for apps in placed.values()), (app, placed)
+
+    api.trigger(RESCALE, "up-1", {"direction": "up", "reason": "cluster e2e"})
+    assert api.wait_run(RESCALE, "up-1", timeout=WAIT_S) == "success"
+    (event,) = ReplacementLog(c.url).replacements(PIPELINE)
+    assert (event.outcome, event.old_parallelism, event.new_parallelism) == ("ok", 2, 4)
+    assert event.duplicates == 0
+    assert _active(plane) == [event.new_topology_id]
+    assert plane.get_topology("wc-blue").state == "STOPPED"
+    _ingest(c, 1500, seed=2)
+    _wait("exact counts after the hand-over", _exact(c))
+
+    api.trigger(RECONCILE, "reconcile-1", {})
+    assert api.wait_run(RECONCILE, "reconcile-1", timeout=WAIT_S) == "success"
+
+
+def test_a_spark_worker_killed_under_load_loses_nothing(process_cluster: Cluster) -> None:
+    """SIGKILL worker 1's JVM and its executor while text pours in: Spark re-runs the lost
+    tasks on worker 2, the counts end exact, the task log names the lost executor."""
+    c = process_cluster
+    plane = ControlPlane(c.url)
+    (topology_id,) = _active(plane)
+    run_id = plane.get_topology(topology_id).airflow_run_id
+    stop = threading.Event()
+
+    def feed() -> None:
+        seed = 100
+        while not stop.is_set():
+            _ingest(c, 400, seed=seed)
+            seed += 1
+            stop.wait(0.5)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(5)  # the stream is busy
+        worker = next(d for d in cluster.spark_daemons(c.layout) if d.name == "spark-worker-1")
+        record = worker.running()
+        assert record is not None
+        tree = process_tree(record.pid)  # the worker JVM and its executor JVMs
+        assert len(tree) >= 2, "worker 1 runs no executor"
+        for pid in tree:
+            os.kill(pid, signal.SIGKILL)
+        _wait("worker 1 gone", lambda: all(proc_cmdline(p) is None for p in tree))
+        time.sleep(10)  # load on the surviving worker
+    finally:
+        stop.set()
+        feeder.join(timeout=60)
+    _wait("exact counts after losing a worker", _exact(c))
+    print(f"worker loss: {len(LINES)} lines in, all counted exactly once")
+    assert _active(plane) == [topology_id], "the topology survived the lost worker"
+    log = _task_log(c, run_id)
+    assert "Lost executor" in log, log[-3000:]
+    # `cluster up` brings the dead worker back; the cluster is whole again.
+    cluster.up(c.layout)
+    assert all(r.ok for r in cluster.status(c.layout))
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def _celery_worker_of(c: Cluster, task_pid: int):  # type: ignore[no-untyped-def]
+    """The airflow-worker-N daemon whose process tree holds ``task_pid``."""
+    workers = {
+        d.running().pid: d
+        for d in cluster.airflow_daemons(c.layout)
+        if d.name.startswith("airflow-worker-") and d.running() is not None
+    }
+    pid: int | None = task_pid
+    while pid and pid not in workers:
+        pid = _ppid(pid)
+    assert pid, f"task pid {task_pid} is not under a Celery worker {sorted(workers)}"
+    return workers[pid]
+
+
+def test_a_celery_worker_killed_under_the_stream_task(process_cluster: Cluster) -> None:
+    """SIGKILL the Celery worker running the topology's task (its driver dies with it);
+    a new run of the stream DAG resumes from the durable checkpoint; counts end exact."""
+    c, api = process_cluster, process_cluster.api
+    plane = ControlPlane(c.url)
+    (topology_id,) = _active(plane)
+    run_id = plane.get_topology(topology_id).airflow_run_id
+    ti = api.task_instance(STREAM, run_id, "topology")
+    worker = _celery_worker_of(c, int(ti["pid"]))
+    record = worker.running()
+    _ingest(c, 1000, seed=300)
+    tree = process_tree(record.pid)  # the Celery worker, its task processes, their drivers
+    for pid in tree:
+        os.kill(pid, signal.SIGKILL)
+    _wait("the Celery worker gone", lambda: all(proc_cmdline(p) is None for p in tree))
+    _ingest(c, 1000, seed=301)  # arrives while no topology runs
+
+    cluster.up(c.layout)  # restarts the dead Celery worker
+    api.trigger(STREAM, "restart-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-r"})
+    _wait("the new topology ACTIVE", lambda: "wc-r" in _active(plane))
+    _wait("exact counts after the lost Celery worker", _exact(c))
+    print(f"celery worker loss: {len(LINES)} lines in, all counted exactly once")
+    api.trigger(RECONCILE, "reconcile-2", {})
+    assert api.wait_run(RECONCILE, "reconcile-2", timeout=WAIT_S) == "success"

@@ -1,0 +1,68 @@
+"""The process cluster's layout, its saved form, the shipped zip and the exec'd launchers."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from flowctl.services.cluster_layout import ClusterLayout
+from flowctl.services.process import _matches
+from flowctl.spark.shipping import build_zip, spark_defaults, write_spark_defaults
+
+
+def test_layout_round_trips_through_its_file(tmp_path: Path) -> None:
+    layout = ClusterLayout(
+        home=tmp_path,
+        spark_master_port=20001,
+        spark_worker_ui_ports=(20002, 20003),
+        extra_env={"FLOWCTL_PIPELINES_DIR": "/x"},
+    )
+    layout.save()
+    assert ClusterLayout.load(tmp_path) == layout
+    assert ClusterLayout.load(tmp_path / "none") is None
+
+
+def test_layout_settings_point_at_the_cluster(tmp_path: Path) -> None:
+    layout = ClusterLayout(home=tmp_path, spark_master_port=20001, flowctl_db="f1")
+    settings = layout.settings
+    assert settings.spark_master == "spark://127.0.0.1:20001"
+    assert settings.tansu_storage == "s3"
+    assert settings.resolved_database_url.endswith("/f1")
+    env = layout.airflow_env()
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith(f"/{layout.airflow_db}")
+    assert "PYTHONPATH" not in env
+    # Two homes never share a Celery queue.
+    assert ClusterLayout(home=tmp_path / "b").queue != layout.queue
+
+
+def test_each_worker_has_its_own_work_dir_and_ui_port(tmp_path: Path) -> None:
+    layout = ClusterLayout(home=tmp_path)
+    one, two = layout.worker_argv(1), layout.worker_argv(2)
+    assert one != two
+    assert str(layout.worker_dir(1)) in one and str(layout.worker_dir(2)) in two
+    assert (
+        layout.component_env("worker-1")["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]
+        != (layout.component_env("worker-2")["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
+    )
+
+
+def test_the_zip_holds_the_package_and_the_definitions(tmp_path: Path) -> None:
+    path = build_zip(tmp_path)
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {"flowctl/__init__.py", "flowctl/pipelines/wordcount.py"} <= names
+    assert not [n for n in names if "__pycache__" in n]
+    conf = write_spark_defaults(
+        tmp_path / "conf", spark_defaults(path, executor_memory="512m", cores_max=2)
+    )
+    lines = conf.read_text().splitlines()
+    assert f"spark.submit.pyFiles {path}" in lines
+    assert "spark.cores.max 2" in lines
+
+
+def test_a_launcher_that_execs_its_program_still_matches() -> None:
+    argv = ("/s/bin/spark-class", "org.x.Master", "--port", "7")
+    java = ("/usr/bin/java", "-cp", "/s/jars/*", "org.x.Master", "--port", "7")
+    assert _matches(java, argv)
+    assert not _matches(("/usr/bin/java", "org.x.Master", "--port", "8"), argv)
+    assert not _matches(java, ("/bin/other", "org.x.Master", "--port", "7"))
