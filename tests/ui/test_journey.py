@@ -231,11 +231,12 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         # Independent of step 10: a failure here is reported after step 10 has run too.
         refused: Exception | None = None
         try:
-            _bad_rescale_is_refused(page, base)
+            _bad_rescale_is_refused(page, base, api)
         except (AssertionError, PlaywrightTimeoutError) as exc:
             refused = exc
         finally:
             _shot(page, "11_bad_rescale")
+            page.set_viewport_size({"width": 1400, "height": 1000})
 
         # 10. logged out, the metrics page and its API refuse the browser
         browser.clear_cookies()
@@ -254,21 +255,37 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         raise refused
 
 
-def _bad_rescale_is_refused(page: Page, base: str) -> None:
+def _bad_rescale_is_refused(page: Page, base: str, api: AirflowApi) -> None:
+    """Both fields set: the form cannot refuse a pair of fields (Airflow validates each
+    Param alone), so the run fails before any side effect and its task log says why,
+    naming both fields and their values; the user reads it where Airflow shows it."""
     _open_trigger_form(page, base, f"rescale_{PIPELINE}")
-    both = "direction.*target_parallelism|target_parallelism.*direction"
-    before = _texts_naming(page, both)
     _choose(page, "direction", "up")
     _choose(page, "target_parallelism", "8")
     page.locator("#element_reason").fill("journey test: both fields")
-    trigger = page.get_by_role("dialog").get_by_test_id("trigger-dag-submit")
-    if trigger.is_enabled():
-        trigger.click()
+    _submit_trigger(page)
+    expect(page.get_by_text("Dag Run Triggered").first).to_be_visible(timeout=30_000)
+
+    def failed_run() -> dict[str, object] | None:
+        body = api._call(
+            "GET", f"/api/v2/dags/rescale_{PIPELINE}/dagRuns?order_by=-run_after&limit=1"
+        )
+        run = (body["dag_runs"] or [{}])[0]
+        return run if run.get("state") == "failed" else None
+
+    run = _poll("the bad rescale's run failed", 180, failed_run, 3)
+    assert isinstance(run, dict)
+    log_url = f"{base}/dags/rescale_{PIPELINE}/runs/{run['dag_run_id']}/tasks/replace"
+    both = re.compile(r"direction='up'.*target_parallelism=8", re.S)
+    page.set_viewport_size({"width": 1400, "height": 3000})
+
+    def log_names_both() -> bool:
+        page.goto(log_url)
+        page.wait_for_load_state("networkidle")
+        return bool(both.search(page.inner_text("body")))
+
     _poll(
-        "a message naming direction and target_parallelism",
-        30,
-        lambda: _texts_naming(page, both) - before,
-        1,
+        "the refusal naming direction and target_parallelism in the task log", 90, log_names_both, 5
     )
 
 
