@@ -260,7 +260,7 @@ def test_executors_run_the_drivers_code(rendered: dict, name: str) -> None:
     )
     init = " ".join(services["airflow-init"]["command"])
     conf_dir = _env(services["airflow-scheduler"])["SPARK_CONF_DIR"]
-    assert f"python -m flowctl.spark.shipping {conf_dir} " in init
+    assert f"python -m flowctl.services.shipping {conf_dir} " in init
     for airflow in AIRFLOW_SERVICES:
         assert _env(services[airflow])["SPARK_CONF_DIR"] == conf_dir, airflow
 

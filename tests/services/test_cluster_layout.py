@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flowctl.services.cluster_layout import ClusterLayout
 from flowctl.services.process import _matches
-from flowctl.spark.shipping import build_zip, spark_defaults, write_spark_defaults
+from flowctl.services.shipping import build_zip, spark_defaults, write_spark_defaults
 
 
 def test_layout_round_trips_through_its_file(tmp_path: Path) -> None:

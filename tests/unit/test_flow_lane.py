@@ -73,7 +73,7 @@ def test_a_lane_processes_its_tuples_appends_outcomes_and_reports_them(tmp_path:
     assert io.produced == {}
 
 
-def test_a_one_record_poison_tuple_goes_to_the_dlq_and_a_larger_one_to_from(
+def test_poison_is_isolated_in_the_lane_good_records_acked_poison_to_the_dlq(
     tmp_path: Path,
 ) -> None:
     settings = flow_settings(tmp_path, definition=POISON)
@@ -81,15 +81,33 @@ def test_a_one_record_poison_tuple_goes_to_the_dlq_and_a_larger_one_to_from(
     io.append(EDEN, 0, [b"ok", b"POISON", b"fine", b"POISON here"])
     part = _part(TupleRange(EDEN, 0, 1, 2), TupleRange(EDEN, 0, 2, 4), TupleRange(EDEN, 0, 0, 1))
     rows = list(run_lane(settings, part, io))
-    assert [r[3] for r in rows] == ["dlq", "replayed", "acked"]
+    # A tuple of poison only is POISON; the one holding ``fine`` is acked with it alone.
+    assert [(r[3], r[4]) for r in rows] == [("poison", 1), ("acked", 1), ("acked", 1)]
     dead = [decode_envelope(v) for v in io.produced[TOPICS.dlq]]
-    assert [(e.offset, e.payload) for e in dead] == [(1, b"POISON")]
-    replayed = [decode_envelope(v) for v in io.produced[TOPICS.replay_a]]
-    assert [(e.offset, e.attempt) for e in replayed] == [(2, 1), (3, 1)]
-    assert "replayed with the poison record's tuple" in replayed[0].error
+    assert [(e.offset, e.payload) for e in dead] == [(1, b"POISON"), (3, b"POISON here")]
+    assert all(e.error.startswith("poison: PoisonRecord") for e in dead)
+    assert TOPICS.replay_a not in io.produced  # nothing transient: nothing to replay
     results = _feedback(io.store, settings.ns, part).results
-    assert [(r.routed_records, r.dead_records) for r in results] == [(1, 1), (2, 0), (0, 0)]
-    assert queue_length(io.store, mrwq_namespace("demo")) == 3  # one item per tuple
+    assert [(r.routed_records, r.dead_records) for r in results] == [(1, 1), (1, 1), (0, 0)]
+    items = _items(io.store)
+    assert [(i["t"], parse_outcome_key(i["k"])) for i in items] == [
+        (f"{EDEN}:0:1-2", ("dlq", False)),
+        (f"{EDEN}:0:2-4", ("applied", False)),
+        (f"{EDEN}:0:3-4", ("dlq", False)),  # the poison record, nested in its tuple's row
+        (f"{EDEN}:0:0-1", ("applied", False)),
+    ]
+    assert items[1]["v"] == {"fine": 1}
+
+
+def test_a_transient_failure_replays_the_tuple_through_from(tmp_path: Path) -> None:
+    settings = flow_settings(tmp_path, definition=POISON)
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"ok", b"BROKEN", b"POISON"])
+    rows = list(run_lane(settings, _part(TupleRange(EDEN, 0, 0, 3)), io))
+    assert [r[3] for r in rows] == ["replayed"]
+    replayed = [decode_envelope(v) for v in io.produced[TOPICS.replay_a]]
+    assert [(e.offset, e.attempt) for e in replayed] == [(0, 1), (1, 1), (2, 1)]
+    assert "RuntimeError" in replayed[1].error
 
 
 def test_a_failed_produce_fails_the_tuples_that_routed_records(tmp_path: Path) -> None:

@@ -133,25 +133,13 @@ def worker_health(layout: ClusterLayout, index: int, timeout: float) -> None:
 
 def job_health(layout: ClusterLayout, job_type: str, timeout: float) -> None:
     """A running Airflow job of ``job_type`` with a recent heartbeat, in the metadata DB."""
-    import sqlalchemy as sa
+    from flowctl.adapters.postgres_admin import PostgresAdminError, job_heartbeat_age
 
-    engine = sa.create_engine(
-        layout.database_url(layout.airflow_db), connect_args={"connect_timeout": int(timeout) + 1}
-    )
     try:
-        with engine.connect() as conn:
-            age = conn.execute(
-                sa.text(
-                    "SELECT EXTRACT(EPOCH FROM (now() - max(latest_heartbeat))) FROM job "
-                    "WHERE job_type = :t AND state = 'running'"
-                ),
-                {"t": job_type},
-            ).scalar()
-    except sa.exc.SQLAlchemyError as exc:
-        raise ServiceError(f"{job_type}: metadata DB not answering: {exc}") from None
-    finally:
-        engine.dispose()
-    if age is None or float(age) > JOB_HEARTBEAT_S:
+        age = job_heartbeat_age(layout.database_url(layout.airflow_db), job_type, timeout)
+    except PostgresAdminError as exc:
+        raise ServiceError(f"{job_type}: {exc}") from None
+    if age is None or age > JOB_HEARTBEAT_S:
         raise ServiceError(f"no {job_type} heartbeat in the last {JOB_HEARTBEAT_S:.0f} s")
 
 
@@ -281,28 +269,14 @@ def airflow_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
 # -- steps that start nothing ---------------------------------------------------------------
 def ensure_databases(layout: ClusterLayout) -> str:
     """Create the cluster's two databases on the PostgreSQL server if they do not exist."""
-    import sqlalchemy as sa
+    from flowctl.adapters import postgres_admin
 
-    admin = sa.create_engine(
-        layout.postgres_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
-    )
-    created = []
     try:
-        with admin.connect() as conn:
-            for name in (layout.flowctl_db, layout.airflow_db):
-                exists = conn.execute(
-                    sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
-                ).scalar()
-                if not exists:
-                    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-                    created.append(name)
-    except sa.exc.OperationalError as exc:
-        raise ServiceError(
-            f"postgres: cannot reach {sa.make_url(layout.postgres_url).render_as_string()}: "
-            f"{str(exc).splitlines()[0]}"
-        ) from None
-    finally:
-        admin.dispose()
+        created = postgres_admin.ensure_databases(
+            layout.postgres_url, [layout.flowctl_db, layout.airflow_db]
+        )
+    except postgres_admin.PostgresAdminError as exc:
+        raise ServiceError(f"postgres: {exc}") from None
     return f"postgres: databases {layout.flowctl_db}, {layout.airflow_db}" + (
         f" (created {', '.join(created)})" if created else " (already there)"
     )
@@ -321,8 +295,8 @@ def airflow_init(layout: ClusterLayout) -> str:
 
 
 def ship_code(layout: ClusterLayout) -> str:
-    """The flowctl zip and the drivers' spark-defaults.conf (see flowctl.spark.shipping)."""
-    from flowctl.spark.shipping import build_zip, spark_defaults, write_spark_defaults
+    """The flowctl zip and the drivers' spark-defaults.conf (see flowctl.services.shipping)."""
+    from flowctl.services.shipping import build_zip, spark_defaults, write_spark_defaults
 
     zip_path = build_zip(layout.home / "dist")
     properties = spark_defaults(zip_path, executor_memory=layout.executor_memory, cores_max=WORKERS)

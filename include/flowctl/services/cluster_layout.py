@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -58,9 +59,10 @@ LAYOUT_FILE = "cluster.json"
 
 def spark_home() -> Path:
     """pyspark's own package directory: it holds ``bin/spark-class`` and the jars."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    spec = importlib.util.find_spec("pyspark")  # located, not imported: no JVM, no Spark
+    if spec is None or spec.origin is None:
+        raise RuntimeError("pyspark is not installed: run scripts/bootstrap")
+    return Path(spec.origin).resolve().parent
 
 
 def _home_tag(home: Path) -> str:
@@ -108,9 +110,9 @@ class ClusterLayout:
         return f"flowctl-{_home_tag(self.home)}"
 
     def database_url(self, name: str) -> str:
-        import sqlalchemy as sa
+        from flowctl.adapters.postgres_admin import with_database
 
-        return sa.make_url(self.postgres_url).set(database=name).render_as_string(False)
+        return with_database(self.postgres_url, name)
 
     @property
     def settings(self) -> Settings:

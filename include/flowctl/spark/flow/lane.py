@@ -18,23 +18,24 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flowctl.core.backoff import FlumeBackoff
+from flowctl.core.isolation import isolate, verdict
 from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result, read_epoch
 from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, decode_envelope
 from flowctl.core.replay import encode_envelope as encode_routed
 from flowctl.core.spout import LaneResult, Outcome
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.base import Record
+from flowctl.pipelines.base import PoisonRecord, Record, combiner_of
 from flowctl.spark.flow.channels import LaneFeedback, control_key
-from flowctl.spark.flow.deadline import run_with_deadline
+from flowctl.spark.flow.deadline import TupleTimeout, run_with_deadline
 from flowctl.spark.flow.plan import FlowPartition, PlanEntry
 from flowctl.spark.flow.routing import (
     Routing,
     describe,
-    route_eden_failure,
+    route_isolated,
     route_malformed,
     route_replay_failure,
 )
@@ -87,6 +88,8 @@ class TupleDone:
     error: str = ""
     mrwq_epoch: str | None = None
     mrwq_seq: int | None = None
+    #: Items appended right after ``item``: one-record ``dlq`` rows nested in its range.
+    nested: list[tuple[str, list[tuple[str, Any]]]] = field(default_factory=list)
 
     def result(self) -> LaneResult:
         """The planner's view of this tuple."""
@@ -150,7 +153,8 @@ def run_lane(
         json.dumps(result, allow_nan=False)  # it waits in memcached as JSON: fail here if not
         return result
 
-    done = process_tuples(part.entries, io.read(part.entries), process, backflow)
+    combine = combiner_of(definition)
+    done = process_tuples(part.entries, io.read(part.entries), process, backflow, combine)
     route_records(done, io)
     append_outcomes(done, io.store, mrwq_namespace(config.name))
     write_feedback(io.store, settings.ns, part, done)
@@ -162,8 +166,11 @@ def process_tuples(
     fetched: Fetched,
     process: Callable[[list[Any]], Any],
     backflow: Backflow,
+    combine: Callable[[Sequence[Any]], Any],
 ) -> list[TupleDone]:
     """The tuple-processing step: each tuple's records through ``process``, in plan order.
+
+    ``combine`` merges the results of a failing tuple's good parts (poison isolation).
 
     A replay topic partition whose head record must wait longer than
     :data:`MAX_HOLD_WAIT_S` is held: its later records in this batch are held too (their
@@ -181,7 +188,7 @@ def process_tuples(
             records = [
                 Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw
             ]
-            done.append(eden_tuple(entry, records, process, backflow, started))
+            done.append(eden_tuple(entry, records, process, backflow, started, combine))
         elif (t.topic, t.partition) in held:
             done.append(TupleDone(entry, Outcome.HELD, 0, 0.0, not_before=time.time()))
         elif not raw:  # no record at that offset (a hole in the log): nothing to replay
@@ -219,28 +226,38 @@ def eden_tuple(
     process: Callable[[list[Any]], Any],
     backflow: Backflow,
     started: float,
+    combine: Callable[[Sequence[Any]], Any],
 ) -> TupleDone:
-    """One Eden tuple: its result as an ``applied`` item, or its records routed."""
+    """One Eden tuple, its poison records isolated (:mod:`flowctl.core.isolation`): the
+    good records' result as an ``applied`` item, proven poison to the DLQ under nested
+    one-record ``dlq`` items, the records of a transient failure replayed (SPEC D)."""
     t = entry.tuple
-    try:
-        result = process(records)
-    except Exception as exc:
-        routing = route_eden_failure(
-            exc,
-            records,
-            topic=t.topic,
-            from_topic=entry.from_topic,
-            backflow=backflow,
-            now=time.time(),
-        )
-        return _failed(entry, t.id, routing, len(records), started, replay=False)
+    found = isolate(
+        records, process, combine=combine, is_poison=lambda e: isinstance(e, PoisonRecord)
+    )
+    v = verdict(
+        t, [r.offset for r in records], found, is_timeout=lambda e: isinstance(e, TupleTimeout)
+    )
+    routed = route_isolated(
+        v, records, topic=t.topic, from_topic=entry.from_topic, backflow=backflow, now=time.time()
+    )
+    items = [(it.range.id, [mrwq_result(it.outcome, it.value, replay=it.replay)]) for it in v.items]
+    outcome = v.outcome
+    if outcome is Outcome.REPLAYED and routed and all(x.dead for x in routed):
+        outcome = Outcome.DLQ  # max_attempts reached at once: the tuple's row says dlq
+        items[0] = (t.id, [mrwq_result("dlq", {"error": v.error[:300]})])
+    acked = outcome is Outcome.ACKED
+    good = [records[i] for i in found.good] if acked else []
     return TupleDone(
         entry,
-        Outcome.ACKED,
-        len(records),
+        outcome,
+        v.good if acked else len(records),
         time.monotonic() - started,
-        item=(t.id, [mrwq_result("applied", result)]),
-        latencies=_sample_latencies(records, time.time()),
+        item=items[0],
+        nested=items[1:],
+        routed=routed or None,
+        latencies=_sample_latencies(good, time.time()),
+        error=v.error,
     )
 
 
@@ -314,6 +331,7 @@ def route_records(done: Sequence[TupleDone], io: LaneIO) -> None:
         for d in done:
             if d.routed:
                 d.outcome, d.item, d.error = Outcome.FAILED, None, f"replay produce failed: {exc}"
+                d.nested = []
 
 
 def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
@@ -322,15 +340,17 @@ def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
     items = [d for d in done if d.item is not None]
     if not items:
         return
+    flat = [(d, item) for d in items for item in (d.item, *d.nested)]
     try:
-        appended = MrwqWriter(store, ns).append_many([d.item for d in items])  # type: ignore[misc]
+        appended = MrwqWriter(store, ns).append_many([item for _, item in flat])  # type: ignore[misc]
         epoch = read_epoch(store, ns)
     except Exception as exc:
         for d in items:
             d.outcome, d.error = Outcome.FAILED, f"MRWQ write failed: {exc}"
         return
-    for d, seq in zip(items, appended, strict=True):
-        d.mrwq_epoch, d.mrwq_seq = epoch, seq
+    for (d, item), seq in zip(flat, appended, strict=True):
+        if item is d.item:  # the tuple's own item; nested ones follow it
+            d.mrwq_epoch, d.mrwq_seq = epoch, seq
 
 
 def write_feedback(store: Any, ns: str, part: FlowPartition, done: Sequence[TupleDone]) -> None:

@@ -4,10 +4,10 @@ A failure is a :class:`~flowctl.pipelines.base.PoisonRecord`, a
 :class:`~flowctl.spark.flow.deadline.TupleTimeout` or any other exception of the
 pipeline's ``process``. The rules (docs/flow-control.md, "Replay"):
 
-- a one-record Eden tuple whose record is poison goes to the DLQ at once;
-- in a larger tuple every record goes to the From replay topic (the poison one too:
-  replayed alone it fails again and is dead-lettered under its own one-record ``dlq``
-  row, so the durable rows say where it went);
+- an Eden tuple that fails is isolated in the lane (:mod:`flowctl.core.isolation`): a
+  record proven poison goes to the DLQ at once (under a one-record ``dlq`` row nested in
+  the tuple's row), the other records of a part that failed for another reason go to the
+  From replay topic (:func:`route_isolated`);
 - a replayed record that is poison goes to the DLQ; one that fails otherwise gets one
   more attempt on its count (:meth:`~flowctl.core.replay.Backflow.fail_replayed`: From,
   or the DLQ after ``max_attempts``);
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flowctl.core.isolation import Verdict
 from flowctl.core.replay import Backflow, Envelope, Routed
 from flowctl.core.spout import Outcome
 from flowctl.pipelines.base import PoisonRecord
@@ -46,47 +47,41 @@ def describe(exc: BaseException) -> str:
 def _outcome(exc: BaseException, dead: bool) -> Outcome:
     if isinstance(exc, TupleTimeout):
         return Outcome.TIMED_OUT
+    if isinstance(exc, PoisonRecord):
+        return Outcome.POISON  # proven poison alone: data, not load (no window cut)
     return Outcome.DLQ if dead else Outcome.REPLAYED
 
 
-def route_eden_failure(
-    exc: BaseException,
+def route_isolated(
+    verdict: Verdict,
     records: Sequence[Any],
     *,
     topic: str,
     from_topic: str,
     backflow: Backflow,
     now: float,
-) -> Routing:
-    """The records of an Eden tuple whose ``process`` raised ``exc``."""
-    error = describe(exc)
-    poison_at = exc.offset if isinstance(exc, PoisonRecord) else None
-    single_poison = isinstance(exc, PoisonRecord) and len(records) == 1
+) -> list[Routed]:
+    """Where the records of an isolated Eden tuple go (``verdict.routes``, in order)."""
     routed: list[Routed] = []
-    for r in records:
+    for route in verdict.routes:
+        r = records[route.index]
         payload = r.value if r.value is not None else b""
-        if single_poison:
-            dead = Envelope(
-                topic, r.partition, r.offset, payload, 1, f"poison: {error}", now, r.key
-            )
+        if route.dead:
+            dead = Envelope(topic, r.partition, r.offset, payload, 1, route.reason, now, r.key)
             routed.append(Routed(backflow.topics.dlq, dead, True))
             continue
-        why = error
-        if poison_at is not None and r.offset != poison_at:
-            why = f"replayed with the poison record's tuple: {error}"
         routed.append(
             backflow.fail_original(
                 partition=r.partition,
                 offset=r.offset,
                 payload=payload,
                 key=r.key,
-                error=why,
+                error=route.reason,
                 now=now,
                 from_topic=from_topic,
             )
         )
-    all_dead = bool(routed) and all(x.dead for x in routed)
-    return Routing(_outcome(exc, all_dead), "dlq" if all_dead else "replayed", routed, error)
+    return routed
 
 
 def route_replay_failure(

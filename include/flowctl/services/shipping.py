@@ -74,11 +74,11 @@ def write_spark_defaults(conf_dir: Path, properties: dict[str, str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m flowctl.spark.shipping``: how docker-compose's airflow-init ships the
+    """``python -m flowctl.services.shipping``: how docker-compose's airflow-init ships the
     code, the same zip and properties as ``flowctl cluster up``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m flowctl.spark.shipping")
+    parser = argparse.ArgumentParser(prog="python -m flowctl.services.shipping")
     parser.add_argument("conf_dir", type=Path, help="SPARK_CONF_DIR of the drivers")
     parser.add_argument("dist_dir", type=Path, help="where flowctl.zip is written")
     parser.add_argument("--executor-memory", default="512m")
