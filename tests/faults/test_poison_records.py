@@ -34,3 +34,30 @@ def test_one_percent_poison_records_end_in_the_dlq(
     run.settle(job, "faultpoison-blue-1")
     tally = check(run, "1% poison records (logetl malformed lines)", spark, tallies)
     assert tally.dlq > 0 and tally.reconcile["dlq"] == tally.dlq, tally
+
+
+def test_a_poison_storm_does_not_stall_the_stream(
+    fault_run: Callable[..., FaultRun], spark: Any, tallies: list[Tally]
+) -> None:
+    """A fifth of the input malformed for a while, between good lines: every good line
+    stored once, every malformed one in the DLQ with its reason (isolated in the lanes)."""
+    import itertools
+
+    from flowctl.loggen import labelled_lines
+
+    def lines(count: int, seed: int, malformed: float) -> Any:
+        return (x.text for x in labelled_lines(count, seed=seed, malformed_fraction=malformed))
+
+    source = itertools.chain(
+        lines(1_000, 606, 0.0), lines(2_000, 607, 0.2), lines(1_000_000, 608, 0.0)
+    )
+    run = fault_run("faultstorm", shipped="logetl", source=source, partitions=2, tuple_size=25)
+    run.produce(1_000)
+    job = run.submit("faultstorm-blue-1", 2)
+    wait_for(lambda: run.counted() > 0, timeout_s=180, job=job, what="the first rows")
+    run.produce(2_000)  # the storm: one line in five malformed
+    with run.feeding():
+        time.sleep(3.0)
+    run.settle(job, "faultstorm-blue-1")
+    tally = check(run, "poison storm: 20% malformed log lines for 2,000 lines", spark, tallies)
+    assert tally.dlq >= 300 and tally.reconcile["dlq"] == tally.dlq, tally
