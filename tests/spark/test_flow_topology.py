@@ -78,7 +78,7 @@ def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
     assert sum(w.records for w in windows) >= total
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
     lanes = [w.lane_list for w in windows if w.acked][-1]
-    assert [lane["lane"] for lane in lanes] == [0, 1, 2]
+    assert [lane["lane"] for lane in lanes] == [0, 1, 2, 3]
     assert all(lane["window"] >= 1 for lane in lanes)
     assert any(w.latency_p50_ms is not None for w in windows)
     log = job.log()
