@@ -110,7 +110,7 @@ def test_stream_counts_exactly_stops_on_signal_and_resumes(
     kafka_log.produce(bootstrap, config.eden_topic, second)
     expected = count_words(first + second)
     _run_until_counted(
-        stream_job_runner, config_path, "wcstream-green-2", "green", 3, sum(expected.values())
+        stream_job_runner, config_path, "wcstream-green-2", "green", 4, sum(expected.values())
     )
     assert results.word_counts(stream_job_runner.database_url, "wcstream") == dict(expected)
     latest = kafka_log.latest_offsets(bootstrap, config.eden_topic)
