@@ -34,7 +34,7 @@ from flowctl.config import PROJECT_ROOT, Settings
 from flowctl.pipelines.config import resolve_path
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port
+from flowctl.services.process import free_port, process_tree
 from flowctl.spark.submit import (
     BASELINE_SCRIPT,
     STREAM_SCRIPT,
@@ -516,24 +516,10 @@ def drain_run(
 # -- profiling ------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                out.append(int(stat.parent.name))
-    return out
-
-
 def job_python_processes(job: Job) -> dict[str, int]:
     """``{"driver": pid, "daemon": pid}`` among the job's descendants (when found)."""
     found: dict[str, int] = {}
-    todo = [job.process.pid]
-    while todo:
-        pid = todo.pop()
-        kids = _children(pid)
-        todo.extend(kids)
+    for pid in reversed(process_tree(job.process.pid)):
         with contextlib.suppress(OSError):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             if "spark_jobs/" in cmd and "python" in cmd and "java" not in cmd.split()[0]:

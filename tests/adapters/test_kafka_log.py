@@ -171,3 +171,36 @@ def test_cached_consumer_is_reused_per_worker_and_can_be_dropped(kafka_bootstrap
     second = kafka_log.cached_consumer(kafka_bootstrap)
     assert second is not first
     kafka_log.drop_cached_consumer(kafka_bootstrap)
+
+
+def _batch_with_a_flipped_byte() -> bytes:
+    """A real v2 record batch whose second record had one byte changed after sealing."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    for i in range(3):
+        builder.append(timestamp=None, key=None, value=b"hello world %d" % i, headers=[])
+    builder.close()
+    raw = bytearray(builder.buffer())
+    raw[raw.find(b"world 1")] = ord("W")
+    return bytes(raw)
+
+
+def test_flowctl_consumers_refuse_a_corrupted_record_batch() -> None:
+    from kafka.consumer.fetcher import Fetcher
+    from kafka.errors import CorruptRecordError
+    from kafka.record.memory_records import MemoryRecords
+    from kafka.structs import TopicPartition
+
+    check = kafka_log._consumer_config("127.0.0.1:9")["check_crcs"]
+    records = Fetcher.PartitionRecords(
+        0, TopicPartition("t", 0), MemoryRecords(_batch_with_a_flipped_byte()), check_crcs=check
+    )
+    with pytest.raises(CorruptRecordError, match="failed crc check"):
+        records.take(10)
+
+
+def test_record_checksums_use_the_c_extension() -> None:
+    from kafka.record import util
+
+    assert util._crc32c is not util.crc32c_py, "crc32c is not installed: CRCs run in Python"

@@ -24,8 +24,8 @@ from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
-from flowctl.services.airflow import airflow_home, process_tree
-from flowctl.services.process import proc_cmdline
+from flowctl.services.airflow import airflow_home
+from flowctl.services.process import proc_cmdline, process_tree
 from flowctl.textgen import zipf_lines
 from tests.cluster.conftest import EDEN, PIPELINE, Cluster
 

@@ -41,7 +41,7 @@ def test_every_process_is_up_and_up_again_is_a_no_op(process_cluster: Cluster) -
 
 def _rss_mb(pids) -> float:  # type: ignore[no-untyped-def]
     """Resident memory of the processes and their descendants (the report's figure)."""
-    from flowctl.services.airflow import process_tree
+    from flowctl.services.process import process_tree
 
     total = 0
     for pid in {p for root in pids if root for p in process_tree(root)}:

@@ -43,7 +43,7 @@ from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
-from flowctl.services.airflow import stop_tree
+from flowctl.services.process import stop_tree
 from flowctl.textgen import zipf_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]

@@ -19,9 +19,8 @@ from flowctl.services.airflow import (
     connections,
     daemon,
     executor_parallelism,
-    process_tree,
 )
-from flowctl.services.process import proc_cmdline
+from flowctl.services.process import proc_cmdline, process_tree
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]

@@ -19,11 +19,9 @@ children first.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +31,7 @@ from pathlib import Path
 
 from flowctl.config import PROJECT_ROOT, Settings
 from flowctl.services.base import DOWN, ServiceError, ServiceStatus
-from flowctl.services.process import Daemon, proc_cmdline
+from flowctl.services.process import Daemon, stop_tree
 
 log = logging.getLogger(__name__)
 
@@ -224,53 +222,6 @@ def daemon(settings: Settings) -> Daemon:
         start_timeout=240.0,
         stop_timeout=30.0,
     )
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            out.append(int(entry.name))
-    return out
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants, deepest first (the order to stop them in)."""
-    order: list[int] = []
-
-    def visit(p: int) -> None:
-        for child in _children(p):
-            visit(child)
-        order.append(p)
-
-    visit(pid)
-    return order
-
-
-def stop_tree(pid: int, timeout: float = 30.0) -> list[int]:
-    """TERM every process of the tree, children first; KILL what is left after ``timeout``."""
-    tree = process_tree(pid)
-    for p in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(proc_cmdline(p) for p in tree):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.2)
-    for p in tree:
-        if proc_cmdline(p) is not None:
-            log.warning("%s: pid %d ignored SIGTERM for %.0f s; killing it", NAME, p, timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
-    return tree
 
 
 class AirflowService:

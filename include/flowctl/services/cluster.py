@@ -35,10 +35,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flowctl.services import manager
-from flowctl.services.airflow import _run_airflow, airflow_home, stop_tree
+from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
-from flowctl.services.process import Daemon, PidRecord, check_tcp, proc_cmdline
+from flowctl.services.process import Daemon, PidRecord, check_tcp, proc_cmdline, stop_tree
 
 log = logging.getLogger(__name__)
 

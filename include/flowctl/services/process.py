@@ -89,6 +89,70 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants, deepest first (the order to stop them in)."""
+    order: list[int] = []
+
+    def visit(p: int) -> None:
+        for child in _children(p):
+            visit(child)
+        order.append(p)
+
+    visit(pid)
+    return order
+
+
+def _wait_gone(pids: Sequence[int], deadline: float) -> list[int]:
+    """Wait until none of ``pids`` lives (reaping our own children); return the survivors."""
+    while True:
+        for p in pids:
+            _reap(p)
+        alive = [p for p in pids if proc_cmdline(p) is not None]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def stop_tree(pid: int, timeout: float = 30.0) -> list[int]:
+    """TERM every process of the tree, children first; KILL what is left after ``timeout``.
+
+    Returns only when every process of the tree is gone: a SIGKILLed process can take
+    a moment to exit (its memory is freed first), and a caller that checks right after
+    must not see it.
+    """
+    tree = process_tree(pid)
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGTERM)
+    stubborn = _wait_gone(tree, time.monotonic() + timeout)
+    # Children forked while the tree was stopping belong to it too.
+    stubborn += [p for p in process_tree(pid) if p not in tree and proc_cmdline(p) is not None]
+    for p in stubborn:
+        name = " ".join((proc_cmdline(p) or ("?",))[:3])
+        log.warning("pid %d (%s) ignored SIGTERM for %.0f s; killing it", p, name, timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    left = _wait_gone(stubborn, time.monotonic() + 10.0)
+    if left:
+        log.error("pids %s still alive 10 s after SIGKILL", left)
+    return tree
+
+
 #: Launcher scripts that ``exec`` the real program with their own arguments last
 #: (``spark-class`` becomes ``java ... <class> <args>``).
 EXEC_LAUNCHERS = ("spark-class",)

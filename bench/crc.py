@@ -1,0 +1,129 @@
+"""What checking record CRCs costs a kafka-python reader, with and without the C extension.
+
+Every consumer of flowctl checks the CRC-32C of each record batch it reads
+(``check_crcs`` in ``flowctl.adapters.kafka_log``), so a corrupted record is refused
+instead of counted. kafka-python computes the checksum with the ``crc32c`` C
+extension when it is installed (a dependency of flowctl), in pure Python otherwise.
+One topic is produced once; the same read loop (poll, decode, count words; no Spark,
+no database) then reads all of it three ways, each ``--rounds`` times in turn:
+
+- ``unchecked``: ``check_crcs=False`` (the baseline: what skipping the check saves);
+- ``checked``: ``check_crcs=True`` with the C extension (what flowctl ships);
+- ``checked-pure-python``: ``check_crcs=True`` with kafka-python's pure-Python CRC.
+
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/crc.py [--records 300000]
+
+Writes bench/results/crc.json; exits 1 if the shipped reader is below 0.9x the
+unchecked one (the check must cost little) or the C extension is not in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+from _common import platform_up, produce, random_lines, ratio, unique_name, write_result
+
+#: The shipped reader keeps at least this share of the unchecked reader's records/s.
+TARGET = 0.9
+
+
+@contextlib.contextmanager
+def pure_python_crc() -> Iterator[None]:
+    """kafka-python's batches checksum with its pure-Python CRC-32C inside this block."""
+    from kafka.record import _crc32c, default_records
+
+    saved = default_records.calc_crc32c
+    default_records.calc_crc32c = _crc32c.crc
+    try:
+        yield
+    finally:
+        default_records.calc_crc32c = saved
+
+
+def read_loop(bootstrap: str, topic: str, total: int, check_crcs: bool) -> float:
+    """Records/s of one consumer reading all of ``topic`` and counting its words."""
+    from kafka import TopicPartition
+
+    from flowctl.adapters.kafka_log import new_consumer
+    from flowctl.pipelines.wordcount import count_values
+
+    consumer = new_consumer(bootstrap, check_crcs=check_crcs)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts: Counter[str] = Counter()
+    seen = 0
+    t0 = time.monotonic()
+    while seen < total:
+        for records in consumer.poll(timeout_ms=1000, max_records=5000).values():
+            counts.update(count_values(r.value for r in records))
+            seen += len(records)
+    elapsed = time.monotonic() - t0
+    consumer.close()
+    return seen / elapsed
+
+
+def c_extension_in_use() -> bool:
+    from kafka.record import util
+
+    return util._crc32c is not util.crc32c_py
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=300_000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3, help="reads of each kind, interleaved")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+
+    rates: dict[str, list[float]] = {"unchecked": [], "checked": [], "checked-pure-python": []}
+    with platform_up() as plat:
+        topic = unique_name("crc") + ".eden"
+        produced = produce(plat, topic, args.partitions, random_lines(args.records, args.seed))
+        for _ in range(args.rounds):
+            rates["unchecked"].append(read_loop(plat.bootstrap, topic, produced, False))
+            rates["checked"].append(read_loop(plat.bootstrap, topic, produced, True))
+            with pure_python_crc():
+                rates["checked-pure-python"].append(
+                    read_loop(plat.bootstrap, topic, produced, True)
+                )
+            print({k: round(v[-1]) for k, v in rates.items()}, flush=True)
+
+    median = {k: round(statistics.median(v)) for k, v in rates.items()}
+    shipped = ratio(median["checked"], median["unchecked"])
+    extension = c_extension_in_use()
+    meets = extension and shipped is not None and shipped >= TARGET
+    write_result(
+        "crc",
+        {
+            "metric": "records/s of a kafka-python read loop (median of rounds)",
+            "unit": "records/s",
+            "candidate": "check_crcs=True with the crc32c C extension (shipped)",
+            "baseline": "check_crcs=False",
+            "candidate_value": median["checked"],
+            "baseline_value": median["unchecked"],
+            "ratio": shipped,
+            "pure_python_value": median["checked-pure-python"],
+            "pure_python_ratio": ratio(median["checked-pure-python"], median["unchecked"]),
+            "c_extension_in_use": extension,
+            "target": f"checked >= {TARGET}x unchecked, with the C extension",
+            "meets_target": meets,
+            "params": vars(args),
+            "rounds": rates,
+        },
+    )
+    print("| reader | records/s | vs unchecked |")
+    for kind, value in median.items():
+        print(f"| {kind} | {value} | {ratio(value, median['unchecked'])} |")
+    return 0 if meets else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
