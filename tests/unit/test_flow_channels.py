@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState
 

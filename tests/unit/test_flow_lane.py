@@ -15,7 +15,7 @@ from flowctl.core.persistence import (
     read_epoch,
 )
 from flowctl.core.replay import Envelope, ReplayTopics, decode_envelope, encode_envelope
-from flowctl.core.spout import Dispatch, Outcome
+from flowctl.core.spout_contract import Dispatch, Outcome
 from flowctl.core.tuples import TupleRange
 from flowctl.spark.flow.channels import LaneFeedback
 from flowctl.spark.flow.lane import TupleDone, run_lane, write_feedback

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
 from flowctl.core.clock import FakeClock
-from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, LaneFeedback, SpoutState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowctl.core.isolation import Failure, Isolation, Poisoned, verdict
-from flowctl.core.spout import Outcome
+from flowctl.core.spout_contract import Outcome
 from flowctl.core.tuples import TupleRange
 
 T = TupleRange("p.eden", 1, 100, 105)

@@ -6,7 +6,7 @@ import pytest
 
 from flowctl.core.clock import FakeClock
 from flowctl.core.replay import replay_quota
-from flowctl.core.spout import SpoutConfig
+from flowctl.core.spout_contract import SpoutConfig
 
 from .test_spout import P0, A, B, ack, make, report
 

@@ -8,14 +8,8 @@ import pytest
 
 from flowctl.core.clock import FakeClock
 from flowctl.core.replay import ReplaySnapshot
-from flowctl.core.spout import (
-    Dispatch,
-    LaneResult,
-    OffsetsBeyondLog,
-    Outcome,
-    Spout,
-    SpoutConfig,
-)
+from flowctl.core.spout import OffsetsBeyondLog, Spout
+from flowctl.core.spout_contract import Dispatch, LaneResult, Outcome, SpoutConfig
 from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.core.window import LaneState
 

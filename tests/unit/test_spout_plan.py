@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.core.spout import Dispatch, Outcome
+from flowctl.core.spout_contract import Dispatch, Outcome
 from flowctl.core.tuples import TupleRange
 from flowctl.pipelines.config import FlowConfig, PipelineConfigError, load_pipeline_config
 from flowctl.spark.flow.channels import LaneFeedback

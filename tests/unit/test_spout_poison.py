@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flowctl.core.clock import FakeClock
-from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.core.window import LaneState
 
 from .test_spout import P0, A, B, ack, make, report

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .spout import Outcome
+from .spout_contract import Outcome
 from .tuples import TupleRange
 
 __all__ = [

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -351,6 +351,59 @@ def _diagnose(window: WindowStats, cfg: AdaptiveConfig) -> tuple[str, str]:
     return "load", f"{window.fail_num} failures, {window.repeat_failures} repeats"
 
 
+@dataclass(frozen=True)
+class _Signals:
+    """What one window says about load, read once for the adaptive policy's rules."""
+
+    target: int | None  # DS2's parallelism, when the rates are known
+    growing: bool  # the backlog grew over the window
+    saturated: bool  # lanes' windows nearly full
+    overrun: bool  # batches take longer than the trigger
+    idle: bool  # lanes nearly empty or batches short
+
+    @classmethod
+    def of(cls, window: WindowStats, config: AdaptiveConfig) -> _Signals:
+        rates_known = window.arrival_rate is not None and window.lane_rate is not None
+        timed = window.batch_duration_s is not None and window.trigger_s is not None
+        sat = window.saturation
+        return cls(
+            target=(
+                ds2_target(window.arrival_rate, window.lane_rate, config.target_utilisation)  # type: ignore[arg-type]
+                if rates_known
+                else None
+            ),
+            growing=window.backlog_delta is not None and window.backlog_delta > 0,
+            saturated=sat is not None and sat >= config.high_saturation,
+            overrun=timed and window.batch_duration_s > window.trigger_s,  # type: ignore[operator]
+            idle=(sat is not None and sat <= config.low_saturation)
+            or (
+                timed and window.batch_duration_s <= config.low_batch_fraction * window.trigger_s  # type: ignore[operator]
+            ),
+        )
+
+
+def _figures(
+    window: WindowStats, windows: int, target: int | None, since: float | None
+) -> dict[str, float | int | None]:
+    """What the decision saw, kept with it (the metrics page shows it)."""
+    return {
+        "fail_num": window.fail_num,
+        "windows": windows,
+        "repeat_failures": window.repeat_failures,
+        "dlq_added": window.dlq_added,
+        "sink_errors": window.sink_errors,
+        "saturation": window.saturation,
+        "backlog": window.backlog,
+        "backlog_delta": window.backlog_delta,
+        "batch_duration_s": window.batch_duration_s,
+        "trigger_s": window.trigger_s,
+        "arrival_rate": window.arrival_rate,
+        "lane_rate": window.lane_rate,
+        "ds2_target": target,
+        "since_last_change_s": since,
+    }
+
+
 def adaptive_decision(
     counts: Sequence[int],
     window: WindowStats,
@@ -379,43 +432,9 @@ def adaptive_decision(
         )
     mean, s2 = dispersion(counts)
     c = config.threshold_c
-    lo, hi = config.min_parallelism, config.max_parallelism
-    rates_known = window.arrival_rate is not None and window.lane_rate is not None
-    target = (
-        ds2_target(window.arrival_rate, window.lane_rate, config.target_utilisation)  # type: ignore[arg-type]
-        if rates_known
-        else None
-    )
-    growing = window.backlog_delta is not None and window.backlog_delta > 0
-    saturated = window.saturation is not None and window.saturation >= config.high_saturation
-    overrun = (
-        window.batch_duration_s is not None
-        and window.trigger_s is not None
-        and window.batch_duration_s > window.trigger_s
-    )
-    idle_lanes = window.saturation is not None and window.saturation <= config.low_saturation
-    short_batches = (
-        window.batch_duration_s is not None
-        and window.trigger_s is not None
-        and window.batch_duration_s <= config.low_batch_fraction * window.trigger_s
-    )
+    sig = _Signals.of(window, config)
     since = None if last_change_at is None else now - last_change_at
-    figures: dict[str, float | int | None] = {
-        "fail_num": window.fail_num,
-        "windows": len(counts),
-        "repeat_failures": window.repeat_failures,
-        "dlq_added": window.dlq_added,
-        "sink_errors": window.sink_errors,
-        "saturation": window.saturation,
-        "backlog": window.backlog,
-        "backlog_delta": window.backlog_delta,
-        "batch_duration_s": window.batch_duration_s,
-        "trigger_s": window.trigger_s,
-        "arrival_rate": window.arrival_rate,
-        "lane_rate": window.lane_rate,
-        "ds2_target": target,
-        "since_last_change_s": since,
-    }
+    figures = _figures(window, len(counts), sig.target, since)
 
     def decide(new: int, reason: str, cause: str) -> Decision:
         return Decision(
@@ -433,14 +452,13 @@ def adaptive_decision(
 
     cause, evidence = _diagnose(window, config)
     stats = f"failNum={window.fail_num}, E(M)={mean:g}, S^2={s2:g}, C={c:g}"
-    paper_up = window.fail_num > mean and s2 > c
     wants_up: list[str] = []
-    if paper_up:
+    if window.fail_num > mean and s2 > c:  # the paper's rule
         wants_up.append(f"failures rising ({stats})")
-    if growing and (saturated or overrun):
+    if sig.growing and (sig.saturated or sig.overrun):
         wants_up.append(f"backlog growing by {window.backlog_delta} with lanes saturated")
-    if growing and target is not None and target > parallelism:
-        wants_up.append(f"DS2 target {target} > {parallelism}")
+    if sig.growing and sig.target is not None and sig.target > parallelism:
+        wants_up.append(f"DS2 target {sig.target} > {parallelism}")
 
     if wants_up and cause in ("sink", "poison"):
         return decide(parallelism, f"not scaling up: {evidence}", cause)
@@ -451,7 +469,8 @@ def adaptive_decision(
             cause,
         )
     if wants_up:
-        new = _clamp(max(parallelism << 1, target or 0), lo, hi)
+        hi = config.max_parallelism
+        new = _clamp(max(parallelism << 1, sig.target or 0), config.min_parallelism, hi)
         why = "; ".join(wants_up)
         if new <= parallelism:
             return decide(parallelism, f"would scale up ({why}) but at max {hi}", "load")
@@ -459,14 +478,25 @@ def adaptive_decision(
 
     if cause in ("sink", "poison"):
         return decide(parallelism, f"not scaling down while diagnosing: {evidence}", cause)
-    if growing:
+    if sig.growing:
         return decide(parallelism, f"holding: backlog growing by {window.backlog_delta}", cause)
     if window.fail_num > mean:
         return decide(parallelism, f"holding: failures rising ({stats})", cause)
-    if not (idle_lanes or short_batches):
+    if not sig.idle:
         return decide(parallelism, f"holding: lanes busy ({stats})", cause)
+    return _scale_down(parallelism, sig.target, config, decide)
+
+
+def _scale_down(
+    parallelism: int,
+    target: int | None,
+    config: AdaptiveConfig,
+    decide: Callable[[int, str, str], Decision],
+) -> Decision:
+    """Idle lanes: the DS2 target if the rates are known, else a halving, within the bounds."""
+    lo = config.min_parallelism
     wanted = target if target is not None else parallelism >> 1
-    new = _clamp(min(wanted, parallelism), lo, hi)
+    new = _clamp(min(wanted, parallelism), lo, config.max_parallelism)
     if new >= parallelism:
         if target is not None and target >= parallelism:
             return decide(parallelism, f"holding: DS2 target {target} needs {parallelism}", "none")

@@ -40,8 +40,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 
 from .acker import AckerEventKind, XorAcker
 from .checkpoint import AckLedger, CheckpointError, ContiguousAck
@@ -49,17 +48,19 @@ from .clock import Clock
 from .dispatch import LaneLoad, make_policy
 from .replay import ReplaySnapshot, ReplayStateMachine, replay_quota
 from .rtt import RttEstimator
+from .spout_contract import (
+    NOT_LOAD,
+    ROUTED,
+    Dispatch,
+    LaneResult,
+    Outcome,
+    ReportSummary,
+    SpoutConfig,
+)
 from .tuples import TopicPartition, TupleRange
-from .window import SLOW_DECREASES, AdaptiveWindow, LaneState
+from .window import AdaptiveWindow, LaneState
 
-__all__ = [
-    "Dispatch",
-    "LaneResult",
-    "OffsetsBeyondLog",
-    "Outcome",
-    "Spout",
-    "SpoutConfig",
-]
+__all__ = ["OffsetsBeyondLog", "Spout"]
 
 _log = logging.getLogger(__name__)
 
@@ -68,142 +69,10 @@ class OffsetsBeyondLog(ValueError):
     """A partition's position is past the log's end: the broker's log was reset."""
 
 
-class Outcome(StrEnum):
-    """What a lane did with one tuple."""
-
-    ACKED = "acked"  # processed; its result is in the MRWQ
-    REPLAYED = "replayed"  # raised: its records went to From (replay) with attempt + 1
-    DLQ = "dlq"  # raised: its records went to the dead-letter topic
-    TIMED_OUT = "timed_out"  # exceeded its deadline: records went to From (or the DLQ)
-    FAILED = "failed"  # no outcome stored at all (read or store failed): dispatch again
-    HELD = "held"  # a replayed record not eligible yet (backoff): read it again later
-    POISON = "poison"  # every record proven poison (failed alone): all went to the DLQ
-
-
-#: Outcomes whose records were routed by the lane (the tuple is resolved, not requeued).
-ROUTED = frozenset({Outcome.REPLAYED, Outcome.DLQ, Outcome.TIMED_OUT, Outcome.POISON})
-
-#: Outcomes that judge the lane like an ack (window, rate): the tuple was resolved without
-#: a sign of load. A record proven poison is a property of the data, not of the lane, so
-#: dead-lettering it must not cut the window nor count as a failure for scaling.
-NOT_LOAD = frozenset({Outcome.ACKED, Outcome.POISON})
-
-
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"SpoutConfig.{name} must be a number > 0, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class SpoutConfig:
-    """How one topology admits and dispatches (the ``[flow]`` section of a pipeline config).
-
-    ``rtt_threshold_s`` is the fixed latency target that classifies an ack SLOW; ``None``
-    selects the adaptive RFC 6298 estimate. The fixed target is the default because the
-    adaptive threshold chases the queueing delay the window itself creates (the window
-    grows, rt grows, the threshold follows, and nothing ever reads SLOW).
-    """
-
-    pipeline: str
-    lanes: int
-    tuple_size: int
-    w_min: int = 1
-    w_max: int = 32
-    w_init: int = 2
-    rtt_threshold_s: float | None = 2.0
-    rtt_min_threshold_s: float = 0.05
-    policy: str = "round_robin"
-    tuple_timeout_s: float = 60.0
-    linger_s: float = 1.0
-    slow_decrease: str = "one"
-    replay_share: float = 0.5
-
-    def __post_init__(self) -> None:
-        for name in ("lanes", "tuple_size", "w_min", "w_max", "w_init"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SpoutConfig.{name} must be an int >= 1, got {value!r}")
-        if not self.w_min <= self.w_init <= self.w_max:
-            raise ValueError(
-                f"SpoutConfig.w_init={self.w_init} must lie in [w_min={self.w_min}, "
-                f"w_max={self.w_max}]"
-            )
-        if self.rtt_threshold_s is not None:
-            _positive("rtt_threshold_s", self.rtt_threshold_s)
-        _positive("tuple_timeout_s", self.tuple_timeout_s)
-        if isinstance(self.linger_s, bool) or not isinstance(self.linger_s, int | float):
-            raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
-        if self.linger_s < 0:
-            raise ValueError(f"SpoutConfig.linger_s must be a number >= 0, got {self.linger_s!r}")
-        if (
-            isinstance(self.replay_share, bool)
-            or not isinstance(self.replay_share, int | float)
-            or not 0 < self.replay_share <= 1
-        ):
-            raise ValueError(
-                f"SpoutConfig.replay_share must be a number in (0, 1], got {self.replay_share!r}"
-            )
-        make_policy(self.policy)  # a clear error for an unknown name
-        if self.slow_decrease not in SLOW_DECREASES:
-            raise ValueError(
-                f"SpoutConfig.slow_decrease must be one of {', '.join(SLOW_DECREASES)}, "
-                f"got {self.slow_decrease!r}"
-            )
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """One tuple given to one lane: the lane acks ``edge`` to the XOR acker when done.
-
-    ``replay`` marks a record read from the To replay topic (``tuple`` then holds its
-    replay-topic coordinates, one record); ``from_topic`` is where the lane sends failures.
-    """
-
-    lane: int
-    tuple: TupleRange
-    edge: int
-    replay: bool
-    from_topic: str
-
-
-@dataclass(frozen=True)
-class LaneResult:
-    """A lane's report on one tuple (one entry of its feedback)."""
-
-    tuple_id: str
-    outcome: Outcome
-    xor: int = 0
-    rt: float | None = None
-    records: int = 0
-    routed_records: int = 0
-    dead_records: int = 0
-    latencies: tuple[float, ...] = ()
-    not_before: float | None = None
-    mrwq_epoch: str | None = None
-    mrwq_seq: int | None = None
-    error: str = ""
-
-
 @dataclass
 class _Flight:
     dispatch: Dispatch
     root: int
-
-
-@dataclass
-class ReportSummary:
-    """What one lane report changed (for logs)."""
-
-    lane: int
-    acked: int = 0
-    failed: int = 0
-    timed_out: int = 0
-    requeued: int = 0
-    held: int = 0
-    poison: int = 0
-    stale: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 COUNTERS = (
@@ -369,9 +238,8 @@ class Spout:
             for event in self._acker.ack(flight.root, r.xor):
                 self._on_acker_event(event.kind, event.root)
             t = flight.dispatch.tuple
-            window = self._windows[lane]
             if r.outcome is Outcome.HELD:
-                self._forget(window, r.tuple_id)
+                self._forget(self._windows[lane], r.tuple_id)
                 self.counters["held"] += 1
                 summary.held += 1
                 key = (t.topic, t.partition)
@@ -379,33 +247,7 @@ class Spout:
                 if key not in holds or t.start < holds[key][0]:
                     holds[key] = (t.start, nb)
                 continue
-            if r.outcome in NOT_LOAD:
-                outcome = window.on_ack(r.tuple_id, r.rt)
-                if outcome is not None and outcome.rt > 0:
-                    sample = (outcome.ahead + 1) / outcome.rt
-                    old = self._rates[lane]
-                    self._rates[lane] = sample if old is None else 0.8 * old + 0.2 * sample
-            if r.outcome is Outcome.ACKED:
-                # ``records`` counts the good records; an isolated tuple's poison records
-                # went to the DLQ (``dead_records``), and its transient ones are not here:
-                # a tuple with any is REPLAYED or TIMED_OUT.
-                self.counters["acked"] += 1
-                self.counters["records"] += r.records
-                self.counters["dlq"] += r.dead_records
-                self.latencies.extend(r.latencies)
-                summary.acked += 1
-            elif r.outcome is Outcome.POISON:
-                summary.poison += 1
-            elif r.outcome is Outcome.TIMED_OUT:
-                window.on_timeout(r.tuple_id)
-                self._halve_rate(lane)
-                self.counters["timed_out"] += 1
-                summary.timed_out += 1
-            else:  # REPLAYED or DLQ: an explicit fail, resolved by the lane
-                window.on_fail(r.tuple_id)
-                self._halve_rate(lane)
-                self.counters["failed"] += 1
-                summary.failed += 1
+            self._count_outcome(lane, r, summary)
             if r.outcome in ROUTED:
                 routed = r.routed_records or t.size
                 dead = min(routed, r.dead_records)
@@ -413,20 +255,53 @@ class Spout:
                 self.counters["replayed"] += routed - dead
                 if flight.dispatch.replay and r.outcome is not Outcome.POISON:
                     self.counters["repeat_failures"] += 1  # failing again: poison, not load
-            if flight.dispatch.replay:
-                durable_now = r.outcome is not Outcome.ACKED or r.mrwq_seq is None
-                if durable_now:
-                    self._replay_durable(t)
-                else:
-                    self._replay_unconfirmed[r.tuple_id] = (r.mrwq_epoch or "", r.mrwq_seq or 0)
-            else:
-                self._processed(r.tuple_id)
+            self._settle(flight.dispatch, r)
         for (topic, partition), (offset, nb) in holds.items():
             try:
                 self._replay.hold(topic, partition, offset, nb)
             except ValueError as exc:  # the position moved on (a later batch): read it then
                 _log.warning("replay hold of %s[%d]@%d ignored: %s", topic, partition, offset, exc)
         return summary
+
+    def _count_outcome(self, lane: int, r: LaneResult, summary: ReportSummary) -> None:
+        """The lane's window, rate and the counters for one resolved (not held) tuple."""
+        window = self._windows[lane]
+        if r.outcome in NOT_LOAD:
+            outcome = window.on_ack(r.tuple_id, r.rt)
+            if outcome is not None and outcome.rt > 0:
+                sample = (outcome.ahead + 1) / outcome.rt
+                old = self._rates[lane]
+                self._rates[lane] = sample if old is None else 0.8 * old + 0.2 * sample
+        if r.outcome is Outcome.ACKED:
+            # ``records`` counts the good records; an isolated tuple's poison records
+            # went to the DLQ (``dead_records``), and its transient ones are not here:
+            # a tuple with any is REPLAYED or TIMED_OUT.
+            self.counters["acked"] += 1
+            self.counters["records"] += r.records
+            self.counters["dlq"] += r.dead_records
+            self.latencies.extend(r.latencies)
+            summary.acked += 1
+        elif r.outcome is Outcome.POISON:
+            summary.poison += 1
+        elif r.outcome is Outcome.TIMED_OUT:
+            window.on_timeout(r.tuple_id)
+            self._halve_rate(lane)
+            self.counters["timed_out"] += 1
+            summary.timed_out += 1
+        else:  # REPLAYED or DLQ: an explicit fail, resolved by the lane
+            window.on_fail(r.tuple_id)
+            self._halve_rate(lane)
+            self.counters["failed"] += 1
+            summary.failed += 1
+
+    def _settle(self, dispatch: Dispatch, r: LaneResult) -> None:
+        """An Eden tuple is processed; a replayed record's offset is committable once durable."""
+        if not dispatch.replay:
+            self._processed(r.tuple_id)
+        elif r.outcome is not Outcome.ACKED or r.mrwq_seq is None:
+            self._replay_durable(dispatch.tuple)
+        else:
+            self._replay_unconfirmed[r.tuple_id] = (r.mrwq_epoch or "", r.mrwq_seq or 0)
 
     def expire(self) -> list[TupleRange]:
         """Tuples whose acker entry expired (no lane reported them): timed out, requeued."""
@@ -494,47 +369,14 @@ class Spout:
         now = self._clock.now()
         out: list[Dispatch] = []
         room = self.total_free() if budget is None else min(budget, self.total_free())
-        from_topic = self._replay.from_topic
         # 1. retries, each to another lane than the one that failed it
-        waiting: deque[tuple[TupleRange, int]] = deque()
-        while self._retry and len(out) < room:
-            t, avoid = self._retry.popleft()
-            lane = self._choose(avoid)
-            if lane is None:
-                waiting.append((t, avoid))
-                continue
-            out.append(self._send(t, lane, replay=self._is_replay(t), from_topic=from_topic))
-        waiting.extend(self._retry)
-        self._retry = waiting
-        # 2. the To replay topic before Eden (SPEC D); its records are one-record tuples.
-        # While Eden has input, To gets only its share of the room (replay_quota).
+        self._plan_retries(out, room)
+        # 2. the To replay topic before Eden (SPEC D), its share of the room while Eden has
+        # input (replay_quota)
         left = replay_quota(
             room - len(out), self._eden_demand(latest, now), self.config.replay_share
         )
-        unread = sum(
-            max(0, end - self._replay.position(topic, partition))
-            for (topic, partition), end in replay_ends.items()
-        )
-        if left > 0 and unread > 0:  # with both replay topics read up, a swap changes nothing
-            read = self._replay.next_read(replay_ends, now_epoch, max_records=left)
-            from_topic = read.from_topic
-            if read.swapped:
-                _log.info(
-                    "replay: To is read up; swapped: %s (%d record(s) to replay) is To, From "
-                    "is now %s",
-                    read.topic if read.source == "to" else self._replay.to_topic,
-                    unread,
-                    read.from_topic,
-                )
-            if read.source == "to":
-                for partition, start, end in read.ranges:
-                    for offset in range(start, end):
-                        t = TupleRange(read.topic, partition, offset, offset + 1)
-                        lane = self._choose(None)
-                        if lane is None:  # cannot happen: ranges are bounded by the free slots
-                            raise RuntimeError(f"spout: no lane free for replayed record {t.id}")
-                        out.append(self._send(t, lane, replay=True, from_topic=from_topic))
-                        self.counters["replay_admitted"] += 1
+        from_topic = self._plan_replays(out, left, replay_ends, now_epoch)
         # 3. gaps (admitted before a crash or lost with the MRWQ), then 4. fresh tuples
         while self._gaps and len(out) < room:
             lane = self._choose(None)
@@ -553,6 +395,57 @@ class Spout:
             out.append(self._send(t, lane, replay=False, from_topic=from_topic))
         self.counters["admitted"] += len(out)
         return out
+
+    def _plan_retries(self, out: list[Dispatch], room: int) -> None:
+        """Requeued tuples first, each to another lane than the one that failed it."""
+        from_topic = self._replay.from_topic
+        waiting: deque[tuple[TupleRange, int]] = deque()
+        while self._retry and len(out) < room:
+            t, avoid = self._retry.popleft()
+            lane = self._choose(avoid)
+            if lane is None:
+                waiting.append((t, avoid))
+                continue
+            out.append(self._send(t, lane, replay=self._is_replay(t), from_topic=from_topic))
+        waiting.extend(self._retry)
+        self._retry = waiting
+
+    def _plan_replays(
+        self,
+        out: list[Dispatch],
+        left: int,
+        replay_ends: Mapping[tuple[str, int], int],
+        now_epoch: float,
+    ) -> str:
+        """Up to ``left`` one-record tuples from To (swapping To and From when To is read
+        up); returns the From topic the lanes write this batch's failures to."""
+        from_topic = self._replay.from_topic
+        unread = sum(
+            max(0, end - self._replay.position(topic, partition))
+            for (topic, partition), end in replay_ends.items()
+        )
+        if left <= 0 or unread <= 0:  # with both replay topics read up, a swap changes nothing
+            return from_topic
+        read = self._replay.next_read(replay_ends, now_epoch, max_records=left)
+        from_topic = read.from_topic
+        if read.swapped:
+            _log.info(
+                "replay: To is read up; swapped: %s (%d record(s) to replay) is To, From is now %s",
+                read.topic if read.source == "to" else self._replay.to_topic,
+                unread,
+                read.from_topic,
+            )
+        if read.source != "to":
+            return from_topic
+        for partition, start, end in read.ranges:
+            for offset in range(start, end):
+                t = TupleRange(read.topic, partition, offset, offset + 1)
+                lane = self._choose(None)
+                if lane is None:  # cannot happen: ranges are bounded by the free slots
+                    raise RuntimeError(f"spout: no lane free for replayed record {t.id}")
+                out.append(self._send(t, lane, replay=True, from_topic=from_topic))
+                self.counters["replay_admitted"] += 1
+        return from_topic
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ from typing import Protocol
 
 from flowctl.core.acker import AckerEvent, AckerEventKind, XorAcker
 from flowctl.core.clock import Clock
-from flowctl.core.spout import LaneResult, Outcome, Spout, SpoutConfig
+from flowctl.core.spout import Spout
+from flowctl.core.spout_contract import LaneResult, Outcome, SpoutConfig
 from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.core.window import AdaptiveWindow
 

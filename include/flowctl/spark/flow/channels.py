@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.spout_contract import LaneResult, Outcome
 
 #: How long the planner's published state and rows live in memcached (seconds).
 STATE_TTL_S = 3600

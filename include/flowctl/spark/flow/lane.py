@@ -26,7 +26,7 @@ from flowctl.core.isolation import isolate, verdict
 from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result, read_epoch
 from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, decode_envelope
 from flowctl.core.replay import encode_envelope as encode_routed
-from flowctl.core.spout import LaneResult, Outcome
+from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.core.tuples import TupleRange
 from flowctl.pipelines.base import PoisonRecord, Record, combiner_of
 from flowctl.spark.flow.channels import LaneFeedback, control_key

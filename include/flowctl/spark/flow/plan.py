@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from flowctl.core.replay import ReplayTopics
-from flowctl.core.spout import Dispatch
+from flowctl.core.spout_contract import Dispatch
 from flowctl.core.tuples import TopicPartition, TupleRange
 
 #: Version of the offset JSON (the batch plan) this module writes.

@@ -22,7 +22,8 @@ from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.metrics import MetricsWindow, SpoutMetrics
 from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
-from flowctl.core.spout import Dispatch, Spout
+from flowctl.core.spout import Spout
+from flowctl.core.spout_contract import Dispatch
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState

@@ -24,7 +24,7 @@ from typing import Any
 
 from flowctl.core.isolation import Verdict
 from flowctl.core.replay import Backflow, Envelope, Routed
-from flowctl.core.spout import Outcome
+from flowctl.core.spout_contract import Outcome
 from flowctl.pipelines.base import PoisonRecord
 from flowctl.spark.flow.deadline import TupleTimeout
 

@@ -9,7 +9,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from flowctl.core.spout import SpoutConfig
+from flowctl.core.spout_contract import SpoutConfig
 from flowctl.spark.flow.channels import namespace
 
 _CACHE_MODULE = "flowctl._flow_lane_cache"
