@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
-    from flowctl.adapters.control_plane import ControlPlane, MetricsWindow
+    from flowctl.adapters.control_plane import ControlPlane, MetricsWindow, Topology
     from flowctl.core.scaling import Decision, WindowStats
     from flowctl.pipelines.config import PipelineConfig
 
@@ -183,8 +183,6 @@ def evaluate(
     than ``history_windows`` windows exist for the topology; or the policy says so.
     """
     from flowctl.adapters.control_plane import ControlPlane
-    from flowctl.adapters.replacements import ReplacementLog
-    from flowctl.core.scaling import adaptive_decision, paper_decision
 
     now = now or dt.datetime.now(dt.UTC)
     if isinstance(database, ControlPlane):
@@ -193,70 +191,99 @@ def evaluate(
         plane = ControlPlane(database)
         plane.ensure_schema()
 
-    def none(reason: str, topo: str | None = topology_id) -> Evaluation:
-        return Evaluation(pipeline, topo, None, reason)
+    topo = _the_active_topology(plane, pipeline, topology_id)
+    if isinstance(topo, str):
+        return Evaluation(pipeline, topology_id, None, topo)
+    tid = topo.topology_id
+    refusal, last_change_at = _replacement_gate(plane, pipeline, policy.cooldown_s, now)
+    if refusal is not None:
+        return Evaluation(pipeline, tid, None, refusal)
+    windows = plane.metrics_windows(tid, limit=policy.history_windows)
+    if len(windows) < policy.history_windows:
+        return Evaluation(
+            pipeline,
+            tid,
+            None,
+            f"topology {tid} has {len(windows)} of history_windows={policy.history_windows} "
+            f"metrics windows",
+        )
+    decision = _decide(windows, topo.parallelism, policy, now, last_change_at)
+    return Evaluation(pipeline, tid, decision, decision.reason)
 
+
+def _the_active_topology(
+    plane: ControlPlane, pipeline: str, topology_id: str | None
+) -> Topology | str:
+    """The one ACTIVE topology to judge, or why there is none."""
     if topology_id is not None:
         topo = plane.get_topology(topology_id)
         if topo.state != "ACTIVE":
-            return none(f"topology {topology_id} is {topo.state}, not ACTIVE")
-    else:
-        active = plane.topologies(pipeline, states=["ACTIVE"])
-        if not active:
-            return none(f"pipeline {pipeline!r} has no ACTIVE topology")
-        if len(active) > 1:
-            ids = ", ".join(t.topology_id for t in active)
-            return none(f"pipeline {pipeline!r} has {len(active)} ACTIVE topologies ({ids})")
-        topo = active[0]
-    tid = topo.topology_id
+            return f"topology {topology_id} is {topo.state}, not ACTIVE"
+        return topo
+    active = plane.topologies(pipeline, states=["ACTIVE"])
+    if not active:
+        return f"pipeline {pipeline!r} has no ACTIVE topology"
+    if len(active) > 1:
+        ids = ", ".join(t.topology_id for t in active)
+        return f"pipeline {pipeline!r} has {len(active)} ACTIVE topologies ({ids})"
+    return active[0]
+
+
+def _replacement_gate(
+    plane: ControlPlane, pipeline: str, cooldown_s: float, now: dt.datetime
+) -> tuple[str | None, float | None]:
+    """Why not to decide now (a replacement running, or its cooldown), and when the last
+    successful change finished (epoch seconds; the adaptive policy's own cooldown)."""
+    from flowctl.adapters.replacements import ReplacementLog
 
     events = ReplacementLog(plane.engine).replacements(pipeline, limit=20)
     running = [e for e in events if e.outcome == "running"]
     if running:
         e = running[-1]
-        return none(
-            f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running", tid
-        )
-    last_change_at: float | None = None
+        return f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running", None
     finished = [e for e in events if e.finished_at is not None]
-    if finished:
-        last = max(finished, key=lambda e: e.finished_at)  # type: ignore[arg-type,return-value]
-        since = (now - last.finished_at).total_seconds()  # type: ignore[operator]
-        if since < policy.cooldown_s:
-            return none(
-                f"cooldown: replacement {last.id} finished {since:.0f} s ago "
-                f"< cooldown_s={policy.cooldown_s:g}",
-                tid,
-            )
-        if last.outcome == "ok":
-            last_change_at = last.finished_at.timestamp()  # type: ignore[union-attr]
-
-    windows = plane.metrics_windows(tid, limit=policy.history_windows)
-    if len(windows) < policy.history_windows:
-        return none(
-            f"topology {tid} has {len(windows)} of history_windows={policy.history_windows} "
-            f"metrics windows",
-            tid,
+    if not finished:
+        return None, None
+    last = max(finished, key=lambda e: e.finished_at)  # type: ignore[arg-type,return-value]
+    since = (now - last.finished_at).total_seconds()  # type: ignore[operator]
+    if since < cooldown_s:
+        return (
+            f"cooldown: replacement {last.id} finished {since:.0f} s ago "
+            f"< cooldown_s={cooldown_s:g}",
+            None,
         )
+    if last.outcome == "ok":
+        return None, last.finished_at.timestamp()  # type: ignore[union-attr]
+    return None, None
+
+
+def _decide(
+    windows: Sequence[MetricsWindow],
+    parallelism: int,
+    policy: WindowPolicy,
+    now: dt.datetime,
+    last_change_at: float | None,
+) -> Decision:
+    """The pipeline's policy over the topology's last windows."""
+    from flowctl.core.scaling import adaptive_decision, paper_decision
+
     counts = [_fail_num(w) for w in windows]
     if policy.policy == "paper":
-        decision = paper_decision(
+        return paper_decision(
             counts,
-            topo.parallelism,
+            parallelism,
             policy.threshold_c,
             min_parallelism=policy.min_parallelism,
             max_parallelism=policy.max_parallelism,
         )
-    else:
-        decision = adaptive_decision(
-            counts,
-            window_stats(windows),
-            topo.parallelism,
-            policy.adaptive_config(),
-            now=now.timestamp(),
-            last_change_at=last_change_at,
-        )
-    return Evaluation(pipeline, tid, decision, decision.reason)
+    return adaptive_decision(
+        counts,
+        window_stats(windows),
+        parallelism,
+        policy.adaptive_config(),
+        now=now.timestamp(),
+        last_change_at=last_change_at,
+    )
 
 
 class FailureWindowTrigger(BaseTrigger):
