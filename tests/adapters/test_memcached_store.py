@@ -17,7 +17,8 @@ from flowctl.adapters.memcached_store import (
 )
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.clock import FakeClock
-from flowctl.core.persistence import FlushPolicy, MrwqFlusher, MrwqWriter, QueueItem
+from flowctl.core.flusher import FlushPolicy, MrwqFlusher
+from flowctl.core.persistence import MrwqWriter, QueueItem
 from flowctl.services.process import free_port
 
 pytestmark = [pytest.mark.integration]

@@ -33,7 +33,8 @@ from flowctl.adapters.mrwq_flusher import (
 from flowctl.config import Settings
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.clock import FakeClock
-from flowctl.core.persistence import FlushPolicy, MrwqWriter, mrwq_result
+from flowctl.core.flusher import FlushPolicy
+from flowctl.core.persistence import MrwqWriter, mrwq_result
 from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.pipelines.base import Record
 from flowctl.services import manager

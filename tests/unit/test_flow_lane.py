@@ -8,12 +8,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
-from flowctl.core.persistence import (
-    mrwq_namespace,
-    parse_outcome_key,
-    queue_length,
-    read_epoch,
-)
+from flowctl.core.persistence import mrwq_namespace, parse_outcome_key, queue_length, read_epoch
 from flowctl.core.replay import Envelope, ReplayTopics, decode_envelope, encode_envelope
 from flowctl.core.spout_contract import Dispatch, Outcome
 from flowctl.core.tuples import TupleRange

@@ -11,13 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowctl.core.clock import FakeClock
-from flowctl.core.persistence import (
-    FlushPolicy,
-    MrwqFlusher,
-    MrwqWriteError,
-    MrwqWriter,
-    QueueItem,
-)
+from flowctl.core.flusher import FlushPolicy, MrwqFlusher
+from flowctl.core.persistence import MrwqWriteError, MrwqWriter, QueueItem
 from tests.unit.fakes import DictStore
 
 

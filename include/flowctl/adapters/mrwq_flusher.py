@@ -62,12 +62,8 @@ from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import dialect_insert, utcnow
 from flowctl.core.backoff import BackoffPolicy, FlumeBackoff, retry
 from flowctl.core.clock import Clock, MonotonicClock
+from flowctl.core.flusher import FlusherSnapshot, FlushPolicy, FlushResult, Gap, MrwqFlusher
 from flowctl.core.persistence import (
-    FlusherSnapshot,
-    FlushPolicy,
-    FlushResult,
-    Gap,
-    MrwqFlusher,
     QueueItem,
     Store,
     head_key,

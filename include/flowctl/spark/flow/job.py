@@ -177,7 +177,7 @@ class FlowStreamJob(StreamJob):
     def _start_flusher(self) -> None:
         """A fresh flusher (its position from the database), the MRWQ flushed, its thread."""
         from flowctl.adapters.mrwq_flusher import FlusherService
-        from flowctl.core.persistence import FlushPolicy
+        from flowctl.core.flusher import FlushPolicy
 
         with self._flusher_lock:
             if self._flusher_thread is not None:
