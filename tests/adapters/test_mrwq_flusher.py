@@ -28,8 +28,8 @@ from flowctl.adapters.mrwq_flusher import (
     FlusherService,
     FlushTimeout,
     GapReport,
-    MrwqItemError,
 )
+from flowctl.adapters.mrwq_sink import MrwqItemError
 from flowctl.config import Settings
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.clock import FakeClock

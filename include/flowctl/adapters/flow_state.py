@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from flowctl.adapters import applied, schema
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.mrwq_flusher import load_position
+from flowctl.adapters.mrwq_sink import load_position
 from flowctl.core.flusher import FlusherSnapshot
 from flowctl.core.persistence import mrwq_namespace
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics

@@ -44,44 +44,42 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.applied import (
-    Claim,
     PartitionReplay,
     RangeConflict,
-    advance_checkpoint,
-    claim,
     replay_plan,
 )
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.schema import dialect_insert, utcnow
+from flowctl.adapters.mrwq_sink import (
+    FlushStats,
+    MrwqItemError,
+    SqlSink,
+    load_position,
+    save_position,
+)
 from flowctl.core.backoff import BackoffPolicy, FlumeBackoff, retry
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.flusher import FlusherSnapshot, FlushPolicy, FlushResult, Gap, MrwqFlusher
 from flowctl.core.persistence import (
-    QueueItem,
     Store,
     head_key,
     item_key,
     mrwq_namespace,
-    parse_outcome_key,
 )
 from flowctl.core.tuples import TopicPartition, TupleRange
 
 __all__ = [
     "DrainResult",
     "FlushReport",
-    "FlushStats",
     "FlushTimeout",
     "FlusherService",
     "GapReport",
-    "MrwqItemError",
-    "load_position",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,30 +95,12 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class MrwqItemError(ValueError):
-    """An MRWQ item that does not follow the item protocol (a writer bug, never data)."""
-
-
 class FlushTimeout(TimeoutError):
     """:meth:`FlusherService.flush_all` could not empty the queue in time."""
 
 
 class _Stopped(Exception):
     """The stop event was set while waiting to retry."""
-
-
-@dataclass(frozen=True)
-class FlushStats:
-    """What one database transaction did."""
-
-    items: int = 0
-    applied: int = 0
-    replayed: int = 0
-    dlq: int = 0
-    duplicates: int = 0
-    records: int = 0
-    rows: int = 0
-    checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -198,91 +178,6 @@ class DrainResult:
     gap: GapReport | None
 
 
-def load_position(conn: sa.Connection, namespace: str) -> FlusherSnapshot | None:
-    """The flusher position (epoch, head) last committed for the MRWQ ``namespace``."""
-    s = schema.mrwq_state
-    row = conn.execute(sa.select(s.c.epoch, s.c.head).where(s.c.namespace == namespace)).first()
-    if row is None:
-        return None
-    return FlusherSnapshot(namespace, row.epoch, int(row.head), 0.0)
-
-
-def _save_state(
-    conn: sa.Connection, namespace: str, pipeline: str, epoch: str | None, head: int
-) -> None:
-    s = schema.mrwq_state
-    stmt = dialect_insert(conn)(s).values(
-        namespace=namespace, pipeline=pipeline, epoch=epoch, head=head, updated_at=utcnow()
-    )
-    conn.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["namespace"],
-            set_={
-                "epoch": stmt.excluded.epoch,
-                "head": stmt.excluded.head,
-                "updated_at": stmt.excluded.updated_at,
-            },
-        )
-    )
-
-
-class _SqlSink:
-    """The core's :class:`~flowctl.core.persistence.Sink`: one transaction per batch."""
-
-    def __init__(self, service: FlusherService) -> None:
-        self._service = service
-        self.last: FlushStats | None = None
-
-    def write_batch(self, items: Sequence[QueueItem]) -> None:
-        svc = self._service
-        if not items:
-            self.last = FlushStats()
-            return
-        claims = [_claim_of(item) for item in items]
-        head = max(item.seq for item in items) + 1
-        epoch = svc._flusher.epoch
-
-        def work(conn: sa.Connection) -> FlushStats:
-            fresh = claim(conn, svc.pipeline, claims)
-            results = [
-                item.value
-                for item, c, new in zip(items, claims, fresh, strict=True)
-                if new and c.outcome == "applied"
-            ]
-            rows = svc.apply(conn, svc.pipeline, results) if results else 0
-            checkpoint = advance_checkpoint(
-                conn, svc.pipeline, {c.range.topic_partition for c in claims}
-            )
-            _save_state(conn, svc.namespace, svc.pipeline, epoch, head)
-            new_claims = [c for c, new in zip(claims, fresh, strict=True) if new]
-            return FlushStats(
-                items=len(items),
-                applied=len(results),
-                replayed=sum(1 for c in new_claims if c.outcome == "replayed"),
-                dlq=sum(1 for c in new_claims if c.outcome == "dlq"),
-                duplicates=len(items) - len(new_claims),
-                records=sum(c.range.size for c in claims),
-                rows=int(rows or 0),
-                checkpoint=checkpoint,
-            )
-
-        with svc.engine.begin() as conn:
-            self.last = work(conn)
-
-
-def _claim_of(item: QueueItem) -> Claim:
-    where = f"MRWQ item seq {item.seq} (tuple {item.tuple_id!r}, key {item.key!r})"
-    if not item.last:
-        raise MrwqItemError(
-            f"{where}: a tuple must have exactly one outcome item (build it with mrwq_result)"
-        )
-    try:
-        outcome, replay = parse_outcome_key(item.key or "")
-        return Claim(TupleRange.parse_id(item.tuple_id), outcome, replay)
-    except ValueError as exc:
-        raise MrwqItemError(f"{where}: {exc}") from exc
-
-
 class FlusherService:
     """Drives :class:`~flowctl.core.persistence.MrwqFlusher` against the database.
 
@@ -343,7 +238,9 @@ class FlusherService:
         self.retry_policy = retry_policy if retry_policy is not None else FlumeBackoff(0.25, 4.0)
         self._sleep = sleep
         self.poll_interval_s = float(poll_interval_s)
-        self._sink = _SqlSink(self)
+        self._sink = SqlSink(
+            self.engine, self.pipeline, self.namespace, self.apply, lambda: self._flusher.epoch
+        )
         # Built now so bad arguments fail here; its position is restored in start().
         self._flusher = MrwqFlusher(
             store,
@@ -432,7 +329,7 @@ class FlusherService:
     def _persist(self) -> None:
         snap = self._flusher.snapshot()
         with self.engine.begin() as conn:
-            _save_state(conn, self.namespace, self.pipeline, snap.epoch, snap.head)
+            save_position(conn, self.namespace, self.pipeline, snap.epoch, snap.head)
 
     def _drop_stale(self) -> None:
         """Items below the stored position were committed by a flusher that died before

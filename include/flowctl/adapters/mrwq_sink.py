@@ -1,0 +1,142 @@
+"""The MRWQ flush transaction: what one batch of outcome items does to the database.
+
+:class:`SqlSink` is the core flusher's :class:`~flowctl.core.persistence.Sink`, used by
+:class:`flowctl.adapters.mrwq_flusher.FlusherService`. In ONE transaction per batch it
+claims each item's range in ``applied_ranges`` (a range already durable is a duplicate
+and skipped), applies the new ``applied`` results with the pipeline's ``apply``,
+advances the durable checkpoint over contiguous durable ranges, and stores the
+flusher's position (epoch, head) in ``mrwq_state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowctl.adapters import schema
+from flowctl.adapters.applied import Claim, advance_checkpoint, claim
+from flowctl.adapters.schema import dialect_insert, utcnow
+from flowctl.core.flusher import FlusherSnapshot
+from flowctl.core.persistence import QueueItem, parse_outcome_key
+from flowctl.core.tuples import TopicPartition, TupleRange
+
+__all__ = ["FlushStats", "MrwqItemError", "SqlSink", "claim_of", "load_position", "save_position"]
+
+
+class MrwqItemError(ValueError):
+    """An MRWQ item that does not follow the item protocol (a writer bug, never data)."""
+
+
+@dataclass(frozen=True)
+class FlushStats:
+    """What one database transaction did."""
+
+    items: int = 0
+    applied: int = 0
+    replayed: int = 0
+    dlq: int = 0
+    duplicates: int = 0
+    records: int = 0
+    rows: int = 0
+    checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+def load_position(conn: sa.Connection, namespace: str) -> FlusherSnapshot | None:
+    """The flusher position (epoch, head) last committed for the MRWQ ``namespace``."""
+    s = schema.mrwq_state
+    row = conn.execute(sa.select(s.c.epoch, s.c.head).where(s.c.namespace == namespace)).first()
+    if row is None:
+        return None
+    return FlusherSnapshot(namespace, row.epoch, int(row.head), 0.0)
+
+
+def save_position(
+    conn: sa.Connection, namespace: str, pipeline: str, epoch: str | None, head: int
+) -> None:
+    """Store the flusher's position in the caller's transaction (with what it flushed)."""
+    s = schema.mrwq_state
+    stmt = dialect_insert(conn)(s).values(
+        namespace=namespace, pipeline=pipeline, epoch=epoch, head=head, updated_at=utcnow()
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["namespace"],
+            set_={
+                "epoch": stmt.excluded.epoch,
+                "head": stmt.excluded.head,
+                "updated_at": stmt.excluded.updated_at,
+            },
+        )
+    )
+
+
+class SqlSink:
+    """The core's :class:`~flowctl.core.persistence.Sink`: one transaction per batch."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        pipeline: str,
+        namespace: str,
+        apply: Callable[[sa.Connection, str, list[Any]], int | None],
+        epoch: Callable[[], str | None],
+    ) -> None:
+        self.engine = engine
+        self.pipeline = pipeline
+        self.namespace = namespace
+        self.apply = apply
+        self._epoch = epoch  # the flusher's epoch at write time (stored with the head)
+        self.last: FlushStats | None = None
+
+    def write_batch(self, items: Sequence[QueueItem]) -> None:
+        if not items:
+            self.last = FlushStats()
+            return
+        claims = [claim_of(item) for item in items]
+        head = max(item.seq for item in items) + 1
+        epoch = self._epoch()
+
+        def work(conn: sa.Connection) -> FlushStats:
+            fresh = claim(conn, self.pipeline, claims)
+            results = [
+                item.value
+                for item, c, new in zip(items, claims, fresh, strict=True)
+                if new and c.outcome == "applied"
+            ]
+            rows = self.apply(conn, self.pipeline, results) if results else 0
+            checkpoint = advance_checkpoint(
+                conn, self.pipeline, {c.range.topic_partition for c in claims}
+            )
+            save_position(conn, self.namespace, self.pipeline, epoch, head)
+            new_claims = [c for c, new in zip(claims, fresh, strict=True) if new]
+            return FlushStats(
+                items=len(items),
+                applied=len(results),
+                replayed=sum(1 for c in new_claims if c.outcome == "replayed"),
+                dlq=sum(1 for c in new_claims if c.outcome == "dlq"),
+                duplicates=len(items) - len(new_claims),
+                records=sum(c.range.size for c in claims),
+                rows=int(rows or 0),
+                checkpoint=checkpoint,
+            )
+
+        with self.engine.begin() as conn:
+            self.last = work(conn)
+
+
+def claim_of(item: QueueItem) -> Claim:
+    """The ``applied_ranges`` claim an outcome item makes; :class:`MrwqItemError` if it is
+    off the item protocol."""
+    where = f"MRWQ item seq {item.seq} (tuple {item.tuple_id!r}, key {item.key!r})"
+    if not item.last:
+        raise MrwqItemError(
+            f"{where}: a tuple must have exactly one outcome item (build it with mrwq_result)"
+        )
+    try:
+        outcome, replay = parse_outcome_key(item.key or "")
+        return Claim(TupleRange.parse_id(item.tuple_id), outcome, replay)
+    except ValueError as exc:
+        raise MrwqItemError(f"{where}: {exc}") from exc
