@@ -117,7 +117,7 @@ def process_tree(pid: int) -> list[int]:
     return order
 
 
-def _wait_gone(pids: Sequence[int], deadline: float) -> list[int]:
+def _survivors(pids: Sequence[int], deadline: float) -> list[int]:
     """Wait until none of ``pids`` lives (reaping our own children); return the survivors."""
     while True:
         for p in pids:
@@ -139,7 +139,7 @@ def stop_tree(pid: int, timeout: float = 30.0) -> list[int]:
     for p in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGTERM)
-    stubborn = _wait_gone(tree, time.monotonic() + timeout)
+    stubborn = _survivors(tree, time.monotonic() + timeout)
     # Children forked while the tree was stopping belong to it too.
     stubborn += [p for p in process_tree(pid) if p not in tree and proc_cmdline(p) is not None]
     for p in stubborn:
@@ -147,7 +147,7 @@ def stop_tree(pid: int, timeout: float = 30.0) -> list[int]:
         log.warning("pid %d (%s) ignored SIGTERM for %.0f s; killing it", p, name, timeout)
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    left = _wait_gone(stubborn, time.monotonic() + 10.0)
+    left = _survivors(stubborn, time.monotonic() + 10.0)
     if left:
         log.error("pids %s still alive 10 s after SIGKILL", left)
     return tree
