@@ -28,7 +28,13 @@ from flowctl.core.tuples import TupleRange
 from flowctl.pipelines.wordcount import DEFINITION, apply_records, count_values
 from flowctl.textgen import zipf_lines
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.integration,
+    pytest.mark.deep,  # the rescale and cluster e2e run reconcile_wordcount over their data
+]
 
 PIPELINE = "rcwords"
 EDEN = "rcwords.eden"

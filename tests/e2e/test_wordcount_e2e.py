@@ -23,7 +23,13 @@ from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from flowctl.textgen import zipf_lines
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.integration,
+    pytest.mark.deep,  # the browser journey (tests/ui) ingests and streams through Airflow
+]
 
 #: A private copy of the word count (its own topic and results): other end-to-end tests
 #: share the session's broker.

@@ -19,6 +19,8 @@ pytestmark = [
 ]
 
 
+# deep: the poison storm below is the same path with twenty times the poison
+@pytest.mark.deep
 def test_one_percent_poison_records_end_in_the_dlq(
     fault_run: Callable[..., FaultRun], spark: Any, tallies: list[Tally]
 ) -> None:

@@ -86,6 +86,8 @@ def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
     assert "MRWQ mrwq.flowexact: flushed" in log
 
 
+# deep: the poison storm of tests/faults covers the DLQ path end to end
+@pytest.mark.deep
 def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
     flow: Flow, tmp_path: Path
 ) -> None:
@@ -212,6 +214,8 @@ def test_a_slow_lane_ends_with_a_smaller_window_than_the_others(flow: Flow, tmp_
     assert "SLOW" in job.log()
 
 
+# deep: tests/faults/test_database_outage.py takes the same database away under a stream
+@pytest.mark.deep
 def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
     flowctl_settings: Settings, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -297,6 +301,8 @@ def planner_windows_after(
     return begun_after()
 
 
+# deep: the rescale e2e runs the same protocol through Airflow, rollback included
+@pytest.mark.deep
 def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path: Path) -> None:
     """The states of docs/flow-control.md on one topology: a standby topology warms up
     (a batch that processes real records and stores nothing) before READY; READY admits
