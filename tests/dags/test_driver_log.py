@@ -38,3 +38,17 @@ def test_spark_lines_lose_their_timestamp_and_other_lines_pass_unchanged() -> No
         "a",
         "stop wordcount/blue",
     ]
+
+
+def test_the_jvm_incubator_notice_is_left_out_and_everything_else_kept() -> None:
+    lines = ["WARNING: Using incubator modules: jdk.incubator.vector\n", "WARNING: disk low\n"]
+    assert list(tidy_lines(lines, TOPOLOGY, LABEL)) == ["WARNING: disk low"]
+
+
+def test_the_drivers_log4j2_file_starts_at_warn() -> None:
+    from flowctl.spark.submit import DRIVER_LOG4J
+
+    settings = dict(
+        line.split(" = ", 1) for line in DRIVER_LOG4J.read_text().splitlines() if " = " in line
+    )
+    assert settings["rootLogger.level"] == "warn"

@@ -22,6 +22,9 @@ _PYTHON_LINE = re.compile(
 )
 # Spark's log4j format: "25/11/23 21:00:01 WARN DAGScheduler: ...".
 _LOG4J_STAMP = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")
+#: Lines the JVM prints before any logging is set up, which say nothing to a reader of
+#: the task log (Spark 4 enables the Vector API incubator module on Java 17).
+JVM_NOISE = ("WARNING: Using incubator modules: jdk.incubator.vector",)
 
 
 def topology_label(pipeline: str, colour: str) -> str:
@@ -46,5 +49,8 @@ def tidy_line(line: str, topology_id: str | None, label: str) -> str:
 
 
 def tidy_lines(lines: Iterable[str], topology_id: str | None, label: str) -> Iterator[str]:
+    """The driver's lines as the task log shows them, without :data:`JVM_NOISE`."""
     for line in lines:
-        yield tidy_line(line.rstrip("\n"), topology_id, label)
+        line = line.rstrip("\n")
+        if line not in JVM_NOISE:
+            yield tidy_line(line, topology_id, label)

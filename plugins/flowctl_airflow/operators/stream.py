@@ -30,6 +30,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 
 from flowctl.core.validation import flag_from_text, parallelism
+from flowctl.spark.submit import DRIVER_LOG4J
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
@@ -173,8 +174,13 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self.topology_id = topology_id
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
         # Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
-        # nothing to a reader of the task log; the job's own lines are Python logging.
-        self.conf = {"spark.log.level": "WARN", **(self.conf or {})}
+        # nothing to a reader of the task log (the log4j2 file keeps them out from the
+        # JVM's start); the job's own lines are Python logging.
+        self.conf = {
+            "spark.log.level": "WARN",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{DRIVER_LOG4J}",
+            **(self.conf or {}),
+        }
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
