@@ -401,7 +401,10 @@
         pause.append(el("title", {}, `pause ${fmt(r.pause_ms)} ms`));
         f.svg.append(pause);
       }
-      const label = el("text", { x: f.x(end) + 4, y: top - 6 }, `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`);
+      const text = `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`;
+      // After the end line when it fits in the chart, else before it (never clipped).
+      const after = f.x(end) + 4 + text.length * 7 <= f.width;
+      const label = el("text", { x: after ? f.x(end) + 4 : f.x(end) - 4, y: top - 6, "text-anchor": after ? "start" : "end" }, text);
       label.append(el("title", {}, r.reason));
       f.svg.append(label);
     }
