@@ -175,12 +175,19 @@ def stream_dag(config: PipelineConfig) -> DAG:
         max_active_runs=2,  # blue and green side by side during a replacement
         params={
             "parallelism": Param(
-                config.parallelism, type="integer", enum=allowed, description="number of lanes"
+                config.parallelism,
+                type="integer",
+                enum=allowed,
+                title="Parallelism",
+                description="number of lanes",
             ),
-            "colour": Param("blue", enum=list(COLOURS), description="blue-green slot"),
+            "colour": Param(
+                "blue", enum=list(COLOURS), title="Colour", description="blue-green slot"
+            ),
             "standby": Param(
                 False,
                 type="boolean",
+                title="Standby",
                 description="start READY and admit nothing until activated (a replacement's "
                 "green; set by the replace operator)",
             ),
@@ -188,11 +195,13 @@ def stream_dag(config: PipelineConfig) -> DAG:
             "replaces": Param(
                 None,
                 type=["null", "string"],
+                title="Replaces",
                 description="the topology a standby green will replace (set by a replacement)",
             ),
             "topology_id": Param(
                 None,
                 type=["null", "string"],
+                title="Topology id",
                 description="id in the control plane (empty: derived from colour and run)",
             ),
         },
@@ -333,7 +342,11 @@ def reconcile_dag(config: PipelineConfig) -> DAG:
         schedule=RECONCILE_SCHEDULE,
         params={
             "max_differences": Param(
-                20, type="integer", minimum=1, description="differing keys to report"
+                20,
+                type="integer",
+                minimum=1,
+                title="Max differences",
+                description="differing keys to report",
             ),
         },
     ) as dag:

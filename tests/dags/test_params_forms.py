@@ -107,3 +107,11 @@ def test_a_request_the_form_cannot_refuse_names_field_value_and_allowed_values(
     with pytest.raises(RescaleRequestError, match=r"allowed|one of") as info:
         task.execute(context={})  # type: ignore[arg-type]
     assert message in str(info.value)
+
+
+def test_every_form_field_of_every_dag_has_a_title_and_a_description() -> None:
+    for dag_id, dag in _dags().items():
+        for name in dag.params:
+            param = dag.params.get_param(name)
+            assert param.schema.get("title"), (dag_id, name)
+            assert param.description, (dag_id, name)
