@@ -38,8 +38,10 @@ from typing import Any
 
 from _common import RESULTS, pyplot, ratio, save_figure, write_result
 
+from flowctl.core.adaptive_scaling import AdaptiveConfig
+from flowctl.core.autoscaler import Autoscaler
 from flowctl.core.clock import FakeClock
-from flowctl.core.scaling import AdaptiveConfig, Autoscaler, WindowStats
+from flowctl.core.scaling import WindowStats
 from flowctl.pipelines.config import load_pipeline_config
 
 TARGET_DECISIONS = 3

@@ -46,7 +46,7 @@ def test_the_jvm_incubator_notice_is_left_out_and_everything_else_kept() -> None
 
 
 def test_the_drivers_log4j2_file_starts_at_warn() -> None:
-    from flowctl.spark.submit import DRIVER_LOG4J
+    from flowctl_airflow.operators.stream import DRIVER_LOG4J
 
     settings = dict(
         line.split(" = ", 1) for line in DRIVER_LOG4J.read_text().splitlines() if " = " in line

@@ -7,15 +7,13 @@ import pickle
 
 import pytest
 
+from flowctl.core.adaptive_scaling import AdaptiveConfig, adaptive_decision, ds2_target
+from flowctl.core.autoscaler import Autoscaler
 from flowctl.core.clock import FakeClock
 from flowctl.core.scaling import (
-    AdaptiveConfig,
-    Autoscaler,
     Decision,
     WindowStats,
-    adaptive_decision,
     dispersion,
-    ds2_target,
     linear_weights,
     next_power_of_two,
     paper_decision,

@@ -27,8 +27,6 @@ from flowctl.config import PROJECT_ROOT, Settings
 VENV_BIN = Path(sys.executable).parent
 STREAM_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"
 BASELINE_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"
-#: The drivers' log4j2 configuration: warnings and errors only, from the JVM's start.
-DRIVER_LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
 
 
 @dataclass

@@ -30,7 +30,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 
 from flowctl.core.validation import flag_from_text, parallelism
-from flowctl.spark.submit import DRIVER_LOG4J
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
@@ -41,6 +40,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 SPARK_JOBS_DIR = Path(__file__).resolve().parents[3] / "spark_jobs"
+#: The drivers' log4j2 configuration: warnings and errors only, from the JVM's start.
+DRIVER_LOG4J = SPARK_JOBS_DIR / "log4j2.properties"
 COLOURS = ("blue", "green")
 
 

@@ -94,7 +94,7 @@ class WindowPolicy:
 
     def adaptive_config(self) -> Any:
         """The :class:`~flowctl.core.scaling.AdaptiveConfig` of these values (validated)."""
-        from flowctl.core.scaling import AdaptiveConfig
+        from flowctl.core.adaptive_scaling import AdaptiveConfig
 
         return AdaptiveConfig(
             threshold_c=self.threshold_c,
@@ -265,7 +265,8 @@ def _decide(
     last_change_at: float | None,
 ) -> Decision:
     """The pipeline's policy over the topology's last windows."""
-    from flowctl.core.scaling import adaptive_decision, paper_decision
+    from flowctl.core.adaptive_scaling import adaptive_decision
+    from flowctl.core.scaling import paper_decision
 
     counts = [_fail_num(w) for w in windows]
     if policy.policy == "paper":

@@ -1,0 +1,246 @@
+"""The adaptive scaling policy (**beyond** SPEC E): diagnose, size by rates, scale down.
+
+Beside the paper's rule (:func:`flowctl.core.scaling.paper_decision`) this policy asks
+*why* tuples fail (poison records or a failing sink must not buy more lanes), sizes the
+topology DS2-style from measured rates (arrival rate over one lane's true processing
+rate, rounded up to a power of two), scales an idle topology down (the paper never does:
+S^2 = 0 when nothing fails), and respects min/max parallelism and a cooldown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .scaling import (
+    Decision,
+    WindowStats,
+    check_int,
+    check_number,
+    clamp,
+    direction_of,
+    dispersion,
+    next_power_of_two,
+)
+
+__all__ = ["AdaptiveConfig", "adaptive_decision", "ds2_target"]
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Thresholds of the adaptive policy (every one is validated, names in errors).
+
+    ``target_utilisation`` is the DS2 headroom: lanes = arrival / (lane_rate * target).
+    ``poison_share``: failures counted as poison when at least this share of them are
+    repeat failures. ``cooldown_s`` applies after any applied change, both directions.
+    """
+
+    threshold_c: float
+    min_parallelism: int = 1
+    max_parallelism: int = 64
+    cooldown_s: float = 120.0
+    target_utilisation: float = 0.7
+    high_saturation: float = 0.9
+    low_saturation: float = 0.3
+    low_batch_fraction: float = 0.5
+    poison_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_number("threshold_c", self.threshold_c)
+        check_int("min_parallelism", self.min_parallelism, 1)
+        check_int("max_parallelism", self.max_parallelism, 1)
+        if self.max_parallelism < self.min_parallelism:
+            raise ValueError(
+                f"max_parallelism={self.max_parallelism} < min_parallelism={self.min_parallelism}"
+            )
+        check_number("cooldown_s", self.cooldown_s)
+        for name in ("target_utilisation", "high_saturation", "poison_share"):
+            value = check_number(name, getattr(self, name))
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        for name in ("low_saturation", "low_batch_fraction"):
+            if not 0 <= check_number(name, getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.low_saturation >= self.high_saturation:
+            raise ValueError(
+                f"low_saturation={self.low_saturation} must be < "
+                f"high_saturation={self.high_saturation}"
+            )
+
+
+def ds2_target(arrival_rate: float, lane_rate: float, target_utilisation: float) -> int:
+    """Lanes needed so each runs at ``target_utilisation``: a power of two, at least 1."""
+    check_number("arrival_rate", arrival_rate)
+    if check_number("lane_rate", lane_rate) == 0:
+        raise ValueError(f"lane_rate must be > 0, got {lane_rate!r}")
+    needed = math.ceil(arrival_rate / (lane_rate * target_utilisation))
+    return next_power_of_two(max(needed, 1))
+
+
+def _diagnose(window: WindowStats, cfg: AdaptiveConfig) -> tuple[str, str]:
+    """Why tuples failed: ``sink``, ``poison``, ``load`` or ``none``, and the evidence."""
+    if window.sink_errors > 0:
+        return "sink", f"{window.sink_errors} sink error(s): the database is failing"
+    if window.fail_num == 0:
+        return "none", "no failures"
+    if window.repeat_failures >= cfg.poison_share * window.fail_num:
+        return "poison", (
+            f"{window.repeat_failures} of {window.fail_num} failures are repeat failures, "
+            f"DLQ +{window.dlq_added}"
+        )
+    return "load", f"{window.fail_num} failures, {window.repeat_failures} repeats"
+
+
+@dataclass(frozen=True)
+class _Signals:
+    """What one window says about load, read once for the adaptive policy's rules."""
+
+    target: int | None  # DS2's parallelism, when the rates are known
+    growing: bool  # the backlog grew over the window
+    saturated: bool  # lanes' windows nearly full
+    overrun: bool  # batches take longer than the trigger
+    idle: bool  # lanes nearly empty or batches short
+
+    @classmethod
+    def of(cls, window: WindowStats, config: AdaptiveConfig) -> _Signals:
+        rates_known = window.arrival_rate is not None and window.lane_rate is not None
+        timed = window.batch_duration_s is not None and window.trigger_s is not None
+        sat = window.saturation
+        return cls(
+            target=(
+                ds2_target(window.arrival_rate, window.lane_rate, config.target_utilisation)  # type: ignore[arg-type]
+                if rates_known
+                else None
+            ),
+            growing=window.backlog_delta is not None and window.backlog_delta > 0,
+            saturated=sat is not None and sat >= config.high_saturation,
+            overrun=timed and window.batch_duration_s > window.trigger_s,  # type: ignore[operator]
+            idle=(sat is not None and sat <= config.low_saturation)
+            or (
+                timed and window.batch_duration_s <= config.low_batch_fraction * window.trigger_s  # type: ignore[operator]
+            ),
+        )
+
+
+def _figures(
+    window: WindowStats, windows: int, target: int | None, since: float | None
+) -> dict[str, float | int | None]:
+    """What the decision saw, kept with it (the metrics page shows it)."""
+    return {
+        "fail_num": window.fail_num,
+        "windows": windows,
+        "repeat_failures": window.repeat_failures,
+        "dlq_added": window.dlq_added,
+        "sink_errors": window.sink_errors,
+        "saturation": window.saturation,
+        "backlog": window.backlog,
+        "backlog_delta": window.backlog_delta,
+        "batch_duration_s": window.batch_duration_s,
+        "trigger_s": window.trigger_s,
+        "arrival_rate": window.arrival_rate,
+        "lane_rate": window.lane_rate,
+        "ds2_target": target,
+        "since_last_change_s": since,
+    }
+
+
+def adaptive_decision(
+    counts: Sequence[int],
+    window: WindowStats,
+    parallelism: int,
+    config: AdaptiveConfig,
+    *,
+    now: float,
+    last_change_at: float | None,
+) -> Decision:
+    """The adaptive policy (**beyond**): diagnose, size by rates, respect limits and cooldown.
+
+    ``counts`` is the ring buffer with ``window.fail_num`` as its last element.
+
+    Up when the cause is load and any of: the paper's rule fires; the backlog grows while
+    lanes are saturated or batches overrun the trigger; the DS2 target exceeds the current
+    parallelism while the backlog grows. The new parallelism is the larger of the doubling
+    and the DS2 target. Down when the backlog is not growing, failures are not rising,
+    nothing fails because of the sink or poison, and lanes are idle (low saturation or
+    short batches); the target is the DS2 target if rates are known, else a halving.
+    """
+    check_int("parallelism", parallelism, 1)
+    if not counts or counts[-1] != window.fail_num:
+        raise ValueError(
+            f"counts must end with the current window's fail_num={window.fail_num}, "
+            f"got {list(counts)!r}"
+        )
+    mean, s2 = dispersion(counts)
+    c = config.threshold_c
+    sig = _Signals.of(window, config)
+    since = None if last_change_at is None else now - last_change_at
+    figures = _figures(window, len(counts), sig.target, since)
+
+    def decide(new: int, reason: str, cause: str) -> Decision:
+        return Decision(
+            direction_of(parallelism, new),
+            parallelism,
+            new,
+            reason,
+            cause,
+            mean,
+            s2,
+            c,
+            "adaptive",
+            figures,
+        )
+
+    cause, evidence = _diagnose(window, config)
+    stats = f"failNum={window.fail_num}, E(M)={mean:g}, S^2={s2:g}, C={c:g}"
+    wants_up: list[str] = []
+    if window.fail_num > mean and s2 > c:  # the paper's rule
+        wants_up.append(f"failures rising ({stats})")
+    if sig.growing and (sig.saturated or sig.overrun):
+        wants_up.append(f"backlog growing by {window.backlog_delta} with lanes saturated")
+    if sig.growing and sig.target is not None and sig.target > parallelism:
+        wants_up.append(f"DS2 target {sig.target} > {parallelism}")
+
+    if wants_up and cause in ("sink", "poison"):
+        return decide(parallelism, f"not scaling up: {evidence}", cause)
+    if since is not None and since < config.cooldown_s:
+        return decide(
+            parallelism,
+            f"cooldown: {since:g} s since the last change < {config.cooldown_s:g} s",
+            cause,
+        )
+    if wants_up:
+        hi = config.max_parallelism
+        new = clamp(max(parallelism << 1, sig.target or 0), config.min_parallelism, hi)
+        why = "; ".join(wants_up)
+        if new <= parallelism:
+            return decide(parallelism, f"would scale up ({why}) but at max {hi}", "load")
+        return decide(new, f"scale up {parallelism} -> {new}: {why}", "load")
+
+    if cause in ("sink", "poison"):
+        return decide(parallelism, f"not scaling down while diagnosing: {evidence}", cause)
+    if sig.growing:
+        return decide(parallelism, f"holding: backlog growing by {window.backlog_delta}", cause)
+    if window.fail_num > mean:
+        return decide(parallelism, f"holding: failures rising ({stats})", cause)
+    if not sig.idle:
+        return decide(parallelism, f"holding: lanes busy ({stats})", cause)
+    return _scale_down(parallelism, sig.target, config, decide)
+
+
+def _scale_down(
+    parallelism: int,
+    target: int | None,
+    config: AdaptiveConfig,
+    decide: Callable[[int, str, str], Decision],
+) -> Decision:
+    """Idle lanes: the DS2 target if the rates are known, else a halving, within the bounds."""
+    lo = config.min_parallelism
+    wanted = target if target is not None else parallelism >> 1
+    new = clamp(min(wanted, parallelism), lo, config.max_parallelism)
+    if new >= parallelism:
+        if target is not None and target >= parallelism:
+            return decide(parallelism, f"holding: DS2 target {target} needs {parallelism}", "none")
+        return decide(parallelism, f"lanes idle but at min {lo}", "idle")
+    basis = f"DS2 target {target}" if target is not None else "halving"
+    return decide(new, f"scale down {parallelism} -> {new}: lanes idle, {basis}", "idle")
