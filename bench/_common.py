@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
@@ -31,17 +30,15 @@ from typing import Any
 from flowctl.adapters import kafka_log
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.config import PROJECT_ROOT, Settings
-from flowctl.pipelines.config import resolve_path
+from flowctl.pipelines.derive import derive_config
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
 from flowctl.services.process import free_port, process_tree
 from flowctl.spark.submit import (
-    BASELINE_SCRIPT,
-    STREAM_SCRIPT,
     VENV_BIN,
     LocalJob,
     job_env,
-    spark_submit,
+    submit_stream,
 )
 
 BENCH = Path(__file__).resolve().parent
@@ -134,20 +131,8 @@ def pipeline_config(
 ) -> Path:
     """The shipped config ``shipped`` (word count by default) renamed ``name``, with another
     ``definition`` module if given and ``[stream]``/``[flow]`` overrides."""
-    text = resolve_path(shipped).read_text()
-    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
-    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
-    if definition is not None:
-        text = text.replace(f'"flowctl.pipelines.{shipped}"', f'"{definition}"')
-    text = text.replace("partitions = 4", f"partitions = {partitions}")
-    for key, value in {**(stream or {}), **(flow or {})}.items():
-        shown = f'"{value}"' if isinstance(value, str) else str(value)
-        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", text)
-        if n != 1:
-            raise ValueError(f"{key!r} is not a setting of the {shipped} config")
-    path = directory / f"{name}.toml"
-    path.write_text(text)
-    return path
+    sections = {"topics": {"partitions": partitions}, "stream": stream or {}, "flow": flow or {}}
+    return derive_config(directory, name, shipped=shipped, definition=definition, sections=sections)
 
 
 def settings_of(config: Path) -> dict[str, str]:
@@ -217,36 +202,22 @@ def submit(
     env: Mapping[str, str] | None = None,
 ) -> Job:
     """``spark-submit`` the flow-controlled job (or the baseline) on ``local[2]``."""
-    script = BASELINE_SCRIPT if baseline else STREAM_SCRIPT
-    args = [
-        "--pipeline-config",
-        str(config),
-        "--topology-id",
-        topology_id,
-        "--parallelism",
-        str(lanes),
-    ]
     if baseline and max_records_per_batch:
-        args += ["--max-records-per-batch", str(max_records_per_batch)]
-    return spark_submit(
-        script,
-        [*args, *extra],
+        extra = ["--max-records-per-batch", str(max_records_per_batch), *extra]
+    return submit_stream(
+        config,
+        topology_id,
+        lanes,
         env=plat.env(env),
-        log_path=plat.work_dir / f"{topology_id}.log",
-        topology_id=topology_id,
+        log_dir=plat.work_dir,
+        extra=extra,
+        baseline=baseline,
     )
 
 
-def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int:
+def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int | None:
     """Stop ``job`` through the control plane (``stop`` signal); SIGTERM/SIGKILL if it hangs."""
-    if job.alive():
-        with contextlib.suppress(Exception):
-            plat.plane.send_signal(job.topology_id, "stop")
-        try:
-            return job.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            job.terminate()
-    return job.process.returncode
+    return job.stop(plat.database_url, timeout_s)
 
 
 def save_log(job: Job, name: str) -> None:

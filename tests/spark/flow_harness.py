@@ -12,7 +12,6 @@ session's broker) with test-sized settings.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +24,8 @@ from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import DatabaseUnavailable
 from flowctl.config import Settings
-from flowctl.pipelines.config import resolve_path
-from flowctl.spark.submit import STREAM_SCRIPT, LocalJob, job_env, spark_submit
+from flowctl.pipelines.derive import derive_config
+from flowctl.spark.submit import LocalJob, job_env, submit_stream
 
 WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
 
@@ -64,22 +63,17 @@ def flow_config(
     shipped: str = "wordcount",
 ) -> Path:
     """The shipped ``shipped`` config renamed ``name``, with test-sized settings."""
-    text = resolve_path(shipped).read_text()
-    text = text.replace(f'name = "{shipped}"', f'name = "{name}"')
-    text = text.replace(f'eden = "{shipped}.eden"', f'eden = "{name}.eden"')
-    if shipped == "wordcount":
-        text = text.replace('"flowctl.pipelines.wordcount"', f'"{definition}"')
-    text = text.replace("partitions = 4", f"partitions = {partitions}")
-    text = text.replace("trigger_interval_s = 1.0", "trigger_interval_s = 0.5")
-    text = re.sub(r"(?m)^tuple_size = \d+$", f"tuple_size = {tuple_size}", text)
-    head, _, section = text.partition("[flow]")
-    for key, value in {**FLOW_DEFAULTS, **(flow or {})}.items():
-        shown = f'"{value}"' if isinstance(value, str) else str(value)
-        section, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {shown}", section)
-        assert n == 1, key
-    path = tmp_path / f"{name}.toml"
-    path.write_text(head + "[flow]" + section)
-    return path
+    return derive_config(
+        tmp_path,
+        name,
+        shipped=shipped,
+        definition=definition if shipped == "wordcount" else None,
+        sections={
+            "topics": {"partitions": partitions},
+            "stream": {"trigger_interval_s": 0.5, "tuple_size": tuple_size},
+            "flow": {**FLOW_DEFAULTS, **(flow or {})},
+        },
+    )
 
 
 @dataclass
@@ -93,13 +87,13 @@ class Flow:
 
     def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> LocalJob:
         self.plane.ensure_schema()  # so the test can read results before the job is up
-        args = ["--pipeline-config", str(config), "--topology-id", topology_id]
-        job = spark_submit(
-            STREAM_SCRIPT,
-            [*args, "--parallelism", str(lanes), *extra],
+        job = submit_stream(
+            config,
+            topology_id,
+            lanes,
             env=job_env(self.settings, self.database_url),  # test definitions live in tests/
-            log_path=self.work_dir / f"{topology_id}.log",
-            topology_id=topology_id,
+            log_dir=self.work_dir,
+            extra=extra,
         )
         self.jobs.append(job)
         return job
@@ -121,8 +115,8 @@ class Flow:
             return None
 
     def stop(self, job: LocalJob, topology_id: str) -> None:
-        self.plane.send_signal(topology_id, "stop")
-        code = job.wait(timeout_s=120)
+        assert job.topology_id == topology_id, (job.topology_id, topology_id)
+        code = job.stop(self.database_url, timeout_s=120)
         assert code == 0, job.log_tail()
         assert self.state(topology_id) == "STOPPED"
 

@@ -62,6 +62,20 @@ class LocalJob:
                 f"log:\n{self.log_tail()}"
             ) from None
 
+    def stop(self, database_url: str, timeout_s: float = 120.0) -> int | None:
+        """The ``stop`` signal through the control plane (the driver drains and exits);
+        SIGTERM, then SIGKILL, if it has not exited within ``timeout_s``."""
+        from flowctl.adapters.control_plane import ControlPlane
+
+        if self.alive():
+            with contextlib.suppress(Exception):  # the database may be away on purpose
+                ControlPlane(database_url).send_signal(self.topology_id, "stop")
+            try:
+                return self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return self.terminate()
+        return self.process.returncode
+
     def terminate(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM to the group (the driver stops its query); SIGKILL after ``timeout_s``."""
         if self.alive():
@@ -143,3 +157,27 @@ def spark_submit(
             start_new_session=True,
         )
     return LocalJob(process, log_path, topology_id)
+
+
+def submit_stream(
+    config: Path,
+    topology_id: str,
+    lanes: int,
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    extra: Sequence[str] = (),
+    baseline: bool = False,
+    master: str = "local[2]",
+) -> LocalJob:
+    """``spark-submit`` the flow-controlled stream job (or the plain baseline) of a pipeline
+    config, its log in ``<log_dir>/<topology_id>.log``: how tests and benchmarks start one."""
+    args = ["--pipeline-config", str(config), "--topology-id", topology_id]
+    return spark_submit(
+        BASELINE_SCRIPT if baseline else STREAM_SCRIPT,
+        [*args, "--parallelism", str(lanes), *extra],
+        env=env,
+        log_path=log_dir / f"{topology_id}.log",
+        topology_id=topology_id,
+        master=master,
+    )
