@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,30 @@ def random_lines(
 def produce(plat: Platform, topic: str, partitions: int, values: Sequence[bytes]) -> int:
     kafka_log.ensure_topics(plat.bootstrap, {topic: partitions})
     return kafka_log.produce(plat.bootstrap, topic, values, progress_every=20_000)
+
+
+def read_loop(bootstrap: str, topic: str, total: int, check_crcs: bool = True) -> float:
+    """Records/s of one kafka-python consumer reading all of ``topic`` and counting its
+    words (no Spark, no database): the machine's upper bound for a Python reader."""
+    from kafka import TopicPartition
+
+    from flowctl.adapters.kafka_log import new_consumer
+    from flowctl.pipelines.wordcount import count_values
+
+    consumer = new_consumer(bootstrap, check_crcs=check_crcs)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts: Counter[str] = Counter()
+    seen = 0
+    t0 = time.monotonic()
+    while seen < total:
+        for records in consumer.poll(timeout_ms=1000, max_records=5000).values():
+            counts.update(count_values(r.value for r in records))
+            seen += len(records)
+    elapsed = time.monotonic() - t0
+    consumer.close()
+    return seen / elapsed
 
 
 # -- jobs -----------------------------------------------------------------------------------

@@ -23,11 +23,17 @@ import argparse
 import contextlib
 import statistics
 import sys
-import time
-from collections import Counter
 from collections.abc import Iterator
 
-from _common import platform_up, produce, random_lines, ratio, unique_name, write_result
+from _common import (
+    platform_up,
+    produce,
+    random_lines,
+    ratio,
+    read_loop,
+    unique_name,
+    write_result,
+)
 
 #: The shipped reader keeps at least this share of the unchecked reader's records/s.
 TARGET = 0.9
@@ -44,29 +50,6 @@ def pure_python_crc() -> Iterator[None]:
         yield
     finally:
         default_records.calc_crc32c = saved
-
-
-def read_loop(bootstrap: str, topic: str, total: int, check_crcs: bool) -> float:
-    """Records/s of one consumer reading all of ``topic`` and counting its words."""
-    from kafka import TopicPartition
-
-    from flowctl.adapters.kafka_log import new_consumer
-    from flowctl.pipelines.wordcount import count_values
-
-    consumer = new_consumer(bootstrap, check_crcs=check_crcs)
-    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    counts: Counter[str] = Counter()
-    seen = 0
-    t0 = time.monotonic()
-    while seen < total:
-        for records in consumer.poll(timeout_ms=1000, max_records=5000).values():
-            counts.update(count_values(r.value for r in records))
-            seen += len(records)
-    elapsed = time.monotonic() - t0
-    consumer.close()
-    return seen / elapsed
 
 
 def c_extension_in_use() -> bool:

@@ -9,7 +9,8 @@ results), so every candidate sees the same data in the same run:
   shipped ``[flow]`` settings);
 - ``baseline``: plain Structured Streaming with direct writes
   (``spark_jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
-- ``kafka-python``: one consumer reading the topic and counting words in a loop, no
+- ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC checks
+  on as in flowctl's consumers (``_common.read_loop``), no
   Spark, no database (the machine's upper bound for a Python reader).
 
 Metric: records/s made durable (sum of committed offsets) from the end of the first
@@ -38,6 +39,7 @@ from _common import (
     pyplot,
     random_lines,
     ratio,
+    read_loop,
     save_figure,
     unique_name,
     write_result,
@@ -45,31 +47,6 @@ from _common import (
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
-
-
-def kafka_python_loop(bootstrap: str, topic: str, total: int) -> float:
-    """Records/s of one kafka-python consumer reading ``topic`` and counting its words."""
-    from collections import Counter
-
-    from kafka import KafkaConsumer, TopicPartition
-
-    from flowctl.pipelines.wordcount import count_values
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    counts: Counter[str] = Counter()
-    seen = 0
-    t0 = time.monotonic()
-    while seen < total:
-        batch = consumer.poll(timeout_ms=1000, max_records=5000)
-        for records in batch.values():
-            counts.update(count_values(r.value for r in records))
-            seen += len(records)
-    elapsed = time.monotonic() - t0
-    consumer.close()
-    return seen / elapsed
 
 
 def given(settings: dict[str, int | None]) -> dict[str, int]:
@@ -114,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         produced = produce(plat, topic, args.partitions, values)
         print(f"produced {produced} records in {time.monotonic() - t0:.1f} s", flush=True)
-        upper = kafka_python_loop(plat.bootstrap, topic, produced)
+        upper = read_loop(plat.bootstrap, topic, produced)
         print(f"kafka-python loop: {upper:.0f} records/s", flush=True)
         cases = []
         for n in lanes:
