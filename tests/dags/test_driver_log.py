@@ -52,3 +52,11 @@ def test_the_drivers_log4j2_file_starts_at_warn() -> None:
         line.split(" = ", 1) for line in DRIVER_LOG4J.read_text().splitlines() if " = " in line
     )
     assert settings["rootLogger.level"] == "warn"
+
+
+def test_a_planner_line_keeps_only_its_message_like_the_drivers() -> None:
+    line = (
+        f"2026-11-23 21:00:01,123 INFO flowctl.spark.flow.planner [planner]: "
+        f"lane 1 window 8 -> 7 (SLOW) of {TOPOLOGY}"
+    )
+    assert tidy_line(line, TOPOLOGY, LABEL) == "lane 1 window 8 -> 7 (SLOW) of wordcount/blue"

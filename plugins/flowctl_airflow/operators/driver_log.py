@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-# flowctl's Python logging format: "%(asctime)s %(levelname)s %(name)s: %(message)s".
+# flowctl's Python logging format: "%(asctime)s %(levelname)s %(name)s: %(message)s"; the
+# planner process (Spark's source runner) tags its lines "%(name)s [planner]: ".
 _PYTHON_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)? "
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<name>[\w.]+): (?P<message>.*)$"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<name>[\w.]+)(?: \[planner\])?: "
+    r"(?P<message>.*)$"
 )
 # Spark's log4j format: "25/11/23 21:00:01 WARN DAGScheduler: ...".
 _LOG4J_STAMP = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")

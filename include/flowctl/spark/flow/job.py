@@ -42,8 +42,9 @@ log = logging.getLogger("flowctl.job")
 
 #: Seconds a flush of the whole MRWQ may take at start, activation, drain and stop.
 FLUSH_ALL_TIMEOUT_S = 120.0
-#: Seconds between status lines in the log.
-STATUS_EVERY_S = 10.0
+#: Seconds between status lines in the log (the story between them: window changes,
+#: backpressure, replays, flushes and signals, each logged when it happens).
+STATUS_EVERY_S = 30.0
 #: Seconds between rewrites of the control key (it survives a memcached restart that
 #: way) and copies of the planner's closed metrics windows to the database.
 UPKEEP_EVERY_S = 1.0
@@ -479,7 +480,11 @@ class FlowStreamJob(StreamJob):
         for k, v in counts.items():
             self.totals[k] = self.totals.get(k, 0) + v
         self._batch_ends.append(time.time())
-        log.info(
+        # A batch where every tuple was acked is the normal case: only the others tell a
+        # reader of the task log something (failures, replays, the DLQ, errors).
+        notable = errors or any(k != "acked" for k in counts)
+        log.log(
+            logging.INFO if notable else logging.DEBUG,
             "batch %d: %d tuple(s) on %d lane(s): %s; %d records processed; slowest lane %.2f s%s",
             batch_id,
             len(rows),
