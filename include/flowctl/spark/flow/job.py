@@ -480,9 +480,10 @@ class FlowStreamJob(StreamJob):
         for k, v in counts.items():
             self.totals[k] = self.totals.get(k, 0) + v
         self._batch_ends.append(time.time())
-        # A batch where every tuple was acked is the normal case: only the others tell a
-        # reader of the task log something (failures, replays, the DLQ, errors).
-        notable = errors or any(k != "acked" for k in counts)
+        # A batch where every tuple was acked is the normal case: after the first one (the
+        # data flows) only the others tell a reader of the task log something (failures,
+        # replays, the DLQ, errors).
+        notable = self.progress.batches == 1 or errors or any(k != "acked" for k in counts)
         log.log(
             logging.INFO if notable else logging.DEBUG,
             "batch %d: %d tuple(s) on %d lane(s): %s; %d records processed; slowest lane %.2f s%s",
