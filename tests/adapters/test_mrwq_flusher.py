@@ -38,6 +38,7 @@ from flowctl.core.persistence import MrwqWriter, mrwq_result
 from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.pipelines.base import Record
 from flowctl.services import manager
+from flowctl.services.base import PortInUseError
 from flowctl.services.process import free_port
 
 pytestmark = [pytest.mark.integration]
@@ -301,8 +302,17 @@ def private_memcached(tmp_path: Path) -> Iterator[Settings]:
 
 
 def restart_memcached(settings: Settings) -> None:
+    """Down, then up on the same port: the port may take a moment to be free again."""
     manager.down(settings, only="memcached")
-    manager.up(settings, only="memcached")
+    deadline = time.monotonic() + 15.0
+    while True:
+        try:
+            manager.up(settings, only="memcached")
+            return
+        except PortInUseError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def test_memcached_restart_mid_queue_is_reported_with_the_ranges_to_replay(
