@@ -225,8 +225,9 @@ def submit(
     max_records_per_batch: int | None = None,
     extra: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    master: str = "local[2]",
 ) -> Job:
-    """``spark-submit`` the flow-controlled job (or the baseline) on ``local[2]``."""
+    """``spark-submit`` the flow-controlled job (or the baseline) on ``master``."""
     if baseline and max_records_per_batch:
         extra = ["--max-records-per-batch", str(max_records_per_batch), *extra]
     return submit_stream(
@@ -237,6 +238,7 @@ def submit(
         log_dir=plat.work_dir,
         extra=extra,
         baseline=baseline,
+        master=master,
     )
 
 
@@ -484,6 +486,7 @@ def drain_run(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 240.0,
     on_first_batch: Callable[[Job], None] | None = None,
+    master: str = "local[2]",
 ) -> tuple[float | None, dict[str, Any]]:
     """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1."""
     name = unique_name(label)
@@ -492,7 +495,7 @@ def drain_run(
         settings["max_records_per_batch"] = batch
     config = pipeline_config(work, name, partitions=partitions, stream=settings, flow=flow)
     config.write_text(config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"'))
-    job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env)
+    job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env, master=master)
     try:
         progress = watch_progress(
             plat, job, name, topic, total, timeout_s=timeout_s, on_first_batch=on_first_batch
