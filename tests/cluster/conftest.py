@@ -80,9 +80,11 @@ def _drop(layout: ClusterLayout) -> None:
         admin.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """``cluster.up`` on free ports; after the session ``down``, which must leave no process."""
+    """``cluster.up`` on free ports, once for the tests of this package; after them ``down``,
+    which must leave no process (an idle cluster left up would share the 2 cores with every
+    later test: its moto server alone polls at about half a core)."""
     home = tmp_path_factory.mktemp("cluster_home")
     pipelines = home / "pipelines"
     write_config(pipelines)
