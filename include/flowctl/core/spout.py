@@ -49,6 +49,7 @@ from .dispatch import LaneLoad, make_policy
 from .replay import ReplaySnapshot, ReplayStateMachine, replay_quota
 from .rtt import RttEstimator
 from .spout_contract import (
+    COUNTERS,
     NOT_LOAD,
     ROUTED,
     Dispatch,
@@ -73,22 +74,6 @@ class OffsetsBeyondLog(ValueError):
 class _Flight:
     dispatch: Dispatch
     root: int
-
-
-COUNTERS = (
-    "admitted",
-    "acked",
-    "failed",
-    "timed_out",
-    "replayed",
-    "dlq",
-    "records",
-    "requeued",
-    "held",
-    "replay_admitted",
-    "gaps_admitted",
-    "repeat_failures",
-)
 
 
 class Spout:

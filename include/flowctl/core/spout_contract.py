@@ -145,3 +145,20 @@ class ReportSummary:
     poison: int = 0
     stale: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+#: The spout's counters (``Spout.counters``), totals since it was built.
+COUNTERS = (
+    "admitted",
+    "acked",
+    "failed",
+    "timed_out",
+    "replayed",
+    "dlq",
+    "records",
+    "requeued",
+    "held",
+    "replay_admitted",
+    "gaps_admitted",
+    "repeat_failures",
+)
