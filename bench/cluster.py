@@ -8,13 +8,20 @@ flow-controlled job reads all of it on the cluster (executors in the worker JVMs
 ``local[2]`` (tasks in the driver's JVM), each run under a pipeline of its own,
 alternately for ``--rounds``.
 
+Then the replacement pause on the cluster: ``bench/replacement.py``'s two methods
+(blue-green through the control plane vs stop-and-restart), 1 -> 2 lanes under a steady
+``--rate``, blue and green each an application of the cluster (one single-core executor
+per worker each, so they run side by side). The lane slowdown of replacement.py is not
+injected: its environment reaches only Python workers the driver starts.
+
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/cluster.py \\
-        [--records 200000] [--lanes 2] [--rounds 2]
+        [--records 200000] [--lanes 2] [--rounds 2] [--rate 2500] [--seconds 40]
 
 Writes bench/results/cluster.json: records/s after the first batch, the ratio cluster /
-local[2] per round and of the medians. No target: on one 2-core machine the cluster adds
-JVMs and loopback hops and no cores, so the ratio is the cost of the distributed path,
-not a speed-up.
+local[2] per round and of the medians; the replacement's batch and durable pauses of
+both methods, their ratio, and the words lost or doubled. No target: on one 2-core
+machine the cluster adds JVMs and loopback hops and no cores, so the ratio is the cost
+of the distributed path, not a speed-up.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from _common import drain_run, platform_up, produce, random_lines, ratio, unique_name, write_result
+from replacement import one_method
 
 from flowctl.services.cluster import ClusterDaemon, ship_code, spark_daemons
 from flowctl.services.cluster_layout import ClusterLayout
@@ -62,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--rate", type=float, default=2500.0, help="records/s in the replacement")
+    p.add_argument("--seconds", type=float, default=40.0, help="seconds of load, replacement")
     args = p.parse_args(argv)
+    replacement_args = argparse.Namespace(
+        rate=args.rate, seconds=args.seconds, switch_after=15.0, ms_per_record=0.0,
+        from_lanes=1, to_lanes=2, partitions=4, timeout=180.0, seed=args.seed,
+    )  # fmt: skip
 
     rates: dict[str, list[float | None]] = {"cluster": [], "local[2]": []}
     runs: list[dict[str, object]] = []
+    replacements: dict[str, dict[str, object]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         topic = unique_name("cluster") + ".eden"
@@ -92,6 +107,18 @@ def main(argv: list[str] | None = None) -> int:
                     rates[kind].append(rate)
                     runs.append({"round": r, "kind": kind, "records_per_s": rate, **info})
                     print(f"round {r} {kind}: {rate} records/s", flush=True)
+            for method in ("stop_restart", "blue_green"):
+                run = one_method(
+                    plat, work, method, replacement_args,
+                    master=layout.spark_master_url, env=conf_env,
+                )  # fmt: skip
+                replacements[method] = run
+                print(
+                    f"cluster {method}: batch pause {run['batch_pause_s']} s, durable pause "
+                    f"{run['pause_s']} s, missing {run['words_missing']}, duplicated "
+                    f"{run['words_duplicated']}, events {run['events']}",
+                    flush=True,
+                )
 
     def median(kind: str) -> float | None:
         values = [v for v in rates[kind] if v is not None]
@@ -113,12 +140,28 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "target": None,
             "meets_target": None,
+            "replacement": replacement_summary(replacements),
             "params": vars(args),
             "runs": runs,
         },
     )
     print(f"cluster {cluster} records/s vs local[2] {local}: ratio {ratio(cluster, local)}")
     return 0 if cluster is not None and local is not None else 1
+
+
+def replacement_summary(runs: dict[str, dict]) -> dict[str, object]:
+    """The cluster's replacement figures, shaped as replacement.json's."""
+    bg, sr = runs.get("blue_green", {}), runs.get("stop_restart", {})
+    return {
+        "metric": "output pause after the decision on the cluster",
+        "batch_pause_s": {k: r.get("batch_pause_s") for k, r in runs.items()},
+        "durable_pause_s": {k: r.get("pause_s") for k, r in runs.items()},
+        "durable_pause_ratio": ratio(bg.get("pause_s"), sr.get("pause_s")),
+        "events": {k: r.get("events") for k, r in runs.items()},
+        "words_missing": {k: r.get("words_missing") for k, r in runs.items()},
+        "words_duplicated": {k: r.get("words_duplicated") for k, r in runs.items()},
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":

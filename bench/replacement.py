@@ -99,11 +99,22 @@ def steady_producer(plat: Platform, topic: str, lines: list[bytes], rate: float)
     producer.close()
 
 
-def one_method(plat: Platform, work: Path, method: str, args: argparse.Namespace) -> dict:
-    env = {
-        "FLOWCTL_BENCH_LANE_DELAY": f"{args.ms_per_record},0,1",
-        "PYTHONPATH": f"{BENCH / 'inject'}:{PROJECT_ROOT}",
-    }
+def one_method(
+    plat: Platform,
+    work: Path,
+    method: str,
+    args: argparse.Namespace,
+    *,
+    master: str = "local[2]",
+    env: dict[str, str] | None = None,
+) -> dict:
+    """One replacement by ``method`` on ``master``. ``env`` replaces the lane slowdown's
+    environment (which reaches only Python workers the driver starts: ``local[N]``)."""
+    if env is None:
+        env = {
+            "FLOWCTL_BENCH_LANE_DELAY": f"{args.ms_per_record},0,1",
+            "PYTHONPATH": f"{BENCH / 'inject'}:{PROJECT_ROOT}",
+        }
     name = unique_name("rep")
     config = pipeline_config(
         work,
@@ -116,7 +127,7 @@ def one_method(plat: Platform, work: Path, method: str, args: argparse.Namespace
     kafka_log.ensure_topics(plat.bootstrap, {topic: args.partitions})
     total = int(args.rate * args.seconds)
     lines = [line.encode() for line in zipf_lines(total, seed=args.seed)]
-    blue = submit(plat, config, f"{name}-blue", args.from_lanes, env=env)
+    blue = submit(plat, config, f"{name}-blue", args.from_lanes, env=env, master=master)
     jobs: list[Job] = [blue]
     samples: list[tuple[float, int]] = []
     events: dict[str, float] = {}
@@ -142,7 +153,7 @@ def one_method(plat: Platform, work: Path, method: str, args: argparse.Namespace
                 events["decision"] = now - t0
                 threading.Thread(
                     target=lambda: events.update(
-                        switch(plat, config, name, method, blue, jobs, args, env, t0)
+                        switch(plat, config, name, method, blue, jobs, args, env, t0, master)
                     ),
                     daemon=True,
                 ).start()
@@ -215,7 +226,7 @@ def batch_pause(commits: list[list[Any]], decision: float | None) -> dict:
     return {"batch_pause_s": round(gap, 2), "batch_pause_from": round(at, 2)}
 
 
-def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, float]:
+def switch(plat, config, name, method, blue, jobs, args, env, t0, master) -> dict[str, float]:
     """Replace ``blue`` by a topology of ``--to-lanes`` lanes; returns event times."""
     ev: dict[str, float] = {}
     if method == "blue_green":
@@ -226,7 +237,10 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, f
             name, blue.topology_id, f"{name}-green", args.from_lanes, args.to_lanes,
             "bench: replacement under overload", started_at=utcnow(), outcome="running",
         )  # fmt: skip
-        green = submit(plat, config, f"{name}-green", args.to_lanes, extra=["--standby"], env=env)
+        green = submit(
+            plat, config, f"{name}-green", args.to_lanes, extra=["--standby"], env=env,
+            master=master,
+        )  # fmt: skip
         jobs.append(green)
         wait_state(plat, green.topology_id, {"READY"}, 180)
         ev["green_ready"] = time.monotonic() - t0
@@ -243,7 +257,7 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0) -> dict[str, f
     else:
         stop(plat, blue, timeout_s=120)
         ev["old_stopped"] = time.monotonic() - t0
-        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env)
+        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env, master=master)
         jobs.append(new)
         wait_state(plat, new.topology_id, {"ACTIVE"}, 180)
         ev["new_active"] = time.monotonic() - t0
