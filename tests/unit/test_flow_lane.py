@@ -178,3 +178,33 @@ def test_the_feedback_writer_stores_what_the_planner_reads_and_never_raises(
     with caplog.at_level(logging.WARNING):
         write_feedback(store, "flow.t", FlowPartition(1, 10, (entry,)), done)
     assert "lane 1: feedback of batch 10 not stored" in caplog.text
+
+
+def test_a_lane_past_its_time_budget_returns_the_rest_unstarted(tmp_path: Path) -> None:
+    """Lane 0 of the slow definition takes SLOW_S a tuple; with a budget far below that
+    (0.01 x 1 s), it processes its first tuple and hands the others back untouched:
+    no MRWQ item, no replay record, outcome ``returned`` for the spout to redispatch."""
+    settings = flow_settings(
+        tmp_path,
+        definition="tests.spark.flow_def_slow",
+        flow="latency_target_s = 1.0\nlane_budget = 0.01",
+    )
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"a b", b"b c", b"c"] * 4)
+    part = _part(TupleRange(EDEN, 0, 0, 4), TupleRange(EDEN, 0, 4, 8), TupleRange(EDEN, 0, 8, 12))
+    rows = list(run_lane(settings, part, io))
+    assert [(r[3], r[4]) for r in rows] == [("acked", 4), ("returned", 0), ("returned", 0)]
+    assert queue_length(io.store, mrwq_namespace("demo")) == 1
+    feedback = _feedback(io.store, settings.ns, part)
+    assert [r.outcome for r in feedback.results] == [Outcome.ACKED] + [Outcome.RETURNED] * 2
+    assert io.produced == {}
+
+
+def test_without_a_budget_a_slow_lane_processes_its_whole_window(tmp_path: Path) -> None:
+    settings = flow_settings(
+        tmp_path, definition="tests.spark.flow_def_slow", flow="lane_budget = 0"
+    )
+    io = FakeLaneIO()
+    io.append(EDEN, 0, [b"a b", b"b c"] * 2)
+    part = _part(TupleRange(EDEN, 0, 0, 2), TupleRange(EDEN, 0, 2, 4))
+    assert [r[3] for r in run_lane(settings, part, io)] == ["acked", "acked"]

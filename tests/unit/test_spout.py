@@ -113,6 +113,32 @@ def test_a_tuple_without_outcome_is_requeued_to_another_lane_before_fresh_data()
     assert spout.counters["requeued"] == 1
 
 
+def test_tuples_a_lane_returns_unstarted_go_to_another_lane_and_are_not_failures() -> None:
+    """Lane 0 served 2 of its 6 tuples within its time budget and returned 4: they are
+    dispatched again to lane 1 before fresh data, its window is cut to 2 at once, and
+    neither the failure count (the autoscaler's signal) nor lane 0's rate moves."""
+    clock = FakeClock()
+    spout = make(clock, w_init=6, growth="to_target")
+    plan = spout.plan({P0: 10_000}, {}, 0.0)
+    lane0 = [d for d in plan if d.lane == 0]
+    report(spout, [(d, ack(d, rt=0.5)) for d in plan if d.lane == 1])
+    served, back = lane0[:2], lane0[2:]
+    results = [ack(d, rt=0.5) for d in served]
+    results += [LaneResult(d.tuple.id, Outcome.RETURNED, xor=d.edge) for d in back]
+    twin = make(FakeClock(), w_init=6, growth="to_target")  # the same acks, no returns
+    twin.plan({P0: 10_000}, {}, 0.0)
+    twin.on_lane_results(0, results[:2])
+    summary = spout.on_lane_results(0, results)
+    assert (summary.acked, summary.returned, summary.requeued) == (2, 4, 4)
+    assert spout.counters["returned"] == 4 and spout.counters["failed"] == 0
+    assert spout.lane_gauges()[0]["window"] == 2
+    assert spout.state_of(0) is LaneState.BUSY
+    assert spout.lane_gauges()[0]["rate"] == twin.lane_gauges()[0]["rate"] is not None
+    again = spout.plan({P0: 10_000}, {}, 0.0)
+    assert [d.tuple for d in again[:4]] == [d.tuple for d in back]
+    assert {d.lane for d in again[:4]} == {1}
+
+
 def test_a_failure_routed_to_the_replay_topic_shrinks_the_window_but_is_not_requeued() -> None:
     clock = FakeClock()
     spout = make(clock, w_init=3)

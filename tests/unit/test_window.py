@@ -102,6 +102,97 @@ def test_the_seeds_rule_is_still_selectable_and_named_when_wrong() -> None:
         AdaptiveWindow(0, clock, slow_decrease="x")
 
 
+def _grows_to_target(clock: FakeClock, w_init: int, w_max: int = 256) -> AdaptiveWindow:
+    return AdaptiveWindow(
+        0,
+        clock,
+        w_max=w_max,
+        w_init=w_init,
+        rtt=RttEstimator(fixed_threshold=1.0),
+        slow_decrease="to_target",
+        growth="to_target",
+    )
+
+
+def _batch(win: AdaptiveWindow, prefix: str, per_tuple_s: float) -> list[int]:
+    """One micro-batch: fill the window, ack tuple k at ``0.1 + (k + 1) * per_tuple_s``."""
+    ids = fill(win, prefix)
+    return _acks(win, ids, [0.1 + per_tuple_s * (k + 1) for k in range(len(ids))])
+
+
+def test_growth_to_target_doubles_toward_the_room_the_acks_measured() -> None:
+    """A window cut to 3 during a slowdown, the lane fast again (4 ms a tuple, 1 s
+    threshold): each NORMAL round at most doubles it, up to the room it measured."""
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=3)
+    sizes = [_batch(win, f"r{i}", 0.004)[-1] for i in range(7)]
+    assert sizes == [6, 12, 24, 48, 96, 192, 221]  # 192 tuples end at 0.868 s: room 221
+
+
+def test_growth_to_target_stops_at_the_room_not_beyond() -> None:
+    """10 ms a tuple after 0.1 s of reading: the last of 64 acks at 0.74 s gives room
+    floor(64 / 0.74) = 86, under the doubling; the next round (86 tuples, last at
+    0.96 s) has room 89: growth there is the seed's +1 territory, not a leap into SLOW."""
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=64)
+    assert _batch(win, "a", 0.01)[-1] == 86
+    assert _batch(win, "b", 0.01)[-1] == 89
+    assert win.state is LaneState.NORMAL
+
+
+def test_growth_to_target_in_steady_state_is_the_seeds_plus_one() -> None:
+    """Acks just under the threshold: the room is the window itself, so +1 a round."""
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=20)
+    ids = fill(win)
+    assert _acks(win, ids, [0.99] * 20)[-1] == 21
+
+
+def test_growth_needs_a_full_window_whatever_the_rule() -> None:
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=8)
+    win.on_send("only")  # never window-limited this round
+    for k in range(8):
+        win.on_ack("only", rt=0.01)
+        if k < 7:
+            win.on_send("only")
+    assert win.size == 8
+
+
+def test_the_seeds_growth_is_selectable_and_named_when_wrong() -> None:
+    clock = FakeClock()
+    seed = AdaptiveWindow(0, clock, w_max=256, w_init=3, rtt=RttEstimator(fixed_threshold=1.0))
+    assert _batch(seed, "a", 0.004)[-1] == 4
+    with pytest.raises(ValueError, match=r"growth must be one of one, to_target, got 'fast'"):
+        AdaptiveWindow(0, clock, growth="fast")
+
+
+def test_a_return_cuts_the_window_to_what_the_lane_served_once_per_batch() -> None:
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=40)
+    ids = fill(win)
+    for tid in ids[:6]:
+        win.on_ack(tid, rt=0.5)
+    returned = [win.on_return(tid, served=6) for tid in ids[6:]]
+    assert returned == ids[6:]  # every one handed back to be requeued
+    assert win.size == 6 and win.state is LaneState.BUSY
+    assert win.in_flight == 0 and win.on_return(ids[-1], served=6) is None  # unknown now
+    ids = fill(win, "b")
+    assert win.on_return(ids[-1], served=9) == ids[-1]
+    assert win.size == 5  # a later batch's return: at least -1
+
+
+def test_growth_to_target_survives_a_snapshot() -> None:
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=4)
+    ids = fill(win)
+    win.on_ack(ids[0], rt=0.01)
+    snap = pickle.loads(pickle.dumps(win.snapshot()))
+    back = AdaptiveWindow.from_snapshot(snap, FakeClock(3.0))
+    assert back.snapshot() == snap
+    assert [back.on_ack(tid, rt=0.01).window for tid in ids[1:]][-1] == 8  # type: ignore[union-attr]
+
+
 def test_one_slow_ack_spoils_the_rounds_increase() -> None:
     clock = FakeClock()
     win = make(clock, w_init=3)
@@ -246,7 +337,7 @@ def test_snapshot_survives_a_restart_on_another_clock() -> None:
 
 
 events = st.lists(
-    st.tuples(st.sampled_from(["send", "ack", "fail", "timeout"]), st.floats(0, 3)),
+    st.tuples(st.sampled_from(["send", "ack", "fail", "timeout", "return"]), st.floats(0, 3)),
     max_size=120,
 )
 
@@ -258,6 +349,7 @@ events = st.lists(
     init_off=st.integers(0, 6),
     fixed=st.booleans(),
     decrease=st.sampled_from(["one", "to_target"]),
+    growth=st.sampled_from(["one", "to_target"]),
     script=events,
 )
 def test_window_stays_in_bounds_under_any_events(
@@ -266,6 +358,7 @@ def test_window_stays_in_bounds_under_any_events(
     init_off: int,
     fixed: bool,
     decrease: str,
+    growth: str,
     script: list[tuple[str, float]],
 ) -> None:
     w_max = w_min + extra
@@ -279,6 +372,7 @@ def test_window_stays_in_bounds_under_any_events(
         w_init=min(w_max, w_min + init_off),
         rtt=rtt,
         slow_decrease=decrease,
+        growth=growth,
     )
     n = 0
     for kind, dt in script:
@@ -291,6 +385,8 @@ def test_window_stays_in_bounds_under_any_events(
             win.on_ack(ids[-1])
         elif ids and kind == "fail":
             win.on_fail(ids[0])
+        elif ids and kind == "return":
+            win.on_return(ids[-1], served=int(dt))
         elif ids:
             win.on_timeout(ids[0])
         assert w_min <= win.size <= w_max

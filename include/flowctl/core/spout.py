@@ -108,6 +108,7 @@ class Spout:
                 w_init=config.w_init,
                 rtt=self._estimator(),
                 slow_decrease=config.slow_decrease,
+                growth=config.growth,
             )
             for lane in range(config.lanes)
         ]
@@ -207,6 +208,7 @@ class Spout:
             raise ValueError(f"Spout.on_lane_results: lane must be in 0..{len(self._windows) - 1}")
         summary = ReportSummary(lane)
         holds: dict[tuple[str, int], tuple[int, float]] = {}
+        served = sum(1 for r in results if r.outcome in NOT_LOAD)  # within the lane's budget
         for r in results:
             flight = self._flights.get(r.tuple_id)
             if flight is None or flight.dispatch.lane != lane:
@@ -217,6 +219,11 @@ class Spout:
             if r.outcome is Outcome.FAILED:
                 self._fail(r.tuple_id, timeout=False)
                 summary.failed += 1
+                summary.requeued += 1
+                continue
+            if r.outcome is Outcome.RETURNED:
+                self._fail(r.tuple_id, timeout=False, served=served)
+                summary.returned += 1
                 summary.requeued += 1
                 continue
             del self._flights[r.tuple_id]
@@ -542,7 +549,11 @@ class Spout:
             return None
         return self._fail(tid, timeout=True)
 
-    def _fail(self, tuple_id: str, *, timeout: bool) -> TupleRange | None:
+    def _fail(
+        self, tuple_id: str, *, timeout: bool, served: int | None = None
+    ) -> TupleRange | None:
+        """Requeue a tuple for another lane: timed out, failed, or (``served`` given)
+        returned unprocessed by a lane whose time budget ran out after ``served`` tuples."""
         flight = self._flights.pop(tuple_id, None)
         if flight is None:
             return None
@@ -552,12 +563,17 @@ class Spout:
             window.on_timeout(tuple_id)
             self.counters["timed_out"] += 1
         else:
-            window.on_fail(tuple_id)
-            self.counters["failed"] += 1
+            if served is None:
+                window.on_fail(tuple_id)
+                self.counters["failed"] += 1
+            else:  # not a failure: no work lost, the lane was out of time (no rate cut)
+                window.on_return(tuple_id, served)
+                self.counters["returned"] += 1
             for event in self._acker.fail(flight.root):
                 if event.root != flight.root:
                     self._on_acker_event(event.kind, event.root)
-        self._halve_rate(lane)
+        if served is None:
+            self._halve_rate(lane)
         t = flight.dispatch.tuple
         self._retry.append((t, lane))
         self.counters["requeued"] += 1

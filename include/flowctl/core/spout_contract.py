@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from .dispatch import make_policy
 from .tuples import TupleRange
-from .window import SLOW_DECREASES
+from .window import GROWTHS, SLOW_DECREASES
 
 
 class Outcome(StrEnum):
@@ -25,6 +25,7 @@ class Outcome(StrEnum):
     FAILED = "failed"  # no outcome stored at all (read or store failed): dispatch again
     HELD = "held"  # a replayed record not eligible yet (backoff): read it again later
     POISON = "poison"  # every record proven poison (failed alone): all went to the DLQ
+    RETURNED = "returned"  # not started: the lane's time budget was spent; dispatch again
 
 
 #: Outcomes whose records were routed by the lane (the tuple is resolved, not requeued).
@@ -64,6 +65,7 @@ class SpoutConfig:
     tuple_timeout_s: float = 60.0
     linger_s: float = 1.0
     slow_decrease: str = "one"
+    growth: str = "one"
     replay_share: float = 0.5
 
     def __post_init__(self) -> None:
@@ -92,11 +94,12 @@ class SpoutConfig:
                 f"SpoutConfig.replay_share must be a number in (0, 1], got {self.replay_share!r}"
             )
         make_policy(self.policy)  # a clear error for an unknown name
-        if self.slow_decrease not in SLOW_DECREASES:
-            raise ValueError(
-                f"SpoutConfig.slow_decrease must be one of {', '.join(SLOW_DECREASES)}, "
-                f"got {self.slow_decrease!r}"
-            )
+        for name, allowed in (("slow_decrease", SLOW_DECREASES), ("growth", GROWTHS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"SpoutConfig.{name} must be one of {', '.join(allowed)}, "
+                    f"got {getattr(self, name)!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class ReportSummary:
     requeued: int = 0
     held: int = 0
     poison: int = 0
+    returned: int = 0
     stale: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -158,6 +162,7 @@ COUNTERS = (
     "records",
     "requeued",
     "held",
+    "returned",
     "replay_admitted",
     "gaps_admitted",
     "repeat_failures",

@@ -27,9 +27,22 @@ of every in-flight tuple:
   needs as many batches as the window is too large: measured under a 2x
   overload (bench/overload.py), a window of 50 tuples came down by one per
   12 s batch. Acks just over the threshold give the seed's -1 alone.
+  **beyond** the seed, selectable (``growth="to_target"``, the platform's default;
+  ``"one"`` is the seed's +1): a round of NORMAL acks in which the window was full
+  grows it to what the lane could serve within the threshold, by the same Little's
+  law on the NORMAL ack with the longest queue, at most doubling it per round and at
+  least +1. A window cut deep during a slowdown thus comes back in a few rounds once
+  the lane is fast again (TCP's slow start, with the measured room as its threshold)
+  instead of one tuple per micro-batch; in steady state (acks near the threshold)
+  the room is the window itself and the rule is the seed's +1.
 * fail or timeout -> BUSY, the window shrinks by one at once and the tuple is
   handed back so the caller requeues it at the front of the send buffer for a
   *different* lane (see :mod:`flowctl.core.spout`).
+* returned (**beyond** the seed): the lane passed its time budget in a batch before
+  it started the tuple and handed it back unprocessed -> BUSY, and the window is cut
+  at once to the tuples it did serve in that batch (at least -1, once per batch:
+  returns of tuples sent before the cut are the same signal). The tuple is requeued
+  for another lane like a failed one.
 
 A *round* starts with ``round_len = w`` and ends after ``round_len`` acks
 (NORMAL or SLOW). A fail or timeout changes ``w`` and starts a new round in
@@ -38,9 +51,10 @@ fail are echoes of the same overload).
 
 Acks are unordered: any ack frees a slot at once (unlike TCP's sliding
 window, nothing waits for an older tuple). Deliberately absent, as in the
-seed: slow start (a fresh lane is idle, not congested), ssthresh (exponential
-growth overshoots into SLOW) and fast retransmit (a failed tuple goes to
-another lane instead).
+seed: slow start for a fresh lane (it is idle, not congested; ``w_init`` is its
+share of the batch), a blind ssthresh (exponential growth overshoots into SLOW;
+``growth="to_target"`` doubles only up to the room the acks measured) and fast
+retransmit (a failed tuple goes to another lane instead).
 
 Driving it from a micro-batch source: per batch, ``free_slots`` says how many
 tuples the lane may take now; ``on_send`` each tuple given to it; when the
@@ -53,6 +67,7 @@ because a monotonic clock restarts with the process.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -71,6 +86,9 @@ class LaneState(StrEnum):
 
 #: How far one SLOW signal shrinks a window: the seed's one tuple, or to the target.
 SLOW_DECREASES = ("one", "to_target")
+#: How far a NORMAL, window-limited round grows a window: the seed's +1, or toward the
+#: room measured by Little's law (at most doubling).
+GROWTHS = ("one", "to_target")
 
 
 class WindowFullError(RuntimeError):
@@ -133,6 +151,8 @@ class WindowSnapshot:
     rtt: RttSnapshot
     slow_decrease: str = "one"
     round_target: tuple[int, int] | None = None
+    growth: str = "one"
+    round_room: tuple[int, int] | None = None
 
 
 def validate_bounds(w_min: int, w_max: int, w_init: int) -> None:
@@ -161,15 +181,20 @@ class AdaptiveWindow:
         w_init: int | None = None,
         rtt: RttEstimator | None = None,
         slow_decrease: str = "one",
+        growth: str = "one",
     ) -> None:
         w_init = w_min if w_init is None else w_init
         validate_bounds(w_min, w_max, w_init)
-        if slow_decrease not in SLOW_DECREASES:
-            raise ValueError(
-                f"AdaptiveWindow: slow_decrease must be one of {', '.join(SLOW_DECREASES)}, "
-                f"got {slow_decrease!r}"
-            )
+        for name, value, allowed in (
+            ("slow_decrease", slow_decrease, SLOW_DECREASES),
+            ("growth", growth, GROWTHS),
+        ):
+            if value not in allowed:
+                raise ValueError(
+                    f"AdaptiveWindow: {name} must be one of {', '.join(allowed)}, got {value!r}"
+                )
         self._slow_decrease = slow_decrease
+        self._growth = growth
         self.lane = lane
         self._clock = clock
         self._w_min = w_min
@@ -284,9 +309,13 @@ class AdaptiveWindow:
                     self._round_target = target
         else:
             self._state = LaneState.NORMAL
+            if self._growth == "to_target":
+                room = (sent.ahead, _littles_window(sent.ahead, threshold, rt, self._w_max))
+                if self._round_room is None or room[0] > self._round_room[0]:
+                    self._round_room = room
         if self._round_acks >= self._round_len:
             if self._round_all_normal and self._round_limited:
-                self._size = min(self._w_max, self._size + 1)
+                self._size = min(self._w_max, self._grown())
             if self._round_target is not None:
                 self._size = max(self._w_min, min(self._size, self._round_target[1]))
             self._rounds += 1
@@ -304,6 +333,20 @@ class AdaptiveWindow:
         """No outcome within the timeout: treated exactly like a fail (the seed's
         only fail is Storm's timeout)."""
         return self._busy(tuple_id)
+
+    def on_return(self, tuple_id: Hashable, served: int) -> Hashable | None:
+        """The lane handed ``tuple_id`` back unprocessed after ``served`` tuples of its
+        batch used up its time budget: BUSY, window cut to ``served`` (at least -1),
+        once per batch. Returns the tuple id to requeue, or None for an unknown tuple."""
+        sent = self._in_flight.pop(tuple_id, None)
+        if sent is None:
+            return None
+        self._state = LaneState.BUSY
+        if sent.send_no >= self._decreased_at_send:  # the batch's first return: cut once
+            self._size = max(self._w_min, min(self._size - 1, served))
+            self._decreased_at_send = self._sends
+            self._start_round(decreased=True)
+        return tuple_id
 
     # -- persistence -----------------------------------------------------
     def snapshot(self) -> WindowSnapshot:
@@ -330,6 +373,8 @@ class AdaptiveWindow:
             rtt=self._rtt.snapshot(),
             slow_decrease=self._slow_decrease,
             round_target=self._round_target,
+            growth=self._growth,
+            round_room=self._round_room,
         )
 
     @classmethod
@@ -344,6 +389,7 @@ class AdaptiveWindow:
             w_init=snap.size,
             rtt=RttEstimator.from_snapshot(snap.rtt),
             slow_decrease=snap.slow_decrease,
+            growth=snap.growth,
         )
         win._state = LaneState(snap.state)
         now = clock.now()
@@ -360,6 +406,7 @@ class AdaptiveWindow:
         win._sends = snap.sends
         win._decreased_at_send = snap.decreased_at_send
         win._round_target = snap.round_target
+        win._round_room = snap.round_room
         return win
 
     # -- internals -------------------------------------------------------
@@ -370,6 +417,13 @@ class AdaptiveWindow:
         self._round_decreased = decreased
         self._round_limited = len(self._in_flight) >= self._size
         self._round_target: tuple[int, int] | None = None  # (ahead, Little's-law window)
+        self._round_room: tuple[int, int] | None = None  # the same, from NORMAL acks
+
+    def _grown(self) -> int:
+        """The window after a NORMAL, window-limited round (see the module doc)."""
+        if self._round_room is None:
+            return self._size + 1
+        return max(self._size + 1, min(2 * self._size, self._round_room[1]))
 
     def _decrease(self) -> None:
         self._size = max(self._w_min, self._size - 1)
@@ -382,3 +436,11 @@ class AdaptiveWindow:
         self._decrease()
         self._start_round(decreased=True)
         return tuple_id
+
+
+def _littles_window(ahead: int, threshold: float, rt: float, w_max: int) -> int:
+    """Tuples a lane serves within ``threshold``, by Little's law from one ack: its queue
+    when sent (``ahead + 1``) over its ``rt``; ``w_max`` for an instant ack or while the
+    threshold is still unbounded (an adaptive estimate with no sample yet)."""
+    room = (ahead + 1) * threshold / rt if rt > 0 else math.inf
+    return w_max if room >= w_max else int(room)

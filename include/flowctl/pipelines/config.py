@@ -19,7 +19,7 @@ from typing import Any
 
 from flowctl.config import PROJECT_ROOT
 from flowctl.core.validation import InvalidValue, choice, integer, number
-from flowctl.core.window import SLOW_DECREASES
+from flowctl.core.window import GROWTHS, SLOW_DECREASES
 
 #: Where a bare pipeline name is looked up.
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
@@ -91,7 +91,11 @@ class FlowConfig:
     w_init: int | None = None
     rtt: str = "fixed"
     slow_decrease: str = "to_target"
+    growth: str = "to_target"
     latency_target_s: float = 2.0
+    #: A lane starts no new tuple once its batch has run this many ``latency_target_s``
+    #: (0 = no budget): the rest go back unstarted to other lanes.
+    lane_budget: float = 1.5
     rtt_min_threshold_s: float = 0.05
     dispatch: str = "round_robin"
     tuple_timeout_s: float = 20.0
@@ -109,6 +113,11 @@ class FlowConfig:
     backpressure_factor: float = 2.0
     admission_rate: float = 500.0
     metrics_window_s: float = 10.0
+
+    @property
+    def lane_budget_s(self) -> float | None:
+        """Seconds of a batch after which a lane starts no new tuple (``None``: no limit)."""
+        return self.lane_budget * self.latency_target_s if self.lane_budget > 0 else None
 
     @property
     def rtt_threshold_s(self) -> float | None:
@@ -369,7 +378,9 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         w_init=w_init,
         rtt=one_of("rtt", RTT_MODES),
         slow_decrease=one_of("slow_decrease", SLOW_DECREASES),
+        growth=one_of("growth", GROWTHS),
         latency_target_s=amount("latency_target_s", lo=0),
+        lane_budget=amount("lane_budget", lo=0, lo_open=False),
         rtt_min_threshold_s=amount("rtt_min_threshold_s", lo=0, lo_open=False),
         dispatch=one_of("dispatch", DISPATCH_POLICIES),
         tuple_timeout_s=amount("tuple_timeout_s", lo=0),

@@ -154,7 +154,9 @@ def run_lane(
         return result
 
     combine = combiner_of(definition)
-    done = process_tuples(part.entries, io.read(part.entries), process, backflow, combine)
+    done = process_tuples(
+        part.entries, io.read(part.entries), process, backflow, combine, flow.lane_budget_s
+    )
     route_records(done, io)
     append_outcomes(done, io.store, mrwq_namespace(config.name))
     write_feedback(io.store, settings.ns, part, done)
@@ -167,10 +169,16 @@ def process_tuples(
     process: Callable[[list[Any]], Any],
     backflow: Backflow,
     combine: Callable[[Sequence[Any]], Any],
+    budget_s: float | None = None,
 ) -> list[TupleDone]:
     """The tuple-processing step: each tuple's records through ``process``, in plan order.
 
     ``combine`` merges the results of a failing tuple's good parts (poison isolation).
+
+    Once the lane has worked ``budget_s`` on this batch it starts no new tuple: the rest
+    are ``returned`` unstarted, and the spout dispatches them again to other lanes, so a
+    lane that suddenly slows holds the batch for about its budget, not for its whole
+    window (docs/flow-control.md, "Lane time budget").
 
     A replay topic partition whose head record must wait longer than
     :data:`MAX_HOLD_WAIT_S` is held: its later records in this batch are held too (their
@@ -182,7 +190,9 @@ def process_tuples(
     for entry in entries:
         t = entry.tuple
         raw = fetched[t.id]
-        if isinstance(raw, Exception):
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            done.append(TupleDone(entry, Outcome.RETURNED, 0, time.monotonic() - started))
+        elif isinstance(raw, Exception):
             done.append(TupleDone(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
         elif not entry.replay:
             records = [

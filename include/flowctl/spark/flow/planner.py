@@ -349,11 +349,20 @@ class FlowPlanner:
         summary = self.spout.on_lane_results(lane, feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
-        if summary.requeued:
+        if summary.returned:
+            log.info(
+                "flow lane %d: time budget spent after %d tuple(s); %d returned unstarted, "
+                "dispatched again to other lanes (window now %d)",
+                lane,
+                summary.acked,
+                summary.returned,
+                self.spout.lane_gauges()[lane]["window"],
+            )
+        if summary.requeued > summary.returned:
             log.warning(
                 "flow lane %d: %d tuple(s) without an outcome, dispatched again to another lane",
                 lane,
-                summary.requeued,
+                summary.requeued - summary.returned,
             )
 
     def _durability(self) -> None:

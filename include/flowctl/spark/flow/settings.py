@@ -86,6 +86,7 @@ def spout_config(settings: FlowSettings, config: Any) -> SpoutConfig:
         rtt_threshold_s=f.rtt_threshold_s,
         rtt_min_threshold_s=f.rtt_min_threshold_s,
         slow_decrease=f.slow_decrease,
+        growth=f.growth,
         policy=f.dispatch,
         tuple_timeout_s=f.ack_timeout_s,
         linger_s=f.linger_s,
