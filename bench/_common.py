@@ -509,6 +509,7 @@ def drain_run(
     info["settings"] = settings_of(config)
     t0 = progress.samples[0][0] if progress.samples else 0.0
     info["series"] = [(round(t - t0, 2), n) for t, n in progress.samples]
+    info["series_t0"] = t0  # time.monotonic() of the series' 0 (for events timed by a caller)
     return (None if rate is None else round(rate)), info
 
 

@@ -10,7 +10,10 @@ directory (a job's driver and its Spark workers); does nothing unless asked:
 - ``FLOWCTL_BENCH_LANE_DELAY=MS,LANE,FACTOR``: the word count's
   ``count_values`` sleeps ``MS`` ms per record, ``FACTOR`` times longer in lane
   ``LANE`` (the flow lane, or the Spark partition of a plain job): an operator whose
-  time is waiting, identical in the flow-controlled job and the baseline.
+  time is waiting, identical in the flow-controlled job and the baseline;
+- ``FLOWCTL_BENCH_LANE_DRIFT=PATH`` (with the above): lane ``LANE`` is ``FACTOR`` times
+  slower only while the file ``PATH`` exists (``bench/drift.py`` creates and removes it:
+  a lane that slows down and recovers during one run).
 """
 
 import os
@@ -40,6 +43,7 @@ if os.environ.get("FLOWCTL_BENCH_LANE_DELAY"):
 
     _ms, _lane, _factor = os.environ["FLOWCTL_BENCH_LANE_DELAY"].split(",")
     _MS, _LANE, _FACTOR = float(_ms), int(_lane), float(_factor)
+    _DRIFT = os.environ.get("FLOWCTL_BENCH_LANE_DRIFT")
 
     def _lane_now():
         flow = sys.modules.get("flowctl.spark.flow.deadline")
@@ -63,7 +67,8 @@ if os.environ.get("FLOWCTL_BENCH_LANE_DELAY"):
             values = list(values)
             lane = _lane_now()
             if lane is not None:
-                factor = _FACTOR if lane == _LANE else 1.0
+                slowed = lane == _LANE and (_DRIFT is None or os.path.exists(_DRIFT))
+                factor = _FACTOR if slowed else 1.0
                 time.sleep(len(values) * _MS * factor / 1000.0)
             return _count_values(values)
 
