@@ -253,11 +253,12 @@ def _stream_counts(args: argparse.Namespace) -> int:
 
     from flowctl.adapters.db import engine_for
     from flowctl.pipelines.config import load_pipeline_config
+    from flowctl.pipelines.sinks import result_store
 
     config = load_pipeline_config(args.pipeline)
     engine = engine_for(_settings(args).resolved_database_url)
     with engine.connect() as conn:
-        stored = dict(config.load_definition().DEFINITION.stored(conn, config.name))
+        stored = dict(result_store(config).stored(conn, config.name))
     if all(isinstance(v, int) for v in stored.values()):  # a count per key (word count)
         _say(f"{sum(stored.values()):,d} counted, {len(stored):,d} distinct keys")
         for key, count in sorted(stored.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]:

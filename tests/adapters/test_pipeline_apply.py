@@ -1,7 +1,9 @@
 """Pipeline definitions on real services: ``apply``/``stored`` (SQLite, PostgreSQL), ingest (Tansu).
 
 ``apply`` runs in the caller's transaction (the flusher's); ``stored`` must
-read back exactly what ``reference`` computes over the same input.
+read back exactly what ``reference`` computes over the same input. Both come
+from :func:`~flowctl.pipelines.sinks.result_store`, as the flusher and reconcile
+get them: the shipped configs' ``[sink]`` sections, or the definition's own.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sqlalchemy as sa
@@ -17,12 +20,29 @@ from flowctl import loggen
 from flowctl.adapters import kafka_log, results, schema
 from flowctl.adapters.db import engine_for
 from flowctl.ingest import IngestRequest, ingest
-from flowctl.pipelines import logetl, wordcount
+from flowctl.pipelines import logetl
 from flowctl.pipelines.base import PoisonRecord, Record
-from flowctl.pipelines.config import resolve_path
+from flowctl.pipelines.config import load_pipeline_config, resolve_path
+from flowctl.pipelines.sinks import result_store
 from flowctl.textgen import zipf_lines
 
 pytestmark = pytest.mark.integration
+
+
+def _routed(name: str) -> SimpleNamespace:
+    """The shipped pipeline's process/reference with apply/stored as the flusher gets them."""
+    config = load_pipeline_config(name)
+    definition, store = config.load_definition().DEFINITION, result_store(config)
+    return SimpleNamespace(
+        process=definition.process,
+        reference=definition.reference,
+        apply=store.apply,
+        stored=store.stored,
+    )
+
+
+WORDCOUNT = _routed("wordcount")
+LOGETL = _routed("logetl")
 
 
 @pytest.fixture
@@ -46,7 +66,7 @@ def _tuples(topic: str, values: list[bytes], size: int) -> list[list[Record]]:
 def test_wordcount_apply_adds_tuple_results_and_stored_equals_reference(
     engine: sa.Engine,
 ) -> None:
-    definition = wordcount.DEFINITION
+    definition = WORDCOUNT
     values = [line.encode() for line in zipf_lines(1500, seed=4)]
     tuple_results = [definition.process(t) for t in _tuples("wc.eden", values, 100)]
     with engine.begin() as conn:
@@ -65,7 +85,7 @@ def test_wordcount_apply_adds_tuple_results_and_stored_equals_reference(
 def test_wordcount_apply_is_additive_and_merges_a_word_seen_in_several_results(
     engine: sa.Engine,
 ) -> None:
-    definition = wordcount.DEFINITION
+    definition = WORDCOUNT
     with engine.begin() as conn:
         assert definition.apply(conn, "wc", [{"a": 1, "b": 2}, {"a": 3}]) == 2
     with engine.begin() as conn:
@@ -77,10 +97,10 @@ def test_wordcount_apply_is_additive_and_merges_a_word_seen_in_several_results(
 
 def test_wordcount_apply_rolls_back_with_the_callers_transaction(engine: sa.Engine) -> None:
     with pytest.raises(RuntimeError, match="flush failed later"), engine.begin() as conn:
-        wordcount.DEFINITION.apply(conn, "wc", [{"a": 1}])
+        WORDCOUNT.apply(conn, "wc", [{"a": 1}])
         raise RuntimeError("flush failed later")
     with engine.connect() as conn:
-        assert wordcount.DEFINITION.stored(conn, "wc") == {}
+        assert WORDCOUNT.stored(conn, "wc") == {}
 
 
 # -- logetl -------------------------------------------------------------------------------------
@@ -102,7 +122,7 @@ def _logetl_results(values: list[bytes], size: int) -> list[list[dict]]:
 def test_logetl_stored_equals_reference_and_reapplying_creates_no_duplicates(
     engine: sa.Engine,
 ) -> None:
-    definition = logetl.DEFINITION
+    definition = LOGETL
     values = [
         line.encode() for line in loggen.access_log_lines(1200, seed=8, malformed_fraction=0.05)
     ]
@@ -131,7 +151,7 @@ def test_logetl_rows_round_trip_with_utc_times_and_enrichment(engine: sa.Engine)
     )
     result = logetl.DEFINITION.process([Record("logs.eden", 2, 99, 0, line.encode())])
     with engine.begin() as conn:
-        assert logetl.DEFINITION.apply(conn, "logs", [result]) == 1
+        assert LOGETL.apply(conn, "logs", [result]) == 1
     with engine.connect() as conn:
         row = conn.execute(sa.select(schema.log_events)).mappings().one()
     assert dict(row) == {
@@ -159,8 +179,8 @@ def test_logetl_same_offsets_in_another_pipeline_are_other_rows(engine: sa.Engin
     values = [line.encode() for line in loggen.access_log_lines(20, seed=2, malformed_fraction=0)]
     result = logetl.DEFINITION.process(_tuples("shared.eden", values, 20)[0])
     with engine.begin() as conn:
-        assert logetl.DEFINITION.apply(conn, "logs-a", [result]) == 20
-        assert logetl.DEFINITION.apply(conn, "logs-b", [result]) == 20
+        assert LOGETL.apply(conn, "logs-a", [result]) == 20
+        assert LOGETL.apply(conn, "logs-b", [result]) == 20
     with engine.connect() as conn:
         assert logetl.DEFINITION.stored(conn, "logs-a")["rows"] == 20
         assert logetl.DEFINITION.stored(conn, "logs-b")["rows"] == 20
@@ -188,7 +208,7 @@ def test_logetl_apply_refuses_bad_rows_and_writes_nothing(
     )
     bad = [good[0], {**good[1], **change}]
     with pytest.raises(ValueError, match=message), engine.begin() as conn:
-        logetl.DEFINITION.apply(conn, "logs", [bad])
+        LOGETL.apply(conn, "logs", [bad])
     with engine.connect() as conn:
         assert logetl.DEFINITION.stored(conn, "logs")["rows"] == 0
 

@@ -15,7 +15,9 @@ from flowctl.adapters import applied
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import ensure_schema, word_counts
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.wordcount import DEFINITION, apply_records
+from flowctl.pipelines.config import load_pipeline_config
+from flowctl.pipelines.sinks import result_store
+from flowctl.pipelines.wordcount import apply_records
 from flowctl.spark.reconcile import (
     COUNTED,
     DLQ,
@@ -32,6 +34,8 @@ from flowctl.spark.reconcile import (
 )
 
 EDEN = "wordcount.eden"
+#: The word count's apply/stored, routed as the flusher and reconcile route them ([sink]).
+WORDCOUNT = result_store(load_pipeline_config("wordcount"))
 
 
 def test_classifier_follows_rows_then_the_checkpoint() -> None:
@@ -104,7 +108,7 @@ class _FlushingDuringRead:
             apply_records(other, pipeline, [(EDEN, 0, 3, b"late words")])
         finally:
             other.dispose()
-        return DEFINITION.stored(conn, pipeline)
+        return WORDCOUNT.stored(conn, pipeline)
 
 
 def test_the_snapshot_is_one_consistent_cut(database_url: str) -> None:

@@ -25,7 +25,9 @@ from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import ensure_schema, word_counts
 from flowctl.config import Settings
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.wordcount import DEFINITION, apply_records, count_values
+from flowctl.pipelines.config import load_pipeline_config
+from flowctl.pipelines.sinks import result_store
+from flowctl.pipelines.wordcount import apply_records, count_values
 from flowctl.textgen import zipf_lines
 
 pytestmark = [
@@ -38,6 +40,8 @@ pytestmark = [
 
 PIPELINE = "rcwords"
 EDEN = "rcwords.eden"
+#: The word count's apply/stored, routed as the flusher and reconcile route them ([sink]).
+WORDCOUNT = result_store(load_pipeline_config("wordcount"))
 
 
 @pytest.fixture
@@ -91,10 +95,10 @@ def _durable_state(url: str, logs: dict[int, list[bytes]]) -> Counter[str]:
             assert applied.claim(
                 conn, PIPELINE, [applied.Claim(dlq, "dlq"), applied.Claim(beyond, "applied")]
             ) == [True, True]
-            DEFINITION.apply(conn, PIPELINE, [count_values(values[beyond.start : beyond.end])])
+            WORDCOUNT.apply(conn, PIPELINE, [count_values(values[beyond.start : beyond.end])])
             applied.claim(conn, PIPELINE, [applied.Claim(replayed, "replayed")])
             assert applied.claim(conn, PIPELINE, [applied.Claim(back, "applied", replay=True)])
-            DEFINITION.apply(conn, PIPELINE, [count_values([values[back.start]])])
+            WORDCOUNT.apply(conn, PIPELINE, [count_values([values[back.start]])])
             applied.advance_checkpoint(conn, PIPELINE, [(EDEN, p)])
         expected.update(count_values(values[beyond.start : beyond.end]))
         expected.update(count_values([values[back.start]]))

@@ -61,7 +61,8 @@ WAIT_S = 240.0  # every wait of this test is bounded by this; the test then fail
 
 
 class SlowWordCount:
-    """The word count, every tuple taking :data:`SLOW_S`: a lane has a fixed capacity."""
+    """The word count, every tuple taking :data:`SLOW_S`: a lane has a fixed capacity (the
+    shipped config's ``[sink]``, kept by :func:`_write_config`, stores the counts)."""
 
     name = "wordcount"
 
@@ -71,20 +72,10 @@ class SlowWordCount:
         time.sleep(SLOW_S)
         return WORDCOUNT.process(records)
 
-    def apply(self, conn, pipeline, results):  # type: ignore[no-untyped-def]
-        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
-
-        return WORDCOUNT.apply(conn, pipeline, results)
-
     def reference(self, values):  # type: ignore[no-untyped-def]
         from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
 
         return WORDCOUNT.reference(values)
-
-    def stored(self, conn, pipeline):  # type: ignore[no-untyped-def]
-        from flowctl.pipelines.wordcount import DEFINITION as WORDCOUNT
-
-        return WORDCOUNT.stored(conn, pipeline)
 
 
 DEFINITION = SlowWordCount()

@@ -11,11 +11,15 @@ from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import engine_for
 from flowctl.cli import main
 from flowctl.config import Settings
-from flowctl.pipelines.config import PIPELINES_DIR
-from flowctl.pipelines.wordcount import DEFINITION, count_words
+from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
+from flowctl.pipelines.sinks import result_store
+from flowctl.pipelines.wordcount import count_words
 from flowctl.textgen import zipf_lines
 
 pytestmark = pytest.mark.integration
+
+#: The word count's apply/stored, routed as the flusher and reconcile route them ([sink]).
+WORDCOUNT = result_store(load_pipeline_config("wordcount"))
 
 
 @pytest.fixture
@@ -58,7 +62,7 @@ def test_stream_list_stop_and_counts(cli_env: str, capsys: pytest.CaptureFixture
     plane.set_state("wordcount-blue-t1", "ACTIVE")
     expected = count_words(zipf_lines(50, seed=3))
     with engine_for(cli_env).begin() as conn:
-        DEFINITION.apply(conn, "wordcount", [dict(expected)])
+        WORDCOUNT.apply(conn, "wordcount", [dict(expected)])
 
     assert main(["stream", "list"]) == 0
     assert "wordcount-blue-t1  ACTIVE" in capsys.readouterr().out

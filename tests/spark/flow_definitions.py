@@ -1,8 +1,9 @@
 """Pipeline definitions for the flow-controlled topology's tests (never shipped).
 
 Both wrap the word count so results are checked against :func:`count_words`; a config
-file names the modules :mod:`tests.spark.flow_def_poison` and
-:mod:`tests.spark.flow_def_slow`, whose ``DEFINITION`` they are:
+file (derived from the shipped wordcount one, whose ``[sink]`` stores the results) names
+the modules :mod:`tests.spark.flow_def_poison` and :mod:`tests.spark.flow_def_slow`,
+whose ``DEFINITION`` they are:
 
 - :class:`Poisonous`: a record whose text contains ``POISON`` raises
   :class:`~flowctl.pipelines.base.PoisonRecord` (naming its offset), so it must end in
@@ -31,18 +32,13 @@ SLEEPY_S = 2.0
 
 
 class _Wrapped:
-    """The word count's apply/reference/stored around another ``process``."""
+    """The word count's reference around another ``process`` (no apply/stored: the
+    config's ``[sink]`` provides them)."""
 
     name = "wordcount"
 
-    def apply(self, conn: Any, pipeline: str, results: Sequence[Any]) -> int:
-        return WORDCOUNT.apply(conn, pipeline, results)
-
     def reference(self, values: Iterable[bytes | None]) -> Mapping[str, Any]:
         return WORDCOUNT.reference(values)
-
-    def stored(self, conn: Any, pipeline: str) -> Mapping[str, Any]:
-        return WORDCOUNT.stored(conn, pipeline)
 
 
 class Poisonous(_Wrapped):

@@ -9,7 +9,12 @@ import pytest
 
 from flowctl.core.spout_contract import Dispatch, Outcome
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.config import FlowConfig, PipelineConfigError, load_pipeline_config
+from flowctl.pipelines.config import (
+    FlowConfig,
+    PipelineConfigError,
+    load_pipeline_config,
+    resolve_path,
+)
 from flowctl.spark.flow.channels import LaneFeedback
 from flowctl.spark.flow.plan import decode_plan, encode_plan, encode_warmup, initial_offset
 from flowctl.spark.flow.settings import FlowSettings, spout_config
@@ -118,9 +123,16 @@ def test_bad_flow_values_name_the_field(tmp_path: Path, flow: str, message: str)
         load_pipeline_config(_config(tmp_path, flow))
 
 
-def _pipeline(tmp_path: Path, mode: str, definition: str = "flowctl.pipelines.wordcount") -> str:
+def _pipeline(
+    tmp_path: Path, mode: str, definition: str = "flowctl.pipelines.wordcount", sink: bool = True
+) -> str:
+    """A minimal config; ``sink``: with the shipped word count's ``[sink]`` (where results go)."""
+    shipped = resolve_path("wordcount").read_text()
+    block = shipped[shipped.index("[sink]\n") : shipped.index("[topics]\n")] if sink else ""
     path = tmp_path / "jobdemo.toml"
-    path.write_text(f'name = "jobdemo"\ndefinition = "{definition}"\n[flow]\nmode = "{mode}"\n')
+    path.write_text(
+        f'name = "jobdemo"\ndefinition = "{definition}"\n{block}[flow]\nmode = "{mode}"\n'
+    )
     return str(path)
 
 
@@ -145,6 +157,17 @@ def test_the_config_mode_picks_the_job_and_standby_needs_flow(tmp_path: Path) ->
     logetl = _pipeline(tmp_path, "plain", "flowctl.pipelines.logetl")
     with pytest.raises(ValueError, match=r"flow\.mode='plain' runs the word count only"):
         make_job(parse_args(["--pipeline-config", logetl]), settings)
+
+
+def test_a_flow_job_without_apply_or_sink_is_refused_before_it_starts(tmp_path: Path) -> None:
+    from flowctl.config import Settings
+    from flowctl.spark.entry import make_job
+    from flowctl.spark.job import parse_args
+
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    config = _pipeline(tmp_path, "flow", sink=False)
+    with pytest.raises(PipelineConfigError, match=r"jobdemo\.toml: definition=.* has no apply\(\)"):
+        make_job(parse_args(["--pipeline-config", config]), settings)
 
 
 def test_a_definition_module_without_definition_is_named(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from flowctl.pipelines import wordcount
 from flowctl.pipelines.base import Record
 from flowctl.pipelines.config import load_pipeline_config
+from flowctl.pipelines.sinks import result_store
 from flowctl.textgen import zipf_lines
 
 DEFINITION = wordcount.DEFINITION
@@ -83,6 +84,7 @@ def test_demo_text_counts_the_same_either_way() -> None:
     ],
 )
 def test_apply_refuses_results_that_are_not_word_counts(result: object, message: str) -> None:
-    # Validation happens before any SQL, so no connection is needed to see it refuse.
+    # The config's [sink] checks before any SQL, so no connection is needed to see it refuse.
+    apply = result_store(load_pipeline_config("wordcount")).apply
     with pytest.raises(ValueError, match=message):
-        DEFINITION.apply(None, "wordcount", [{"ok": 1}, result])  # type: ignore[arg-type]
+        apply(None, "wordcount", [{"ok": 1}, result])

@@ -20,10 +20,9 @@ Two entry points:
   already raises :class:`PartialOverlap`, and the caller falls back to
   :func:`apply_new_records`.
 
-It also holds the result-table SQL of the pipeline definitions
-(:mod:`flowctl.pipelines`), which stay free of I/O: :func:`add_counts` and
-:func:`stored_word_counts` for word count, :func:`apply_log_events` and
-:func:`stored_log_events` for log ETL, each in the caller's transaction.
+The flow-controlled topologies write their results through declarative sinks
+(:mod:`flowctl.adapters.sink_sql`); :func:`word_counts` and :func:`total` read
+``word_counts`` whichever path wrote it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -269,32 +267,3 @@ def total(url_or_engine: str | sa.Engine, pipeline: str) -> int:
     engine = engine_for(url_or_engine)
     query = sa.select(sa.func.coalesce(sa.func.sum(w.c.count), 0)).where(w.c.pipeline == pipeline)
     return int(in_transaction(engine, lambda c: c.execute(query).scalar(), what="reading total"))
-
-
-def apply_log_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Insert ``log_events`` rows, ignoring keys already stored; return the rows inserted.
-
-    Each row holds every column (the log-ETL pipeline builds and checks them);
-    the key is ``(pipeline, topic, partition, offset)``, so a row applied twice
-    is stored once.
-    """
-    if not rows:
-        return 0
-    e = schema.log_events
-    stmt = (
-        dialect_insert(conn)(e)
-        .on_conflict_do_nothing(index_elements=["pipeline", "topic", "partition", "offset"])
-        .returning(e.c.offset)
-    )
-    return len(conn.execute(stmt, list(rows)).all())
-
-
-def stored_log_events(conn: sa.Connection, pipeline: str) -> dict[str, int]:
-    """The pipeline's ``log_events`` rows per status class, read in the caller's transaction."""
-    e = schema.log_events
-    query = (
-        sa.select(e.c.status_class, sa.func.count())
-        .where(e.c.pipeline == pipeline)
-        .group_by(e.c.status_class)
-    )
-    return {cls: int(n) for cls, n in conn.execute(query).all()}

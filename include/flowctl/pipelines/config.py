@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.sink_rules import SinkSpec, parse_sink
 from flowctl.core.validation import InvalidValue, choice, integer, number
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
 
@@ -142,6 +143,9 @@ class PipelineConfig:
     source: Path
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
+    #: The ``[sink]`` section (``None``: the definition brings ``apply``/``stored``); see
+    #: :func:`flowctl.pipelines.sinks.result_store`.
+    sink: SinkSpec | None = None
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -175,7 +179,7 @@ class PipelineConfig:
 
 
 _KNOWN = {
-    "": {"name", "definition", "topics", "stream", "scaling", "flow"},
+    "": {"name", "definition", "topics", "stream", "scaling", "flow", "sink"},
     "topics": {"eden", "partitions"},
     "stream": {
         "parallelism",
@@ -273,6 +277,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
     scaling = _parse_scaling(raw.get("scaling", {}))
     flow = _parse_flow(raw.get("flow", {}))
+    sink = parse_sink(raw["sink"]) if "sink" in raw else None  # checks its own keys
     return PipelineConfig(
         name=name,
         definition=definition,
@@ -287,6 +292,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         source=path,
         scaling=scaling,
         flow=flow,
+        sink=sink,
     )
 
 

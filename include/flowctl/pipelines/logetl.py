@@ -28,7 +28,11 @@ Enrichment, computed once here so every consumer of ``log_events`` agrees:
 
 Rows are keyed by the line's Kafka coordinates ``(pipeline, topic, partition,
 offset)`` and inserted with insert-or-ignore, so applying a tuple twice cannot
-duplicate a row even if a caller slips.
+duplicate a row even if a caller slips. The definition writes no SQL for it:
+``include/pipelines/logetl.toml`` declares the ``log_events`` table, its column
+types and the ``insert`` rule (:mod:`flowctl.pipelines.sinks`), which check every
+row before any is written. Only the reconcile summary is the definition's own
+(:meth:`LogEtlDefinition.stored`: rows per status class, counted by the database).
 """
 
 from __future__ import annotations
@@ -346,52 +350,8 @@ def parse_values(values: Iterable[bytes | str | None]) -> Iterator[LogEvent | Po
 
 # -- the definition ---------------------------------------------------------------------------
 
-_ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "topic": (str,),
-    "partition": (int,),
-    "offset": (int,),
-    "ts": (str,),
-    "ip": (str,),
-    "ip_prefix": (str,),
-    "remote_user": (str, type(None)),
-    "method": (str,),
-    "path": (str,),
-    "protocol": (str,),
-    "status": (int,),
-    "status_class": (str,),
-    "bytes": (int,),
-    "referer": (str, type(None)),
-    "user_agent": (str, type(None)),
-    "is_bot": (bool,),
-}
-
-
-def _db_row(pipeline: str, row: Any) -> dict[str, Any]:
-    """A tuple result's row, checked, as ``log_events`` parameters.
-
-    Results come back from memcached as JSON: a corrupted or foreign item
-    must fail the flush with a message naming the field, not write nonsense.
-    """
-    if not isinstance(row, Mapping):
-        raise ValueError(f"logetl result row={row!r} is not a mapping")
-    where = f"{row.get('topic')}/{row.get('partition')}@{row.get('offset')}"
-    if set(row) != set(_ROW_FIELDS):
-        raise ValueError(
-            f"logetl result row {where}: fields {sorted(row)} are not {sorted(_ROW_FIELDS)}"
-        )
-    for field, kinds in _ROW_FIELDS.items():
-        value = row[field]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ValueError(f"logetl result row {where}: {field}={value!r} has the wrong type")
-    if row["offset"] < 0 or row["partition"] < 0:
-        raise ValueError(f"logetl result row {where}: negative partition or offset")
-    try:
-        ts = dt.datetime.fromisoformat(row["ts"])
-    except ValueError:
-        raise ValueError(f"logetl result row {where}: ts={row['ts']!r} is not ISO 8601") from None
-    if ts.tzinfo is None:
-        raise ValueError(f"logetl result row {where}: ts={row['ts']!r} has no time zone")
-    return {**row, "pipeline": pipeline, "ts": ts}
+#: The table ``include/pipelines/logetl.toml``'s ``[sink]`` writes (read by :meth:`stored`).
+TABLE = "log_events"
 
 
 def _summary(classes: Mapping[str, int]) -> dict[str, Any]:
@@ -429,21 +389,6 @@ class LogEtlDefinition:
             rows.extend(result)
         return rows
 
-    def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
-        """Insert the rows of ``results``, ignoring keys already stored; return rows inserted."""
-        rows: dict[tuple[str, int, int], dict[str, Any]] = {}
-        for result in results:
-            if not isinstance(result, list):
-                raise ValueError(f"logetl result={result!r} is not a list of rows")
-            for row in result:
-                params = _db_row(pipeline, row)
-                rows.setdefault((params["topic"], params["partition"], params["offset"]), params)
-        if not rows:
-            return 0
-        from flowctl.adapters import results as sink
-
-        return sink.apply_log_events(conn, list(rows.values()))
-
     def reference(self, values: Iterable[bytes | None]) -> dict[str, Any]:
         """Rows per status class of the lines that parse (malformed ones go to the DLQ)."""
         classes: Counter[str] = Counter()
@@ -454,9 +399,9 @@ class LogEtlDefinition:
 
     def stored(self, conn: Connection, pipeline: str) -> dict[str, Any]:
         """Rows per status class in ``log_events``, shaped like :meth:`reference`."""
-        from flowctl.adapters import results as sink
+        from flowctl.adapters import sink_sql
 
-        return _summary(sink.stored_log_events(conn, pipeline))
+        return _summary(sink_sql.count_by(conn, TABLE, pipeline, "status_class"))
 
 
 DEFINITION = LogEtlDefinition()

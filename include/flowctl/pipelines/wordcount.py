@@ -11,9 +11,11 @@ equal it exactly.
 
 :data:`DEFINITION` runs the pipeline in a flow-controlled topology (see
 :mod:`flowctl.pipelines.base`): a tuple's result is its ``{word: count}``
-dict, and applying results adds them to the ``word_counts`` table with the
-same upsert the direct sink uses (:mod:`flowctl.adapters.results`), so both
-paths store identical numbers.
+dict. It writes no SQL: ``include/pipelines/wordcount.toml`` declares the
+``word_counts`` table with the ``sum`` rule (:mod:`flowctl.pipelines.sinks`),
+whose upsert adds counts exactly as the direct sink's does
+(:func:`flowctl.adapters.results.add_counts`), so both paths store identical
+numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flowctl.pipelines.base import Connection, Record
+    from flowctl.pipelines.base import Record
 
 NAME = "wordcount"
 
@@ -114,30 +116,9 @@ class WordCountDefinition:
             total.update(_checked_counts(result))
         return dict(total)
 
-    def apply(self, conn: Connection, pipeline: str, results: Sequence[Any]) -> int:
-        """Add the results' counts to ``word_counts``; return the number of words touched.
-
-        The results are summed first, so each word is one upsert (PostgreSQL
-        refuses to update a row twice in one statement).
-        """
-        from flowctl.adapters import results as sink
-
-        total: Counter[str] = Counter()
-        for result in results:
-            total.update(_checked_counts(result))
-        # The very upsert the direct sink runs (one statement for both dialects).
-        sink.add_counts(conn, pipeline, total)
-        return len(total)
-
     def reference(self, values: Iterable[bytes | None]) -> dict[str, int]:
         """Word counts of the whole input (what ``word_counts`` must hold)."""
         return dict(count_values(values))
-
-    def stored(self, conn: Connection, pipeline: str) -> dict[str, int]:
-        """``word_counts`` of ``pipeline``, shaped like :meth:`reference`."""
-        from flowctl.adapters import results as sink
-
-        return sink.stored_word_counts(conn, pipeline)
 
 
 DEFINITION = WordCountDefinition()

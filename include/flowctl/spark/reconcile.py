@@ -171,11 +171,15 @@ def compare(
     return len(keys), [(k, reference.get(k), stored.get(k)) for k in keys[:first_n]]
 
 
-def read_snapshot(database_url: str, pipeline: str, topic: str, definition: Any) -> Snapshot:
-    """Checkpoints, durable rows and stored results in ONE repeatable-read transaction."""
+def read_snapshot(database_url: str, pipeline: str, topic: str, store: Any) -> Snapshot:
+    """Checkpoints, durable rows and stored results in ONE repeatable-read transaction.
+
+    ``store`` is anything with ``stored(conn, pipeline)``: a
+    :class:`~flowctl.pipelines.sinks.ResultStore` (the definition's own or its ``[sink]``'s).
+    """
     from flowctl.adapters.durable_cut import read_durable_cut
 
-    return Snapshot(*read_durable_cut(database_url, pipeline, topic, definition.stored))
+    return Snapshot(*read_durable_cut(database_url, pipeline, topic, store.stored))
 
 
 def _reference_of_chunks(
@@ -224,11 +228,13 @@ def reconcile(
 ) -> ReconcileReport:
     """Compare the durable reference with the stored results; a report, never a raise."""
     from flowctl.pipelines.config import load_pipeline_config
+    from flowctl.pipelines.sinks import result_store
 
     config = load_pipeline_config(pipeline_config)
     module = config.load_definition()
     definition = module.DEFINITION
-    snapshot = read_snapshot(database_url, config.name, config.eden_topic, definition)
+    store = result_store(config, definition)  # stored: the definition's own or its [sink]'s
+    snapshot = read_snapshot(database_url, config.name, config.eden_topic, store)
     chunks = plan_chunks(config.eden_topic, snapshot, chunk_records)
     log.info(
         "reconciling %s: %d chunks over %d partitions of %s; checkpoints %s",

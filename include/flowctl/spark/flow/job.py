@@ -33,6 +33,7 @@ from typing import Any
 
 from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
+from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
 from flowctl.spark.flow.lane import WARMUP
@@ -67,8 +68,10 @@ class FlowStreamJob(StreamJob):
         if not callable(getattr(self.definition, "process", None)):
             raise ValueError(
                 f"{self.config.source}: definition={self.config.definition!r} has no DEFINITION "
-                f"with process(records) and apply(conn, pipeline, results)"
+                f"with process(records)"
             )
+        # The definition's apply, else its [sink]'s: refused here, before anything starts.
+        self.results = result_store(self.config, self.definition)
         self.memcached = settings.memcached_address
         self.store = MemcachedStore(self.memcached)
         self.ns = channels.namespace(self.topology_id)
@@ -187,7 +190,7 @@ class FlowStreamJob(StreamJob):
                 self.store,
                 self.database_url,
                 self.config.name,
-                self.definition.apply,
+                self.results.apply,
                 policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
                 gap_grace_s=self.flow.gap_grace_s,
             )
