@@ -15,6 +15,7 @@ from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.adapters.schema import utcnow
+from flowctl.core.scaling import Decision
 
 PIPELINE = "wordcount"
 BLUE = "wordcount-blue-1"
@@ -31,6 +32,21 @@ RECORDS_PER_S = 4321.5
 PAUSE_MS = 321.0
 DUPLICATES = 7
 DLQ_TOTAL = 17
+
+
+#: What the sensor saw when it decided the seeded replacement (shown on the page).
+DECISION = Decision(
+    "up",
+    2,
+    4,
+    "scale up 2 -> 4: failNum=6, E(M)=2, S^2=5, C=4",
+    "load",
+    mean=2.0,
+    s2=5.0,
+    threshold_c=4.0,
+    policy="adaptive",
+    figures={"fail_num": 6, "saturation": 0.93, "backlog": 12000, "backlog_delta": 3000},
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,7 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
         2,
         4,
         "scale up 2 -> 4: failNum=6, E(M)=2, S^2=5, C=4",
-        decision={"direction": "up", "threshold_c": 4.0},
+        decision=DECISION,
         started_at=window(3)[1],
         ready_at=window(3)[1] + dt.timedelta(seconds=4),
         deactivated_at=window(3)[1] + dt.timedelta(seconds=4.1),

@@ -280,7 +280,7 @@ def test_replacements_carry_steps_pause_and_duplicates(
         data.DUPLICATES,
         "ok",
     )
-    assert event["decision"] == {"direction": "up", "threshold_c": 4.0}
+    assert event["decision"] == data.DECISION.to_dict()
     assert math.isclose(event["duration_s"], 6.5)
 
 

@@ -133,6 +133,9 @@ def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str
     assert cards["topology"] == data.GREEN
     assert f"{data.BLUE} → {data.GREEN}" in dom  # the replacement row
     assert ">321<" in dom  # its pause in ms
+    # what the sensor saw when it decided: the dispersion, utilisation and backlog
+    assert "adaptive policy, cause load · E(M) 2, S² 5 (C 4)" in dom
+    assert "utilisation 93% · backlog 12000 (+3000)" in dom
     assert dom.count('class="state BUSY"') == 1  # one busy lane in the latest window
     assert "<svg" in dom and "polyline" in dom
     assert (ARTIFACTS / "metrics_page.png").stat().st_size > 10_000

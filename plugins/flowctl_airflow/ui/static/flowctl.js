@@ -474,13 +474,30 @@
     box.replaceChildren(...parts);
   }
 
+  // The figures a scaling decision was taken on (Decision.to_dict()); none for a
+  // replacement triggered by hand.
+  function sensorSaw(d) {
+    if (!d || !d.policy) return "– (triggered by hand)";
+    const f = d.figures || {};
+    const parts = [`${d.policy} policy, cause ${d.cause}`];
+    parts.push(`E(M) ${fmt(d.mean)}, S² ${fmt(d.s2)} (C ${fmt(d.threshold_c)})`);
+    if (f.fail_num != null) parts.push(`failed ${fmt(f.fail_num)}`);
+    if (f.saturation != null) parts.push(`utilisation ${fmt(100 * f.saturation, 0)}%`);
+    if (f.backlog != null) {
+      const delta = f.backlog_delta == null ? "" : ` (${f.backlog_delta >= 0 ? "+" : ""}${fmt(f.backlog_delta, 0)})`;
+      parts.push(`backlog ${fmt(f.backlog, 0)}${delta}`);
+    }
+    if (f.ds2_target != null) parts.push(`DS2 target ${fmt(f.ds2_target, 0)}`);
+    return parts.join(" · ");
+  }
+
   function drawReplacements(replacements) {
     const box = $("replacements");
     const rows = replacements.replacements.slice().reverse();
     if (!rows.length) return box.replaceChildren(html("p", { class: "muted" }, "no replacements yet"));
     box.replaceChildren(
       table(
-        [["started"], ["old → new"], ["parallelism"], ["outcome"], ["pause ms", true], ["duplicates", true], ["took s", true], ["reason / error"]],
+        [["started"], ["old → new"], ["parallelism"], ["outcome"], ["pause ms", true], ["duplicates", true], ["took s", true], ["what the sensor saw"], ["reason / error"]],
         rows.map((r) => [
           [new Date(Date.parse(r.started_at)).toLocaleString()],
           [html("span", { title: `${r.old_topology_id} → ${r.new_topology_id || "–"}` }, `${shortId(r.old_topology_id)} → ${r.new_topology_id ? shortId(r.new_topology_id) : "–"}`)],
@@ -489,6 +506,7 @@
           [fmt(r.pause_ms), true],
           [fmt(r.duplicates), true],
           [fmt(r.duration_s), true],
+          [sensorSaw(r.decision)],
           [r.error ? `${r.reason} — ${r.error}` : r.reason],
         ]),
       ),
