@@ -129,10 +129,16 @@ def pipeline_config(
     partitions: int = 4,
     stream: Mapping[str, object] | None = None,
     flow: Mapping[str, object] | None = None,
+    scaling: Mapping[str, object] | None = None,
 ) -> Path:
     """The shipped config ``shipped`` (word count by default) renamed ``name``, with another
-    ``definition`` module if given and ``[stream]``/``[flow]`` overrides."""
-    sections = {"topics": {"partitions": partitions}, "stream": stream or {}, "flow": flow or {}}
+    ``definition`` module if given and ``[stream]``/``[flow]``/``[scaling]`` overrides."""
+    sections = {
+        "topics": {"partitions": partitions},
+        "stream": stream or {},
+        "flow": flow or {},
+        "scaling": scaling or {},
+    }
     return derive_config(directory, name, shipped=shipped, definition=definition, sections=sections)
 
 
