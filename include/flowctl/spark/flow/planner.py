@@ -24,6 +24,7 @@ from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
 from flowctl.core.spout import Spout
 from flowctl.core.spout_contract import Dispatch
+from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState
@@ -73,6 +74,10 @@ class KafkaEnds:
             except Exception:
                 log.debug("closing the planner consumer failed", exc_info=True)
             self._consumer = None
+
+
+#: How often the planning cost per batch is logged (seconds).
+PLANNING_LOG_EVERY_S = 30.0
 
 
 def _ensure_logging() -> None:
@@ -139,6 +144,9 @@ class FlowPlanner:
         self._last_window_log = -1e9
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
+        #: Planning cost per batch and phase (logged with the job's status).
+        self.timings = PhaseTimings(self.clock)
+        self._last_timings_log = self.clock.now()
 
     def _new_chain(self) -> BackpressureChain:
         f = self.flow
@@ -232,26 +240,35 @@ class FlowPlanner:
         """Feedback, durability, backpressure, then admission; returns the batch's plan
         (or ``start`` itself when nothing is admitted: Spark then runs no batch)."""
         self.seq = max(self.seq, int(start.get("seq", 0)))
-        self._read_control()
+        self.timings.begin()
+        timed = self.timings.phase
+        with timed("control"):
+            self._read_control()
         if self.spout is None:
             self.spout = self.build_spout()
-        self._collect_feedback()
-        self.spout.expire()
-        self._durability()
-        latest = self.ends.latest_offsets(self.settings.topic)
+        with timed("feedback"):
+            self._collect_feedback()
+            self.spout.expire()
+        with timed("durability"):
+            self._durability()
+        with timed("log_ends"):
+            latest = self.ends.latest_offsets(self.settings.topic)
         self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
-        persist_len = self._mrwq_length()
-        levels = self._backpressure(persist_len)
-        dispatches = self._admit() if self.admit else []
-        self.metrics.record(
-            self.spout,
-            self._latest,
-            levels,
-            persist_len,
-            now=self.clock.now(),
-            wall_offset=time.time() - self.clock.now(),
-        )
-        self._publish_state(persist_len, levels)
+        with timed("backpressure"):
+            persist_len = self._mrwq_length()
+            levels = self._backpressure(persist_len)
+        with timed("admit"):
+            dispatches = self._admit() if self.admit else []
+        with timed("metrics"):
+            self.metrics.record(
+                self.spout,
+                self._latest,
+                levels,
+                persist_len,
+                now=self.clock.now(),
+                wall_offset=time.time() - self.clock.now(),
+            )
+            self._publish_state(persist_len, levels)
         if not dispatches:
             warmup = self._warmup_plan() if not self.activated else None
             return dict(start) if warmup is None else warmup
@@ -259,6 +276,28 @@ class FlowPlanner:
         self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
         self._log_windows(len(dispatches))
         return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
+
+    def planned(self, plan: Mapping[str, Any], partitions_ms: float) -> None:
+        """Spark split ``plan`` into lane partitions in ``partitions_ms``: the batch's
+        planning is complete. Every ``PLANNING_LOG_EVERY_S`` the cost is logged."""
+        self.timings.add("partitions", partitions_ms)
+        self.timings.end_batch()
+        now = self.clock.now()
+        if now - self._last_timings_log < PLANNING_LOG_EVERY_S:
+            return
+        self._last_timings_log = now
+        summary = self.timings.summary()
+        total = summary.pop("total")
+        log.info(
+            "flow %s: planning per batch over %s batch(es), ms: p50 %s, p99 %s, max %s; "
+            "by phase p50/p99: %s",
+            self.settings.topology_id,
+            total["n"],
+            total["p50"],
+            total["p99"],
+            total["max"],
+            ", ".join(f"{name} {v['p50']}/{v['p99']}" for name, v in summary.items()),
+        )
 
     def _admit(self) -> list[Dispatch]:
         """This batch's tuples, within the source and process stages' rates."""

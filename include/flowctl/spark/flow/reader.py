@@ -10,6 +10,7 @@ The plain reader (``mode=plain``) is :class:`flowctl.spark.kafka_source.FlowctlK
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,8 +77,11 @@ class FlowStreamReader(DataSourceStreamReader):
         """One ``FlowPartition`` per lane with tuples in the plan ``end``."""
         from flowctl.spark.flow.plan import decode_plan
 
+        started = time.monotonic()
         try:
-            return decode_plan(end, self.settings.topic, self.settings.pipeline)
+            parts = decode_plan(end, self.settings.topic, self.settings.pipeline)
+            self.planner().planned(end, (time.monotonic() - started) * 1000.0)
+            return parts
         except Exception as exc:
             log.exception("%s: partitions (flow) failed (end seq %s)", SOURCE_NAME, end.get("seq"))
             self._planning_error = exc
