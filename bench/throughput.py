@@ -14,7 +14,9 @@ results), so every candidate sees the same data in the same run:
   Spark, no database (the machine's upper bound for a Python reader).
 
 Metric: records/s made durable (sum of committed offsets) from the end of the first
-micro-batch to the last record, so Spark's 4-7 s first batch is excluded.
+micro-batch to the last record, so Spark's 4-7 s first batch is excluded. Also per lane
+count: the flow job vs the kafka-python loop, and the planner's cost per micro-batch
+(the driver log's "planning per batch" lines: p50, p99 and max in ms, and by phase).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/throughput.py \
         [--records 300000] [--lanes 1,2,4] [--batch 50000]
@@ -26,6 +28,7 @@ Writes bench/results/throughput.json and throughput.png; exits 1 if the target
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -47,6 +50,36 @@ from _common import (
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
+#: The planner's log line (flowctl.spark.flow.planner.FlowPlanner.planned).
+PLANNING = re.compile(
+    r"planning per batch over (\d+) batch\(es\), ms: p50 ([\d.]+), p99 ([\d.]+), "
+    r"max ([\d.]+); by phase p50/p99: (.*)$"
+)
+
+
+def planning_cost(log: Path) -> dict[str, object] | None:
+    """The planner's per-batch cost lines of a run's driver log: batches, the worst p50,
+    p99 and max over the lines, and each line's per-phase p50/p99."""
+    lines = []
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = PLANNING.search(line)
+        if m:
+            n, p50, p99, most, phases = m.groups()
+            lines.append({"batches": int(n), "p50": float(p50), "p99": float(p99),
+                          "max": float(most), "phases": phases})  # fmt: skip
+    if not lines:
+        return None
+    return {
+        "batches": sum(x["batches"] for x in lines),
+        "p50_ms_worst": max(x["p50"] for x in lines),
+        "p99_ms_worst": max(x["p99"] for x in lines),
+        "max_ms": max(x["max"] for x in lines),
+        "lines": lines,
+    }
 
 
 def given(settings: dict[str, int | None]) -> dict[str, int]:
@@ -113,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 row[kind] = rate
                 row[f"{kind}_run"] = info
+                if kind == "flow":
+                    row["planning"] = planning_cost(RESULTS / "logs" / f"throughput-flow-{n}.log")
                 print(f"lanes {n} {kind}: {row[kind]} records/s", flush=True)
             row["ratio"] = ratio(row["flow"], row["baseline"])
+            row["flow_vs_read_loop"] = ratio(row["flow"], upper)
             cases.append(row)
 
     ratios = [c["ratio"] for c in cases]
@@ -130,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_value": best["baseline"],
         "ratio": best["ratio"],
         "ratio_per_lanes": {c["lanes"]: c["ratio"] for c in cases},
+        "flow_vs_read_loop_per_lanes": {c["lanes"]: c["flow_vs_read_loop"] for c in cases},
+        "planning_ms_per_lanes": {
+            c["lanes"]: None
+            if not c.get("planning")
+            else {k: c["planning"][k] for k in ("batches", "p50_ms_worst", "p99_ms_worst")}
+            for c in cases
+        },
         "upper_bound_kafka_python": round(upper),
         "target": f"flow >= {TARGET}x baseline at every lane count",
         "meets_target": meets,

@@ -183,6 +183,7 @@ class FlowPlanner:
         return self._state
 
     def close(self) -> None:
+        self._log_timings()  # the batches since the last line (a short run has no other)
         self.ends.close()
 
     def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
@@ -282,12 +283,15 @@ class FlowPlanner:
         planning is complete. Every ``PLANNING_LOG_EVERY_S`` the cost is logged."""
         self.timings.add("partitions", partitions_ms)
         self.timings.end_batch()
-        now = self.clock.now()
-        if now - self._last_timings_log < PLANNING_LOG_EVERY_S:
-            return
-        self._last_timings_log = now
+        if self.clock.now() - self._last_timings_log >= PLANNING_LOG_EVERY_S:
+            self._log_timings()
+
+    def _log_timings(self) -> None:
+        self._last_timings_log = self.clock.now()
         summary = self.timings.summary()
         total = summary.pop("total")
+        if not total["n"]:
+            return
         log.info(
             "flow %s: planning per batch over %s batch(es), ms: p50 %s, p99 %s, max %s; "
             "by phase p50/p99: %s",
