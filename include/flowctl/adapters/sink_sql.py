@@ -95,7 +95,8 @@ def table_for(spec: SinkSpec) -> sa.Table:
         table = schema.metadata.tables[name]
     else:
         with _lock:
-            table = _declared.tables.get(name) or _build(spec, _declared)
+            found = _declared.tables.get(name)
+            table = found if found is not None else _build(spec, _declared)
     why = _disagreement(spec, table)
     if why is not None:
         raise SinkTableError(f"sink.table={name!r}: the table {why}")
