@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "flowctl.services.cli",
     "flowctl.services.cluster_cli",
     "flowctl.platform_cli",
+    "flowctl.pipeline_cli",
 )
 
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (ServiceError, ConfigError, PipelineConfigError)
