@@ -69,10 +69,8 @@ def _samples(config: PipelineConfig, module: Any) -> list[bytes]:
     ]
 
 
-def _check_results(
-    config: PipelineConfig, definition: Any, results: Sequence[Any], values: list[bytes]
-) -> str:
-    """Check the sample results; say what they were held to."""
+def _check_json(config: PipelineConfig, results: Sequence[Any]) -> None:
+    """Every result survives JSON unchanged (it waits in memcached as JSON)."""
     for result in results:
         try:
             if json.loads(json.dumps(result)) != result:
@@ -81,6 +79,28 @@ def _check_results(
             raise _fail(
                 config, f"process returned {result!r:.200}, which cannot wait in memcached: {exc}"
             ) from None
+
+
+def _check_combine(
+    config: PipelineConfig, definition: Any, process: Callable[..., Any], whole: list[Record]
+) -> None:
+    """``combine`` of a tuple's two halves equals ``process`` of the whole (base.py)."""
+    cut = len(whole) // 2
+    parts = [_tuple_result(config, process, p) for p in (whole[:cut], whole[cut:])]
+    if None in parts:
+        return
+    try:
+        combined = combiner_of(definition)(parts)
+    except (TypeError, ValueError) as exc:
+        raise _fail(config, f"combine() of a tuple's two halves raised {exc!r}") from None
+    if combined != _tuple_result(config, process, whole):
+        raise _fail(config, "combine() of a tuple's two halves differs from process() of the whole")
+
+
+def _check_sink(
+    config: PipelineConfig, definition: Any, results: Sequence[Any], values: list[bytes]
+) -> str:
+    """The ``[sink]`` takes every result and would store what ``reference`` computes."""
     spec = config.sink
     if spec is None or callable(getattr(definition, "apply", None)):
         return "results are JSON and combine"
@@ -135,15 +155,9 @@ def check_pipeline(name_or_path: str) -> list[str]:
         for i in range(0, len(values), size)
     ]
     results = [r for t in tuples if (r := _tuple_result(config, definition.process, t)) is not None]
-    halves = [t for t in tuples if len(t) > 1]
-    if halves:
-        whole, cut = halves[0], len(halves[0]) // 2
-        parts = [_tuple_result(config, definition.process, p) for p in (whole[:cut], whole[cut:])]
-        expected = _tuple_result(config, definition.process, whole)
-        if None not in parts and combiner_of(definition)(parts) != expected:
-            raise _fail(
-                config, "combine() of a tuple's two halves differs from process() of the whole"
-            )
-    agrees = _check_results(config, definition, results, values)
+    _check_json(config, results)
+    agrees = _check_sink(config, definition, results, values)
+    if len(tuples[0]) > 1:
+        _check_combine(config, definition, definition.process, tuples[0])
     done.append(f"process over {len(values)} sample records in {len(tuples)} tuples: {agrees}")
     return done
