@@ -253,7 +253,8 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         raise fail("definition", definition, "must be a dotted module name")
     try:
         importlib.import_module(definition)
-    except (ImportError, TypeError, ValueError) as exc:  # a relative name, a NUL byte, ...
+    # A relative name, a NUL byte, a syntax error in a module being written, ...
+    except (ImportError, SyntaxError, TypeError, ValueError) as exc:
         raise fail("definition", definition, f"cannot be imported: {exc}") from exc
 
     def count(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
