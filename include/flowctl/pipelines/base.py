@@ -6,7 +6,9 @@ with the interface below. The topology's lanes call :meth:`process` once per
 tuple (with a deadline; a raise or a timeout fails only that tuple), the
 flusher calls :meth:`apply` inside its database transaction, and the
 reconcile job compares :meth:`reference` over the Kafka log with what
-:meth:`stored` reads back.
+:meth:`stored` reads back. :meth:`apply` and :meth:`stored` are optional when
+the config declares a ``[sink]``: :func:`flowctl.pipelines.sinks.result_store`
+then provides them from the declaration (a definition's own method wins).
 
 Contracts:
 
