@@ -9,8 +9,8 @@ Where the files go, and why:
 - the definition, ``include/flowctl/pipelines/NAME.py`` (module
   ``flowctl.pipelines.NAME``): the definition runs inside Spark executors and
   Airflow's DAG processor, and the ``flowctl`` package is what both already import
-  (installed in the environment, shipped to a cluster's executors with the job), so
-  a definition there needs no extra path setup anywhere;
+  (installed editable in the environment; zipped for a cluster's executors when the
+  cluster starts), so a definition there needs no extra path setup anywhere;
 - its test, ``tests/unit/test_pipeline_NAME.py``: pure (no Kafka, Spark or database),
   so the unit suite runs it on every change.
 
