@@ -11,7 +11,8 @@ pipeline of its own:
 - ``current``: ``growth = "to_target"`` and ``lane_budget = 1.5`` (the shipped defaults;
   docs/flow-control.md, "Lane time budget").
 
-Measured (times from the spark commit log, windows from 1 s metrics windows):
+Measured (times from the Spark commit log, watched during the run; windows from 1 s
+metrics windows):
 
 - ``worst_batch_s``: the longest micro-batch after the first one that saw the slowdown,
   until 10 s after it ended (target <= 2x the latency target);
@@ -35,6 +36,7 @@ import itertools
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,6 @@ from _common import (
     unique_name,
     write_result,
 )
-from replacement import batch_commits
 
 from flowctl.config import PROJECT_ROOT
 
@@ -68,8 +69,12 @@ def one_rule(
     drift = work / f"drift-{rule}"
     drift.unlink(missing_ok=True)
     events: dict[str, float] = {}
+    commits: dict[int, float] = {}
+    done = threading.Event()
 
-    def slow_down_then_recover(_job: Job) -> None:
+    def slow_down_then_recover(job: Job) -> None:
+        root = plat.settings.home / "checkpoints" / job.topology_id / "commits"
+        threading.Thread(target=watch_commits, args=(root, commits, done), daemon=True).start()
         time.sleep(args.before)
         drift.touch()
         events["slow_start"], events["slow_start_wall"] = time.monotonic(), time.time()
@@ -100,22 +105,36 @@ def one_rule(
             on_first_batch=slow_down_then_recover,
         )
     finally:
+        done.set()
         drift.unlink(missing_ok=True)
     if "slow_end" not in events:
         return {"complete": False, "events": events, "run": info}
     topology = f"{info['pipeline']}-1"
-    commits = [t for t, _, _ in batch_commits(plat, [topology], events["slow_start_wall"])]
-    windows = lane0_windows(plat, topology, events["slow_start_wall"])
+    wall0 = events["slow_start_wall"]
+    times = sorted(t - wall0 for t in commits.values())
+    windows = lane0_windows(plat, topology, wall0)
     start = events["slow_start"]
     series = [(info["series_t0"] + t - start, n) for t, n in info["series"]]
     return {
         "complete": bool(info.get("complete")),
         "slow_s": round(events["slow_end"] - start, 2),
-        **analyse(commits, windows, series, events["slow_end"] - start, args),
-        "commits_s": [round(t, 2) for t in commits],
+        **analyse(times, windows, series, events["slow_end"] - start, args),
+        "commits_s": [round(t, 2) for t in times],
         "lane0_windows": windows,
         "run": info,
     }
+
+
+def watch_commits(root: Path, seen: dict[int, float], done: threading.Event) -> None:
+    """Every committed batch's commit time (``root/<batch id>``'s mtime), until ``done``:
+    Spark keeps only the last 100 commit files, fewer than a run writes."""
+    while not done.wait(0.5):
+        try:
+            for f in root.iterdir():
+                if f.name.isdigit() and int(f.name) not in seen:
+                    seen[int(f.name)] = f.stat().st_mtime
+        except OSError:
+            pass  # not created yet, or a file removed between listing and stat
 
 
 def lane0_windows(plat: Platform, topology: str, t0_wall: float) -> list[tuple[float, int]]:

@@ -182,6 +182,19 @@ def test_a_return_cuts_the_window_to_what_the_lane_served_once_per_batch() -> No
     assert win.size == 5  # a later batch's return: at least -1
 
 
+def test_a_slow_minus_one_in_the_same_batch_does_not_hide_the_return_cut() -> None:
+    """Served tuples acked past the threshold (SLOW: the seed's -1) before the lane ran
+    out of time: the returns still cut the window to what the lane served."""
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=100)
+    ids = fill(win)
+    _acks(win, ids[:29], [0.05 * (k + 1) for k in range(29)])  # the last 9 are SLOW
+    assert win.size == 99
+    for tid in ids[29:]:
+        win.on_return(tid, served=29)
+    assert win.size == 29
+
+
 def test_growth_to_target_survives_a_snapshot() -> None:
     clock = FakeClock()
     win = _grows_to_target(clock, w_init=4)

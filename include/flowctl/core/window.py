@@ -153,6 +153,7 @@ class WindowSnapshot:
     round_target: tuple[int, int] | None = None
     growth: str = "one"
     round_room: tuple[int, int] | None = None
+    returned_at_send: int = 0
 
 
 def validate_bounds(w_min: int, w_max: int, w_init: int) -> None:
@@ -206,6 +207,7 @@ class AdaptiveWindow:
         self._rounds = 0
         self._sends = 0  # send numbers: "sent after the last decrease" without clock ties
         self._decreased_at_send = 0
+        self._returned_at_send = 0
         self._start_round(decreased=False)
 
     # -- read side -------------------------------------------------------
@@ -342,9 +344,11 @@ class AdaptiveWindow:
         if sent is None:
             return None
         self._state = LaneState.BUSY
-        if sent.send_no >= self._decreased_at_send:  # the batch's first return: cut once
+        # The batch's first return cuts (its own marker: a SLOW -1 in the same batch must
+        # not hide it); the cut also makes later SLOW acks of the batch echoes.
+        if sent.send_no >= self._returned_at_send:
             self._size = max(self._w_min, min(self._size - 1, served))
-            self._decreased_at_send = self._sends
+            self._returned_at_send = self._decreased_at_send = self._sends
             self._start_round(decreased=True)
         return tuple_id
 
@@ -375,6 +379,7 @@ class AdaptiveWindow:
             round_target=self._round_target,
             growth=self._growth,
             round_room=self._round_room,
+            returned_at_send=self._returned_at_send,
         )
 
     @classmethod
@@ -407,6 +412,7 @@ class AdaptiveWindow:
         win._decreased_at_send = snap.decreased_at_send
         win._round_target = snap.round_target
         win._round_room = snap.round_room
+        win._returned_at_send = snap.returned_at_send
         return win
 
     # -- internals -------------------------------------------------------
