@@ -38,27 +38,27 @@ def _new(dirs: ScaffoldRoot, name: str, capsys: pytest.CaptureFixture[str]) -> l
     return files
 
 
+@pytest.mark.parametrize("name", ["clicks", "a_longest_allowed_name_of_41_characters_x"])
 def test_new_writes_files_that_pass_check_their_test_and_ruff(
-    scaffold_root: ScaffoldRoot, capsys: pytest.CaptureFixture[str]
+    scaffold_root: ScaffoldRoot, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    config, definition, test = _new(scaffold_root, "clicks", capsys)
+    config, definition, test = _new(scaffold_root, name, capsys)
 
-    assert main(["pipeline", "check", "clicks"]) == 0
+    assert main(["pipeline", "check", name]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert (
-        out[0]
-        == f"ok: config {config} loads; definition flowctl.pipelines.clicks has process, reference"
+    assert out[0] == (
+        f"ok: config {config} loads; definition flowctl.pipelines.{name} has process, reference"
     )
     assert out[1:] == [
-        "ok: results go to table clicks_counts by merge = 'sum'",
+        f"ok: results go to table {name}_counts by merge = 'sum'",
         "ok: process over 400 sample records in 8 tuples: the [sink] accepts every result "
         "and would store what reference() computes",
     ]
-    loaded = load_pipeline_config("clicks")
+    loaded = load_pipeline_config(name)
     assert (loaded.source, loaded.eden_topic, loaded.sink and loaded.sink.table) == (
         config,
-        "clicks.eden",
-        "clicks_counts",
+        f"{name}.eden",
+        f"{name}_counts",
     )
 
     settings = ["--config", str(PROJECT_ROOT / "pyproject.toml")]
