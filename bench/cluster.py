@@ -15,7 +15,7 @@ per worker each, so they run side by side). The lane slowdown of replacement.py 
 injected: its environment reaches only Python workers the driver starts.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/cluster.py \\
-        [--records 200000] [--lanes 2] [--rounds 2] [--rate 2500] [--seconds 40]
+        [--records 200000] [--lanes 2] [--rounds 2] [--rate 2500] [--seconds 90]
 
 Writes bench/results/cluster.json: records/s after the first batch, the ratio cluster /
 local[2] per round and of the medians; the replacement's batch and durable pauses of
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rate", type=float, default=2500.0, help="records/s in the replacement")
-    p.add_argument("--seconds", type=float, default=40.0, help="seconds of load, replacement")
+    p.add_argument("--seconds", type=float, default=90.0, help="seconds of load, replacement")
     args = p.parse_args(argv)
     replacement_args = argparse.Namespace(
         rate=args.rate, seconds=args.seconds, switch_after=15.0, ms_per_record=0.0,

@@ -140,23 +140,25 @@ def one_method(
         t0 = time.monotonic()
         t0_wall = time.time()
         producer.start()
-        switched = False
+        switcher: threading.Thread | None = None
         deadline = t0 + args.seconds + args.timeout
         green: Job | None = None
         while time.monotonic() < deadline:
             now = time.monotonic()
             samples.append((now - t0, committed_total(plat, name, topic)))
-            if samples[-1][1] >= total:
+            # Done when everything is durable and the replacement is over: a run whose
+            # backlog drains before green takes over measured no replacement at all.
+            if samples[-1][1] >= total and switcher is not None and not switcher.is_alive():
                 break
-            if not switched and now - t0 >= args.switch_after:
-                switched = True
+            if switcher is None and now - t0 >= args.switch_after:
                 events["decision"] = now - t0
-                threading.Thread(
+                switcher = threading.Thread(
                     target=lambda: events.update(
                         switch(plat, config, name, method, blue, jobs, args, env, t0, master)
                     ),
                     daemon=True,
-                ).start()
+                )
+                switcher.start()
             time.sleep(0.2)
         producer.join(timeout=30)
         green = jobs[-1]
