@@ -82,6 +82,7 @@ class SinkSpec:
     event_time: str | None = None
 
     def column(self, name: str) -> Column:
+        """The declared column ``name`` (a key or value column)."""
         return next(c for c in self.columns if c.name == name)
 
     @property
