@@ -8,7 +8,7 @@ file exists: ``--before`` seconds after the first durable batch the bench create
 pipeline of its own:
 
 - ``previous``: ``growth = "one"`` (the seed's +1 a round), no lane time budget;
-- ``current``: ``growth = "to_target"`` and ``lane_budget = 1.5`` (the shipped defaults;
+- ``current``: ``growth = "to_target"`` and ``lane_budget = 1.25`` (the shipped defaults;
   docs/flow-control.md, "Lane time budget").
 
 Measured (times from the Spark commit log, watched during the run; windows from 1 s
@@ -58,7 +58,7 @@ from flowctl.config import PROJECT_ROOT
 
 RULES: dict[str, dict[str, object]] = {
     "previous": {"growth": "one", "lane_budget": 0},
-    "current": {"growth": "to_target", "lane_budget": 1.5},
+    "current": {"growth": "to_target", "lane_budget": 1.25},
 }
 
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     cur, prev = runs["current"], runs["previous"]
     summary = {
         "metric": "adaptation to a lane that slows down and recovers",
-        "candidate": "growth = to_target, lane_budget = 1.5",
+        "candidate": "growth = to_target, lane_budget = 1.25",
         "baseline": "growth = one, no lane budget (the rules before)",
         "worst_batch_s": {k: r.get("worst_batch_s") for k, r in runs.items()},
         "worst_batch_ratio": ratio(cur.get("worst_batch_s"), prev.get("worst_batch_s")),

@@ -195,6 +195,16 @@ def test_a_slow_minus_one_in_the_same_batch_does_not_hide_the_return_cut() -> No
     assert win.size == 29
 
 
+def test_a_return_after_slow_acks_cuts_to_what_the_lane_serves_within_the_threshold() -> None:
+    """12 tuples served, the last acked at 1.5 s (threshold 1 s): 8 fit the threshold."""
+    clock = FakeClock()
+    win = _grows_to_target(clock, w_init=40)
+    ids = fill(win)
+    _acks(win, ids[:12], [0.125 * (k + 1) for k in range(12)])
+    win.on_return(ids[12], served=12, rt=1.5)
+    assert win.size == 8
+
+
 def test_growth_to_target_survives_a_snapshot() -> None:
     clock = FakeClock()
     win = _grows_to_target(clock, w_init=4)

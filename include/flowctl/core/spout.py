@@ -208,7 +208,9 @@ class Spout:
             raise ValueError(f"Spout.on_lane_results: lane must be in 0..{len(self._windows) - 1}")
         summary = ReportSummary(lane)
         holds: dict[tuple[str, int], tuple[int, float]] = {}
-        served = sum(1 for r in results if r.outcome in NOT_LOAD)  # within the lane's budget
+        # What the lane served within its time budget, and when the last of it was acked.
+        served = [r.rt for r in results if r.outcome in NOT_LOAD]
+        served_rt = max((rt for rt in served if rt is not None), default=None)
         for r in results:
             flight = self._flights.get(r.tuple_id)
             if flight is None or flight.dispatch.lane != lane:
@@ -222,7 +224,7 @@ class Spout:
                 summary.requeued += 1
                 continue
             if r.outcome is Outcome.RETURNED:
-                self._fail(r.tuple_id, timeout=False, served=served)
+                self._fail(r.tuple_id, timeout=False, served=(len(served), served_rt))
                 summary.returned += 1
                 summary.requeued += 1
                 continue
@@ -550,7 +552,7 @@ class Spout:
         return self._fail(tid, timeout=True)
 
     def _fail(
-        self, tuple_id: str, *, timeout: bool, served: int | None = None
+        self, tuple_id: str, *, timeout: bool, served: tuple[int, float | None] | None = None
     ) -> TupleRange | None:
         """Requeue a tuple for another lane: timed out, failed, or (``served`` given)
         returned unprocessed by a lane whose time budget ran out after ``served`` tuples."""
@@ -567,7 +569,7 @@ class Spout:
                 window.on_fail(tuple_id)
                 self.counters["failed"] += 1
             else:  # not a failure: no work lost, the lane was out of time (no rate cut)
-                window.on_return(tuple_id, served)
+                window.on_return(tuple_id, served[0], served[1])
                 self.counters["returned"] += 1
             for event in self._acker.fail(flight.root):
                 if event.root != flight.root:

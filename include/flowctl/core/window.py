@@ -40,7 +40,8 @@ of every in-flight tuple:
   *different* lane (see :mod:`flowctl.core.spout`).
 * returned (**beyond** the seed): the lane passed its time budget in a batch before
   it started the tuple and handed it back unprocessed -> BUSY, and the window is cut
-  at once to the tuples it did serve in that batch (at least -1, once per batch:
+  at once to what it served within the threshold (Little's law on the tuples it did
+  serve: ``served * threshold / rt`` of the last; at least -1, once per batch:
   returns of tuples sent before the cut are the same signal). The tuple is requeued
   for another lane like a failed one.
 
@@ -336,10 +337,14 @@ class AdaptiveWindow:
         only fail is Storm's timeout)."""
         return self._busy(tuple_id)
 
-    def on_return(self, tuple_id: Hashable, served: int) -> Hashable | None:
+    def on_return(
+        self, tuple_id: Hashable, served: int, rt: float | None = None
+    ) -> Hashable | None:
         """The lane handed ``tuple_id`` back unprocessed after ``served`` tuples of its
-        batch used up its time budget: BUSY, window cut to ``served`` (at least -1),
-        once per batch. Returns the tuple id to requeue, or None for an unknown tuple."""
+        batch, the last acked at ``rt``, used up its time budget: BUSY, window cut once per
+        batch (at least -1) to what it serves within the threshold, by Little's law
+        ``floor(served * threshold / rt)`` (``served`` when ``rt`` is within it or unknown).
+        Returns the tuple id to requeue, or None for an unknown tuple."""
         sent = self._in_flight.pop(tuple_id, None)
         if sent is None:
             return None
@@ -347,7 +352,9 @@ class AdaptiveWindow:
         # The batch's first return cuts (its own marker: a SLOW -1 in the same batch must
         # not hide it); the cut also makes later SLOW acks of the batch echoes.
         if sent.send_no >= self._returned_at_send:
-            self._size = max(self._w_min, min(self._size - 1, served))
+            threshold = self._rtt.threshold()
+            room = served if rt is None or rt <= threshold else int(served * threshold / rt)
+            self._size = max(self._w_min, min(self._size - 1, room))
             self._returned_at_send = self._decreased_at_send = self._sends
             self._start_round(decreased=True)
         return tuple_id

@@ -96,7 +96,7 @@ class FlowConfig:
     latency_target_s: float = 2.0
     #: A lane starts no new tuple once its batch has run this many ``latency_target_s``
     #: (0 = no budget): the rest go back unstarted to other lanes.
-    lane_budget: float = 1.5
+    lane_budget: float = 1.25
     rtt_min_threshold_s: float = 0.05
     dispatch: str = "round_robin"
     tuple_timeout_s: float = 20.0

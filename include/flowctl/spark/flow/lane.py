@@ -135,6 +135,7 @@ def run_lane(
     ``failed`` (the spout dispatches it again to another lane); in local mode a raising
     task would fail the whole query.
     """
+    task_started = time.monotonic()  # the budget counts the task's reads too
     config = load_config(settings.config_path)
     flow = config.flow
     definition = importlib.import_module(config.definition).DEFINITION
@@ -154,9 +155,9 @@ def run_lane(
         return result
 
     combine = combiner_of(definition)
-    done = process_tuples(
-        part.entries, io.read(part.entries), process, backflow, combine, flow.lane_budget_s
-    )
+    budget = flow.lane_budget_s
+    deadline = None if budget is None else task_started + budget
+    done = process_tuples(part.entries, io.read(part.entries), process, backflow, combine, deadline)
     route_records(done, io)
     append_outcomes(done, io.store, mrwq_namespace(config.name))
     write_feedback(io.store, settings.ns, part, done)
@@ -169,13 +170,14 @@ def process_tuples(
     process: Callable[[list[Any]], Any],
     backflow: Backflow,
     combine: Callable[[Sequence[Any]], Any],
-    budget_s: float | None = None,
+    deadline: float | None = None,
 ) -> list[TupleDone]:
     """The tuple-processing step: each tuple's records through ``process``, in plan order.
 
     ``combine`` merges the results of a failing tuple's good parts (poison isolation).
 
-    Once the lane has worked ``budget_s`` on this batch it starts no new tuple: the rest
+    Past ``deadline`` (``time.monotonic()``: the task's start plus the lane's time budget)
+    the lane starts no new tuple: the rest
     are ``returned`` unstarted, and the spout dispatches them again to other lanes, so a
     lane that suddenly slows holds the batch for about its budget, not for its whole
     window (docs/flow-control.md, "Lane time budget").
@@ -190,7 +192,7 @@ def process_tuples(
     for entry in entries:
         t = entry.tuple
         raw = fetched[t.id]
-        if budget_s is not None and time.monotonic() - started > budget_s:
+        if deadline is not None and time.monotonic() > deadline:
             done.append(TupleDone(entry, Outcome.RETURNED, 0, time.monotonic() - started))
         elif isinstance(raw, Exception):
             done.append(TupleDone(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
