@@ -46,6 +46,7 @@ from .acker import AckerEventKind, XorAcker
 from .checkpoint import AckLedger, CheckpointError, ContiguousAck
 from .clock import Clock
 from .dispatch import LaneLoad, make_policy
+from .eden_cursor import EdenCursor, aligned
 from .replay import ReplaySnapshot, ReplayStateMachine, replay_quota
 from .rtt import RttEstimator
 from .spout_contract import (
@@ -119,17 +120,13 @@ class Spout:
         self._retry: deque[tuple[TupleRange, int]] = deque()
         self._gaps: deque[TupleRange] = deque()
         for g in gaps:
-            self._gaps.extend(self._aligned(g.topic_partition, g.start, g.end))
-        self._next: dict[TopicPartition, int] = {
-            TopicPartition(*tp): int(o) for tp, o in (positions or {}).items()
-        }
+            self._gaps.extend(aligned(g.topic_partition, g.start, g.end, config.tuple_size))
+        self._eden = EdenCursor(config.tuple_size, config.linger_s, positions or {})
         self._ledger = AckLedger(checkpoints or {})
         self._open: dict[str, TupleRange] = {}
         self._replay = ReplayStateMachine(config.pipeline, snapshot=replay)
         self._replay_acks: dict[tuple[str, int], ContiguousAck] = {}
         self._replay_unconfirmed: dict[str, tuple[str, int]] = {}
-        self._seen_end: dict[TopicPartition, int] = {}
-        self._changed_at: dict[TopicPartition, float] = {}
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.latencies: list[float] = []
 
@@ -167,11 +164,11 @@ class Spout:
 
     def positions(self) -> dict[TopicPartition, int]:
         """Next Eden offset to cut, per partition."""
-        return dict(self._next)
+        return self._eden.positions()
 
     def backlog(self, latest: Mapping[TopicPartition, int]) -> int:
         """Records in Eden not yet cut, plus the records of buffered tuples."""
-        waiting = sum(max(0, end - self._next.get(tp, 0)) for tp, end in latest.items())
+        waiting = self._eden.waiting(latest)
         return waiting + sum(t.size for t, _ in self._retry) + sum(t.size for t in self._gaps)
 
     def at_risk(self) -> int:
@@ -353,7 +350,7 @@ class Spout:
         window slots bound it anyway.
         """
         for tp, end in latest.items():
-            pos = self._next.get(TopicPartition(*tp))
+            pos = self._eden.position(tp)
             if pos is not None and pos > end:
                 raise OffsetsBeyondLog(
                     f"partition {tp[1]}: start offset {pos} is past the log end {end} "
@@ -367,9 +364,8 @@ class Spout:
         self._plan_retries(out, room)
         # 2. the To replay topic before Eden (SPEC D), its share of the room while Eden has
         # input (replay_quota)
-        left = replay_quota(
-            room - len(out), self._eden_demand(latest, now), self.config.replay_share
-        )
+        eden_demand = len(self._gaps) + self._eden.demand(latest, now)
+        left = replay_quota(room - len(out), eden_demand, self.config.replay_share)
         from_topic = self._plan_replays(out, left, replay_ends, now_epoch)
         # 3. gaps (admitted before a crash or lost with the MRWQ), then 4. fresh tuples
         while self._gaps and len(out) < room:
@@ -380,7 +376,7 @@ class Spout:
             self._admit(t)
             out.append(self._send(t, lane, replay=False, from_topic=from_topic))
             self.counters["gaps_admitted"] += 1
-        fresh = self._cut(latest, now, room - len(out))
+        fresh = self._eden.cut(latest, now, room - len(out))
         for t in fresh:
             lane = self._choose(None)
             if lane is None:  # cannot happen: the cut is bounded by the free slots
@@ -445,64 +441,6 @@ class Spout:
 
     def _is_replay(self, t: TupleRange) -> bool:
         return t.topic in (self._replay.topics.replay_a, self._replay.topics.replay_b)
-
-    def _eden_demand(self, latest: Mapping[TopicPartition, int], now: float) -> int:
-        """Tuples gaps and Eden could fill this batch: what :meth:`_cut` would cut with no
-        budget (a partial tail only once its partition is idle), plus the buffered gaps."""
-        size = self.config.tuple_size
-        demand = len(self._gaps)
-        for tp, end in latest.items():
-            key = TopicPartition(*tp)
-            start = self._next.get(key, 0)
-            if end <= start:
-                continue
-            demand += (end - 1) // size - start // size + 1
-            if end % size:
-                idle = self._seen_end.get(key) == end and (
-                    now - self._changed_at.get(key, now) >= self.config.linger_s
-                )
-                demand -= 0 if idle else 1
-        return demand
-
-    def _aligned(self, tp: TopicPartition, start: int, end: int) -> list[TupleRange]:
-        size = self.config.tuple_size
-        out = []
-        pos = start
-        while pos < end:
-            stop = min((pos // size + 1) * size, end)
-            out.append(TupleRange(tp.topic, tp.partition, pos, stop))
-            pos = stop
-        return out
-
-    def _cut(
-        self, latest: Mapping[TopicPartition, int], now: float, budget: int
-    ) -> list[TupleRange]:
-        size = self.config.tuple_size
-        live = sorted(TopicPartition(*tp) for tp in latest)
-        for tp in live:
-            end = latest[tp]
-            if self._seen_end.get(tp) != end:
-                self._seen_end[tp] = end
-                self._changed_at[tp] = now
-            self._next.setdefault(tp, 0)
-        out: list[TupleRange] = []
-        while live and len(out) < budget:
-            still = []
-            for tp in live:
-                if len(out) >= budget:
-                    break
-                start, end = self._next[tp], latest[tp]
-                if end <= start:
-                    continue
-                boundary = (start // size + 1) * size
-                stop = min(boundary, end)
-                if stop < boundary and now - self._changed_at[tp] < self.config.linger_s:
-                    continue  # a partial tuple waits until the partition is idle
-                out.append(TupleRange(tp.topic, tp.partition, start, stop))
-                self._next[tp] = stop
-                still.append(tp)
-            live = still
-        return out
 
     def _admit(self, t: TupleRange) -> None:
         try:
