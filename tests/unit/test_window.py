@@ -55,7 +55,9 @@ def test_slow_decreases_at_most_once_per_round() -> None:
     assert sizes == [4, 4, 4, 4, 4]
 
 
-def _to_target(clock: FakeClock, w_init: int, w_max: int = 64) -> AdaptiveWindow:
+def _to_target(
+    clock: FakeClock, w_init: int, w_max: int = 64, growth: str = "one"
+) -> AdaptiveWindow:
     return AdaptiveWindow(
         0,
         clock,
@@ -63,7 +65,12 @@ def _to_target(clock: FakeClock, w_init: int, w_max: int = 64) -> AdaptiveWindow
         w_init=w_init,
         rtt=RttEstimator(fixed_threshold=1.0),
         slow_decrease="to_target",
+        growth=growth,
     )
+
+
+def _grows_to_target(clock: FakeClock, w_init: int) -> AdaptiveWindow:
+    return _to_target(clock, w_init, w_max=256, growth="to_target")
 
 
 def _acks(win: AdaptiveWindow, ids: list[str], rts: list[float]) -> list[int]:
@@ -100,18 +107,6 @@ def test_the_seeds_rule_is_still_selectable_and_named_when_wrong() -> None:
     assert _acks(seed, ids, [0.1 + 0.25 * (k + 1) for k in range(50)])[-1] == 49
     with pytest.raises(ValueError, match=r"slow_decrease must be one of one, to_target, got 'x'"):
         AdaptiveWindow(0, clock, slow_decrease="x")
-
-
-def _grows_to_target(clock: FakeClock, w_init: int, w_max: int = 256) -> AdaptiveWindow:
-    return AdaptiveWindow(
-        0,
-        clock,
-        w_max=w_max,
-        w_init=w_init,
-        rtt=RttEstimator(fixed_threshold=1.0),
-        slow_decrease="to_target",
-        growth="to_target",
-    )
 
 
 def _batch(win: AdaptiveWindow, prefix: str, per_tuple_s: float) -> list[int]:
