@@ -164,7 +164,8 @@ def one_policy(plat: Platform, work: Path, policy: str, args: argparse.Namespace
     os.environ["AIRFLOW_CONN_FLOWCTL_DB"] = json.dumps(
         {"conn_type": "generic", "extra": {"sqlalchemy_url": plat.database_url}}
     )
-    window_policy = WindowPolicy.from_config(load_pipeline_config(str(config)))
+    pipeline = load_pipeline_config(str(config))
+    window_policy = WindowPolicy.from_config(pipeline)
     jobs: list[Job] = [submit(plat, config, f"{name}-blue-1", 1, env=env)]
     load = Load(plat, topic, profile_of(args, random.Random(args.seed)), args.seed)
     samples: list[dict[str, Any]] = []
@@ -179,7 +180,7 @@ def one_policy(plat: Platform, work: Path, policy: str, args: argparse.Namespace
             if t >= end and samples[-1]["backlog"] <= 0:
                 break
             if t >= next_poke and t < end:
-                next_poke = t + load_pipeline_config(str(config)).scaling.poke_interval_s
+                next_poke = t + pipeline.scaling.poke_interval_s
                 decided = autoscale_once(plat, name, config, env, jobs, window_policy, load)
                 if decided:
                     decisions.append(decided)
