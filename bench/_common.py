@@ -248,6 +248,59 @@ def submit(
     )
 
 
+def export_tree(commit: str, into: Path) -> Path:
+    """The project at ``commit`` as plain files under ``into`` (``git archive``: no
+    checkout, no worktree, the working tree untouched)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "archive", commit], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def old_tree_config(tree: Path, directory: Path, name: str, topic: str) -> Path:
+    """``tree``'s shipped word-count config renamed ``name`` and reading ``topic``.
+
+    Derived by text from the old file (not :func:`pipeline_config`: the keys of this
+    tree's config are not all known to an old tree, and the reverse)."""
+    text = (tree / "include" / "pipelines" / "wordcount.toml").read_text()
+    for old, new in (('name = "wordcount"', f'name = "{name}"'),
+                     ('eden = "wordcount.eden"', f'eden = "{topic}"')):  # fmt: skip
+        if text.count(old) != 1:
+            raise ValueError(f"{tree}'s wordcount.toml does not hold {old!r} exactly once")
+        text = text.replace(old, new)
+    path = directory / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def submit_from_tree(
+    plat: Platform,
+    tree: Path,
+    config: Path,
+    topology_id: str,
+    lanes: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    master: str = "local[2]",
+) -> Job:
+    """``spark-submit`` ``tree``'s word-count stream job, ``tree``'s package first on the
+    driver's and the workers' path (they inherit the environment)."""
+    from flowctl.spark.submit import spark_submit
+
+    paths = {"PYTHONPATH": f"{tree / 'include'}:{tree}"}
+    args = ["--pipeline-config", str(config), "--topology-id", topology_id]
+    return spark_submit(
+        tree / "spark_jobs" / "wordcount_stream.py",
+        [*args, "--parallelism", str(lanes)],
+        env=plat.env({**(env or {}), **paths}),
+        log_path=plat.work_dir / f"{topology_id}.log",
+        topology_id=topology_id,
+        master=master,
+    )
+
+
 def stop(plat: Platform, job: Job, timeout_s: float = 120.0) -> int | None:
     """Stop ``job`` through the control plane (``stop`` signal); SIGTERM/SIGKILL if it hangs."""
     return job.stop(plat.database_url, timeout_s)
@@ -493,18 +546,42 @@ def drain_run(
     timeout_s: float = 240.0,
     on_first_batch: Callable[[Job], None] | None = None,
     master: str = "local[2]",
+    rate_source: bool = False,
+    tree: Path | None = None,
 ) -> tuple[float | None, dict[str, Any]]:
-    """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1."""
+    """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1.
+
+    ``rate_source``: the baseline reads Spark's rate source instead (``--source rate``)
+    and its first ``total`` records are timed, by their offsets under ``<topic>.rate``.
+    ``tree``: the flow job of another project tree (:func:`export_tree`), with that
+    tree's shipped word-count config and package (``stream``, ``flow`` and ``batch`` do
+    not apply: its settings are the ones it shipped with), on a database of its own (the
+    same broker and memcached).
+    """
+    from flowctl.spark.rate_lines import rate_topic
+
     name = unique_name(label)
     settings = dict(stream or {})
     if batch is not None:
         settings["max_records_per_batch"] = batch
-    config = pipeline_config(work, name, partitions=partitions, stream=settings, flow=flow)
-    config.write_text(config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"'))
-    job = submit(plat, config, f"{name}-1", lanes, baseline=baseline, env=env, master=master)
+    if tree is not None:
+        # its own database: an old tree refuses one of this tree's schema version
+        plat = dataclasses.replace(plat, work_dir=work / f"{name}-db")
+        plat.work_dir.mkdir()
+        config = old_tree_config(tree, work, name, topic)
+        job = submit_from_tree(plat, tree, config, f"{name}-1", lanes, env=env, master=master)
+    else:
+        config = pipeline_config(work, name, partitions=partitions, stream=settings, flow=flow)
+        text = config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"')
+        config.write_text(text)
+        extra = ["--source", "rate"] if rate_source else []
+        job = submit(
+            plat, config, f"{name}-1", lanes, baseline=baseline, extra=extra, env=env, master=master
+        )
+    measured = rate_topic(topic) if rate_source else topic
     try:
         progress = watch_progress(
-            plat, job, name, topic, total, timeout_s=timeout_s, on_first_batch=on_first_batch
+            plat, job, name, measured, total, timeout_s=timeout_s, on_first_batch=on_first_batch
         )
     finally:
         code = stop(plat, job)
@@ -523,13 +600,18 @@ def drain_run(
 
 
 def job_python_processes(job: Job) -> dict[str, int]:
-    """``{"driver": pid, "daemon": pid}`` among the job's descendants (when found)."""
+    """``{"driver": pid, "daemon": pid, "planner": pid}`` among the job's descendants (when
+    found): the driver's Python, the lanes' worker daemon and the source runner (the
+    planner), which Spark starts as a daemon of its own module, so it must not be taken
+    for the lanes' daemon."""
     found: dict[str, int] = {}
     for pid in reversed(process_tree(job.process.pid)):
         with contextlib.suppress(OSError):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             if "spark_jobs/" in cmd and "python" in cmd and "java" not in cmd.split()[0]:
                 found.setdefault("driver", pid)
+            elif "streaming_source_runner" in cmd:
+                found.setdefault("planner", pid)
             elif "pyspark.daemon" in cmd:
                 found.setdefault("daemon", pid)
     return found
@@ -548,7 +630,7 @@ def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]
         raw = out_dir / f"{name}-{kind}.txt"
         cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration"]
         cmd += [str(int(seconds)), "--format", "raw", "--output", str(raw), "--nonblocking"]
-        if kind == "daemon":
+        if kind != "driver":  # a daemon forks its workers
             cmd.append("--subprocesses")
         procs[kind] = (
             subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT),
@@ -557,7 +639,7 @@ def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]
     summary: dict[str, Any] = {}
     for kind, (proc, raw) in procs.items():
         proc.wait(timeout=seconds + 60)
-        summary[kind] = summarize_stacks(raw)
+        summary[kind] = {"pid": pids[kind], **summarize_stacks(raw)}
     return summary
 
 

@@ -20,7 +20,7 @@ a new level every ``--noise-every`` s). Figures per policy:
 - ``down_decisions``: decisions after the step down until the parallelism is back
   to what it was before the step up (target, adaptive: <= 3);
 - ``flaps``: decisions in the noisy phase that reverse the previous one within
-  ``cooldown_s`` + one metrics window (target, adaptive: 0);
+  ``cooldown_s`` + one metrics window of its replacement finishing (target, adaptive: 0);
 - ``exact``: stored word counts equal the produced lines' counts after the drain.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/autoscale_live.py \\
@@ -46,11 +46,14 @@ from typing import Any
 
 from _common import (
     BENCH,
+    RESULTS,
     Job,
     Platform,
     committed_total,
     pipeline_config,
     platform_up,
+    pyplot,
+    save_figure,
     save_log,
     stop,
     submit,
@@ -66,26 +69,11 @@ from flowctl.textgen import zipf_lines
 
 sys.path.insert(0, str(PROJECT_ROOT / "plugins"))  # as Airflow loads its plugins folder
 
-from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
+from flowctl_airflow.operators.direct_replace import DirectReplace, standby_args
 from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
 
 #: The sensor's ``metrics_window_s``-long windows; short so a run sees many decisions.
 METRICS_WINDOW_S = 5.0
-
-
-class DirectReplace(BlueGreenReplaceOperator):
-    """The replace operator with green started by ``spark-submit`` (no DAG run)."""
-
-    def __init__(self, *, plat: Platform, config: Path, env: dict[str, str], jobs: list[Job],
-                 **kwargs: Any) -> None:  # fmt: skip
-        super().__init__(**kwargs)
-        self._bench = (plat, config, env, jobs)
-
-    def _start_green(self, context: Any, progress: Any, conf: dict[str, Any]) -> None:
-        plat, config, env, jobs = self._bench
-        extra = ["--standby", "--colour", conf["colour"]]
-        jobs.append(submit(plat, config, conf["topology_id"], conf["parallelism"], extra=extra,
-                           env=env))  # fmt: skip
 
 
 class Load(threading.Thread):
@@ -99,6 +87,14 @@ class Load(threading.Thread):
         self.sent = 0
         self.seed = seed
         self.started = 0.0
+        self.halt = threading.Event()
+
+    def start(self) -> None:
+        """The profile's clock starts here, in the caller's thread: the caller times its
+        phases from ``started`` at once (set in ``run`` it was still 0 when the caller
+        first read it, and the run ended before it began)."""
+        self.started = time.monotonic()
+        super().start()
 
     def rate_at(self, t: float) -> float:
         for end, rate in self.profile:
@@ -111,11 +107,10 @@ class Load(threading.Thread):
 
         producer = KafkaProducer(bootstrap_servers=self.plat.bootstrap, acks=1, linger_ms=5)
         lines = zipf_lines(10**9, seed=self.seed)
-        self.started = time.monotonic()
         end = self.profile[-1][0]
         owed = 0.0
         last = self.started
-        while (now := time.monotonic()) - self.started < end:
+        while (now := time.monotonic()) - self.started < end and not self.halt.is_set():
             owed += self.rate_at(now - self.started) * (now - last)
             last = now
             chunk = [next(lines).encode() for _ in range(int(owed))]
@@ -170,6 +165,7 @@ def one_policy(plat: Platform, work: Path, policy: str, args: argparse.Namespace
     load = Load(plat, topic, profile_of(args, random.Random(args.seed)), args.seed)
     samples: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
+    looks: list[dict[str, Any]] = []
     try:
         wait_active(plat, name, 180)
         load.start()
@@ -181,11 +177,12 @@ def one_policy(plat: Platform, work: Path, policy: str, args: argparse.Namespace
                 break
             if t >= next_poke and t < end:
                 next_poke = t + pipeline.scaling.poke_interval_s
-                decided = autoscale_once(plat, name, config, env, jobs, window_policy, load)
+                decided = autoscale_once(plat, name, config, env, jobs, window_policy, load, looks)
                 if decided:
                     decisions.append(decided)
             time.sleep(2.0)
     finally:
+        load.halt.set()  # a failed run stops producing before the services go
         for job in jobs:
             stop(plat, job, timeout_s=60)
             save_log(job, f"autoscale-live-{policy}-{jobs.index(job)}")
@@ -203,6 +200,7 @@ def one_policy(plat: Platform, work: Path, policy: str, args: argparse.Namespace
         "decisions": decisions,
         **figures(decisions, samples, marks, args),
         "samples": samples,
+        "looks": looks,
     }
 
 
@@ -241,18 +239,32 @@ def autoscale_once(
     jobs: list[Job],
     window_policy: WindowPolicy,
     load: Load,
+    looks: list[dict[str, Any]],
 ) -> dict | None:
-    """One sensor look; on a decision, the replace operator's whole protocol."""
+    """One sensor look (kept in ``looks``: what it saw and why it did or did not decide);
+    on a decision, the replace operator's whole protocol."""
     seen = evaluate(plat.database_url, name, window_policy)
+    looks.append(
+        {
+            "t": round(time.monotonic() - load.started, 1),
+            "decided": seen.decided,
+            "reason": seen.reason,
+            "figures": None if seen.decision is None else dict(seen.decision.figures),
+        }
+    )
     if not seen.decided:
         return None
     decision = seen.decision
     t = round(time.monotonic() - load.started, 1)
     started = time.monotonic()
+
+    def start_green(conf: dict[str, Any]) -> None:
+        jobs.append(submit(plat, config, conf["topology_id"], conf["parallelism"],
+                           extra=standby_args(conf), env=env))  # fmt: skip
+
     op = DirectReplace(
         task_id="replace", pipeline=name, pipeline_config=str(config),
-        decision=decision.to_dict(), deferrable=False,
-        plat=plat, config=config, env=env, jobs=jobs,
+        decision=decision.to_dict(), deferrable=False, start_green=start_green,
     )  # fmt: skip
     outcome = "ok"
     try:
@@ -284,9 +296,11 @@ def figures(decisions: list[dict], samples: list[dict], marks: dict[str, float],
     settled = None
     up_samples = [s for s in samples if marks["up"] <= s["t"] < marks["down"]]
     for s in up_samples:
+        if s["t"] + args.settle - 2 > marks["down"]:
+            break  # not settle s of the step left
         span = [x for x in up_samples if s["t"] <= x["t"] <= s["t"] + args.settle]
         if span[-1]["t"] - s["t"] < args.settle - 2:
-            break
+            continue  # no samples while a replacement ran: a later start may still settle
         calm = all(not x["backpressure"] for x in span)
         if calm and span[-1]["backlog"] <= span[0]["backlog"]:
             settled = s["t"]
@@ -300,10 +314,17 @@ def figures(decisions: list[dict], samples: list[dict], marks: dict[str, float],
                 back = k
                 break
     noisy = between(marks["noisy"], float("inf"))
+    applied = between(0.0, float("inf"))
+    # A flap: a noisy-phase decision reversing the one before it within the cooldown plus
+    # one window, counted from when that one's replacement finished (the sensor's cooldown
+    # runs from there; counted from the decision, a replacement longer than a window would
+    # hide every flap).
     flaps = sum(
         1
-        for a, b in itertools.pairwise(noisy)
-        if a["direction"] != b["direction"] and b["t"] - a["t"] <= args.cooldown + METRICS_WINDOW_S
+        for a, b in itertools.pairwise(applied)
+        if b["t"] >= marks["noisy"]
+        and a["direction"] != b["direction"]
+        and b["t"] - (a["t"] + a["took_s"]) <= args.cooldown + METRICS_WINDOW_S
     )
     return {
         "settled_at_s": settled,
@@ -317,6 +338,13 @@ def figures(decisions: list[dict], samples: list[dict], marks: dict[str, float],
     }
 
 
+def settled_decisions(run: dict[str, Any] | None) -> int | None:
+    """The up figure, or None when the run never settled within the step."""
+    if run is None or run["settled_at_s"] is None:
+        return None
+    return run["up_decisions"]
+
+
 def meets(run: dict[str, Any]) -> bool:
     return bool(
         run["exact"]
@@ -326,6 +354,30 @@ def meets(run: dict[str, Any]) -> bool:
         and run["down_decisions"] <= 3
         and run["flaps"] == 0
     )
+
+
+def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
+    """Per policy: the offered rate, the backlog and the parallelism over time, decisions marked."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), squeeze=False)
+    for ax, (policy, run) in zip(axes[:, 0], runs.items(), strict=True):
+        t = [s["t"] for s in run["samples"]]
+        ax.plot(t, [s["rate"] for s in run["samples"]], label="offered records/s", lw=1)
+        ax.plot(t, [s["backlog"] for s in run["samples"]], label="backlog (records)", lw=1)
+        ax.set_ylabel("records, records/s")
+        lanes = ax.twinx()
+        lanes.step(t, [s["parallelism"] or float("nan") for s in run["samples"]], "k", where="post",
+                   lw=1.5, label="parallelism")  # fmt: skip
+        lanes.set_ylabel("lanes")
+        for d in run["decisions"]:
+            lanes.axvline(d["t"], color="r" if d["direction"] == "up" else "g", ls=":", lw=1)
+        for mark in run["marks"].values():
+            ax.axvline(mark, color="grey", lw=0.5)
+        ax.set_title(f"{policy}: {len(run['decisions'])} decisions (red up, green down), "
+                     f"{run['flaps']} flaps, exact {run['exact']}")  # fmt: skip
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1, 0].set_xlabel("s since the load began")
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,10 +406,16 @@ def main(argv: list[str] | None = None) -> int:
                   f" down {r['down_decisions']}, noisy {r['noisy_decisions']} decisions, "
                   f"{r['flaps']} flaps, exact {r['exact']}", flush=True)  # fmt: skip
     adaptive = runs.get("adaptive")
+    paper = runs.get("paper")
     summary = {
-        "metric": "decisions to adapt to a 4x step up and down; flaps under noise",
+        "metric": "decisions after a 4x step up until no backlog growth and no backpressure",
+        "unit": "decisions",
         "candidate": "adaptive policy",
         "baseline": "paper policy (SPEC E, Algorithm 2)",
+        # None: never settled within the step (the decisions alone would flatter it)
+        "candidate_value": settled_decisions(adaptive),
+        "baseline_value": settled_decisions(paper),
+        "ratio": None,
         "figures": {
             k: {f: r[f] for f in ("up_decisions", "down_decisions", "flaps", "exact")}
             for k, r in runs.items()
@@ -368,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     write_result("autoscale_live", summary)
+    plot(runs, RESULTS / "autoscale_live.png")
     return 0 if summary["meets_target"] else 1
 
 

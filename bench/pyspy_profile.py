@@ -31,15 +31,20 @@ from _common import (
 )
 
 
+def given(settings: dict[str, int | None]) -> dict[str, int]:
+    """The settings given on the command line (the others stay as shipped)."""
+    return {k: v for k, v in settings.items() if v is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--lanes", type=int, default=4)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--batch", type=int, default=50_000)
-    p.add_argument("--tuple-size", type=int, default=2000)
-    p.add_argument("--w-init", type=int, default=16)
-    p.add_argument("--w-max", type=int, default=32)
+    p.add_argument("--tuple-size", type=int, help="records per tuple (default: shipped)")
+    p.add_argument("--w-init", type=int, help="initial window, tuples (default: shipped)")
+    p.add_argument("--w-max", type=int, help="largest window, tuples (default: shipped)")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of sampling")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
@@ -63,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             baseline=False,
             partitions=args.partitions,
             batch=args.batch,
-            stream={"tuple_size": args.tuple_size},
-            flow={"w_init": args.w_init, "w_max": args.w_max},
+            stream=given({"tuple_size": args.tuple_size}),
+            flow=given({"w_init": args.w_init, "w_max": args.w_max}),
             on_first_batch=sample,
         )
     info.pop("series", None)

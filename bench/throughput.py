@@ -1,4 +1,4 @@
-"""Throughput of the fast word count: flow-controlled job vs baseline vs plain kafka-python.
+"""Throughput of the fast word count: the flow-controlled job against three ceilings.
 
 SPEC "Experiments to reproduce" 1 scaled to this machine: random strings of 50-100
 bytes, split into words, counted, for several lane counts. One topic is produced
@@ -9,17 +9,25 @@ results), so every candidate sees the same data in the same run:
   shipped ``[flow]`` settings);
 - ``baseline``: plain Structured Streaming with direct writes
   (``spark_jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
+- ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
+  source instead of Kafka (``--source rate``, :mod:`flowctl.spark.rate_lines`): Spark's
+  per-batch machinery plus the word-count sink, no Kafka; its first ``--records``
+  generated records are timed;
 - ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC checks
   on as in flowctl's consumers (``_common.read_loop``), no
-  Spark, no database (the machine's upper bound for a Python reader).
+  Spark, no database (the machine's upper bound for a Python reader);
+- ``base``: the flow job of ``main`` at ``--base`` (3b2f8e8 by default; ``--base ""``
+  skips it), exported with ``git archive`` into a temporary directory and run from that
+  tree with its own shipped config, in the same run (issue 13: flow >= 2x it).
 
 Metric: records/s made durable (sum of committed offsets) from the end of the first
 micro-batch to the last record, so Spark's 4-7 s first batch is excluded. Also per lane
-count: the flow job vs the kafka-python loop, and the planner's cost per micro-batch
-(the driver log's "planning per batch" lines: p50, p99 and max in ms, and by phase).
+count: the flow job vs each ceiling, the planner's cost per micro-batch (the driver
+log's "planning per batch" lines: p50, p99 and max in ms, and by phase) and each Spark
+run's last "Spark micro-batches ... ms p50/p99" line (where a batch's time goes).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python bench/throughput.py \
-        [--records 300000] [--lanes 1,2,4] [--batch 50000]
+        [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8]
 
 Writes bench/results/throughput.json and throughput.png; exits 1 if the target
 (flow >= 0.9x the baseline at every lane count: the runtime costs little) is missed.
@@ -37,6 +45,7 @@ from pathlib import Path
 from _common import (
     RESULTS,
     drain_run,
+    export_tree,
     platform_up,
     produce,
     pyplot,
@@ -50,6 +59,11 @@ from _common import (
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
+#: Issue 13: the flow job at its best lane count against the ceilings (a) and (b).
+CEILING_TARGETS = {"read_loop": 0.6, "rate": 0.7}
+#: Issue 13: the flow job at least this many times main's at BASE, same run, same lanes.
+BASE_TARGET = 2.0
+BASE = "3b2f8e8"
 #: The planner's log line (flowctl.spark.flow.planner.FlowPlanner.planned).
 PLANNING = re.compile(
     r"planning per batch over (\d+) batch\(es\), ms: p50 ([\d.]+), p99 ([\d.]+), "
@@ -82,19 +96,40 @@ def planning_cost(log: Path) -> dict[str, object] | None:
     }
 
 
+#: The job's line of Spark's micro-batch phases (flowctl.spark.job.StreamJob._log_batch_phases).
+PHASES = re.compile(r"Spark micro-batches up to batch (\d+), ms p50/p99: (.*)$", re.MULTILINE)
+
+
+def batch_phases(log: Path) -> str | None:
+    """The last "Spark micro-batches" line of a run's log (batches up to the stop)."""
+    try:
+        found = PHASES.findall(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return f"up to batch {found[-1][0]}: {found[-1][1]}" if found else None
+
+
 def given(settings: dict[str, int | None]) -> dict[str, int]:
     """The settings given on the command line (the others stay as shipped)."""
     return {k: v for k, v in settings.items() if v is not None}
 
 
-def plot(path: Path, lanes: list[int], flow: list, base: list, upper: float) -> None:
+def plot(path: Path, lanes: list[int], cases: list[dict], upper: float) -> None:
+    """Bars per lane count (flow, plain baseline, rate source, the old flow job), the read
+    loop as a line."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.38
+    width = 0.2
     xs = range(len(lanes))
-    ax.bar([x - width / 2 for x in xs], [v or 0 for v in flow], width, label="flow-controlled")
-    ax.bar([x + width / 2 for x in xs], [v or 0 for v in base], width, label="baseline")
+    for shift, kind, label in (
+        (-1.5, "flow", "flow-controlled"),
+        (-0.5, "baseline", "baseline (Kafka)"),
+        (0.5, "rate", "rate source, same sink"),
+        (1.5, "base", "flow job of main@3b2f8e8"),
+    ):
+        heights = [c.get(kind) or 0 for c in cases]
+        ax.bar([x + shift * width for x in xs], heights, width, label=label)
     ax.axhline(upper, color="grey", linestyle="--", label="kafka-python loop")
     ax.set_xticks(list(xs), [f"{n} lanes" for n in lanes])
     ax.set_ylabel("records/s (after the first batch)")
@@ -114,11 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w-init", type=int, help="flow: initial window, tuples (default: shipped)")
     p.add_argument("--w-max", type=int, help="flow: largest window, tuples (default: shipped)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--base", default=BASE, help='old commit whose flow job runs too ("": none)')
+    p.add_argument(
+        "--base-tree",
+        type=Path,
+        help="--base already exported there (to run from a tree that is not a git checkout)",
+    )
     args = p.parse_args(argv)
     lanes = [int(v) for v in args.lanes.split(",")]
 
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        base_tree = args.base_tree or (export_tree(args.base, work / "base") if args.base else None)
+        kinds = ("baseline", "rate", "flow", *(("base",) if base_tree else ()))
         topic = unique_name("fastwc") + ".eden"
         values = random_lines(args.records, args.seed)
         t0 = time.monotonic()
@@ -129,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = []
         for n in lanes:
             row = {"lanes": n}
-            for kind in ("baseline", "flow"):
+            for kind in kinds:
                 rate, info = drain_run(
                     plat,
                     work,
@@ -137,26 +180,47 @@ def main(argv: list[str] | None = None) -> int:
                     produced,
                     n,
                     label=f"throughput-{kind}-{n}",
-                    baseline=kind == "baseline",
+                    baseline=kind in ("baseline", "rate"),
+                    rate_source=kind == "rate",
                     partitions=args.partitions,
                     batch=args.batch,
                     stream=given({"tuple_size": args.tuple_size}),
                     flow=given({"w_init": args.w_init, "w_max": args.w_max}),
                     timeout_s=args.timeout,
+                    tree=base_tree if kind == "base" else None,
                 )
                 row[kind] = rate
                 row[f"{kind}_run"] = info
-                if kind == "flow":
-                    row["planning"] = planning_cost(RESULTS / "logs" / f"throughput-flow-{n}.log")
+                log = RESULTS / "logs" / f"throughput-{kind}-{n}.log"
+                info["spark_batches_ms"] = batch_phases(log)
+                if kind in ("flow", "base"):
+                    row["planning" if kind == "flow" else "base_planning"] = planning_cost(log)
                 print(f"lanes {n} {kind}: {row[kind]} records/s", flush=True)
             row["ratio"] = ratio(row["flow"], row["baseline"])
             row["flow_vs_read_loop"] = ratio(row["flow"], upper)
+            row["flow_vs_rate"] = ratio(row["flow"], row["rate"])
+            row["flow_vs_base"] = ratio(row["flow"], row.get("base"))
             cases.append(row)
 
     ratios = [c["ratio"] for c in cases]
     meets = all(r is not None and r >= TARGET for r in ratios)
     # the headline is the lane count with the lowest ratio (the target holds at every one)
     best = min(cases, key=lambda c: c["ratio"] if c["ratio"] is not None else -1.0)
+    top = max(cases, key=lambda c: c["flow"] or 0)
+    ceilings = {
+        "flow_best_lanes": top["lanes"],
+        "flow_vs_read_loop": top["flow_vs_read_loop"],
+        "flow_vs_rate": top["flow_vs_rate"],
+        "targets": CEILING_TARGETS,
+        "met": (top["flow_vs_read_loop"] or 0) >= CEILING_TARGETS["read_loop"]
+        and (top["flow_vs_rate"] or 0) >= CEILING_TARGETS["rate"],
+        "base": args.base or None,
+        "flow_vs_base_per_lanes": {c["lanes"]: c["flow_vs_base"] for c in cases},
+        "base_target": BASE_TARGET,
+        # each job at its own best lane count (the per-lane ratios are kept beside it)
+        "flow_best_vs_base_best": ratio(top["flow"], max((c.get("base") or 0) for c in cases)),
+    }
+    ceilings["base_met"] = (ceilings["flow_best_vs_base_best"] or 0) >= BASE_TARGET
     summary = {
         "metric": "records/s durable, first micro-batch excluded (lowest-ratio lane count)",
         "unit": "records/s",
@@ -167,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": best["ratio"],
         "ratio_per_lanes": {c["lanes"]: c["ratio"] for c in cases},
         "flow_vs_read_loop_per_lanes": {c["lanes"]: c["flow_vs_read_loop"] for c in cases},
+        "flow_vs_rate_per_lanes": {c["lanes"]: c["flow_vs_rate"] for c in cases},
+        "rate_source_per_lanes": {c["lanes"]: c["rate"] for c in cases},
         "planning_ms_per_lanes": {
             c["lanes"]: None
             if not c.get("planning")
@@ -176,20 +242,22 @@ def main(argv: list[str] | None = None) -> int:
         "upper_bound_kafka_python": round(upper),
         "target": f"flow >= {TARGET}x baseline at every lane count",
         "meets_target": meets,
+        "ceilings_issue_13": ceilings,
         "params": vars(args),
         "cases": cases,
     }
     write_result("throughput", summary)
-    plot(
-        RESULTS / "throughput.png",
-        lanes,
-        [c["flow"] for c in cases],
-        [c["baseline"] for c in cases],
-        upper,
+    plot(RESULTS / "throughput.png", lanes, cases, upper)
+    print(
+        "| lanes | flow | (a) kafka-python | (b) rate source | (c) baseline "
+        "| main@base | flow/(a) | flow/(b) | flow/(c) | flow/base |"
     )
-    print("| lanes | flow rec/s | baseline rec/s | ratio | kafka-python rec/s |")
     for c in cases:
-        print(f"| {c['lanes']} | {c['flow']} | {c['baseline']} | {c['ratio']} | {upper:.0f} |")
+        print(
+            f"| {c['lanes']} | {c['flow']} | {upper:.0f} | {c['rate']} | {c['baseline']} "
+            f"| {c.get('base')} | {c['flow_vs_read_loop']} | {c['flow_vs_rate']} | {c['ratio']} "
+            f"| {c['flow_vs_base']} |"
+        )
     return 0 if meets else 1
 
 

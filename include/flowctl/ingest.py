@@ -8,7 +8,10 @@ The synthetic source is the pipeline's own: a definition module may define
 ``synthetic_lines(count, seed)`` (``logetl`` generates access-log lines,
 ``wordcount`` Zipf text); a pipeline without one gets Zipf text. The choice
 follows the definition, not the pipeline's name, so a renamed copy of a
-config ingests the same kind of data.
+config ingests the same kind of data. A module whose records need their own
+Kafka timestamps (``clickstream`` simulates a feed over time: its lateness is
+judged by each record's arrival in the log) defines ``synthetic_records(count,
+seed)`` yielding ``(line, timestamp_ms)``, preferred when present.
 """
 
 from __future__ import annotations
@@ -71,20 +74,27 @@ class IngestRequest:
             skip_empty=flag_from_text("skip_empty", skip_empty),
         )
 
-    def text(self) -> Iterator[str] | Iterator[bytes]:
-        """The records this request loads: synthetic lines (deterministic), or the file's
-        lines as bytes, unchanged (see :func:`flowctl.textgen.file_records`)."""
+    def text(self) -> Iterator[str] | Iterator[bytes] | Iterator[tuple[str, int]]:
+        """The records this request loads: synthetic lines (deterministic; with their Kafka
+        timestamps if the pipeline's generator sets them), or the file's lines as bytes,
+        unchanged (see :func:`flowctl.textgen.file_records`)."""
         if self.source == "file":
             assert self.path is not None
             return file_records(self.path, skip_empty=self.skip_empty)
         return synthetic_generator(self.pipeline)(self.lines, self.seed)
 
 
-def synthetic_generator(pipeline: str) -> Callable[[int, int], Iterator[str]]:
-    """``(count, seed) -> lines`` of the pipeline's demo data (see the module docstring)."""
+def synthetic_generator(
+    pipeline: str,
+) -> Callable[[int, int], Iterator[str]] | Callable[[int, int], Iterator[tuple[str, int]]]:
+    """``(count, seed) -> lines`` (or ``(line, timestamp_ms)`` pairs) of the pipeline's demo
+    data (see the module docstring)."""
     from flowctl.pipelines.config import load_pipeline_config
 
     definition = load_pipeline_config(pipeline).load_definition()
+    timed = getattr(definition, "synthetic_records", None)
+    if callable(timed):
+        return timed
     generate = getattr(definition, "synthetic_lines", None)
     if generate is None:
         return lambda count, seed: zipf_lines(count, seed=seed)

@@ -55,8 +55,8 @@ def _new(args: argparse.Namespace) -> int:
     print(f"definition: {files.definition}")
     print(f"test:       {files.test}")
     print(
-        f"next: edit them, then `flowctl pipeline check {args.name}` and "
-        f"`pytest {files.test}`; Airflow shows ingest_{args.name}, stream_{args.name}, "
+        f"next: edit them, then `.venv/bin/flowctl pipeline check {args.name}` and "
+        f"`.venv/bin/pytest {files.test}`; Airflow shows ingest_{args.name}, stream_{args.name}, "
         f"autoscale_{args.name}, rescale_{args.name} and reconcile_{args.name} at its "
         "next DAG parse"
     )

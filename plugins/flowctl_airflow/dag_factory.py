@@ -188,8 +188,9 @@ def stream_dag(config: PipelineConfig) -> DAG:
                 False,
                 type="boolean",
                 title="Standby",
-                description="start READY and admit nothing until activated (a replacement's "
-                "green; set by the replace operator)",
+                description="start READY and admit nothing until activated: a replacement's "
+                "green (set by the replace operator), or, without Replaces, a warm standby "
+                "the next replacement takes instead of starting green",
             ),
             # Optional text is typed ["null", "string"]: the form does not require it.
             "replaces": Param(
@@ -258,6 +259,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             blue_topology_id="{{ ti.xcom_pull(task_ids='decide', key='topology_id') }}",
             ready_timeout_s=s.ready_timeout_s,
             drain_timeout_s=s.drain_timeout_s,
+            handover=s.handover,
             stop_timeout_s=s.stop_timeout_s,
         )
         decide >> replace
@@ -322,6 +324,7 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             reason="{{ params.reason }}",
             ready_timeout_s=config.scaling.ready_timeout_s,
             drain_timeout_s=config.scaling.drain_timeout_s,
+            handover=config.scaling.handover,
             stop_timeout_s=config.scaling.stop_timeout_s,
         )
     return dag

@@ -246,6 +246,21 @@ def test_the_green_of_a_running_replacement_registers(plane: ControlPlane) -> No
         plane.register_topology("wc-green-late", "wordcount", "green", 4, wait_s=0)
 
 
+def test_a_warm_standby_registers_beside_the_active_topology_and_takes_lanes_later(
+    plane: ControlPlane,
+) -> None:
+    _active(plane, "wc-blue-1")
+    spare = plane.register_topology("wc-standby", "wordcount", "green", 2, wait_s=0,
+                                    warm_standby=True)  # fmt: skip
+    assert spare.state == "STARTING" and spare.parallelism == 2
+    plane.set_parallelism("wc-standby", 8)
+    assert plane.get_topology("wc-standby").parallelism == 8
+    with pytest.raises(ValueError, match="parallelism=0"):
+        plane.set_parallelism("wc-standby", 0)
+    with pytest.raises(UnknownTopology):
+        plane.set_parallelism("nobody", 2)
+
+
 def test_a_dead_active_topology_does_not_block_a_restart(plane: ControlPlane) -> None:
     _active(plane, "wc-blue-1")
     t = schema.topologies

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from kafka import KafkaProducer, TopicPartition
 
 from flowctl.adapters import kafka_log
 
@@ -67,9 +68,46 @@ def test_produce_refuses_values_that_are_not_text_or_bytes(kafka_bootstrap: str)
     assert kafka_log.latest_offsets(kafka_bootstrap, topic) == {0: 1}
 
 
-def test_latest_offsets_is_exact_under_concurrent_producing(kafka_bootstrap: str) -> None:
-    """Every answer lies between what was acknowledged before and after, and is readable."""
+def test_produce_keeps_the_timestamps_a_generator_sets(kafka_bootstrap: str) -> None:
+    """``(value, timestamp_ms)`` values: the log keeps each record's own Kafka timestamp
+    (clickstream's simulated arrivals); plain values get the wall clock."""
+    topic = _topic(1, kafka_bootstrap)
+    before_ms = int(time.time() * 1000)
+    stamps = [1_767_225_600_000, 1_000, 4_102_444_800_000]
+    values = [("a", stamps[0]), (b"b", stamps[1]), ("c", stamps[2]), "d"]
+    assert kafka_log.produce(kafka_bootstrap, topic, values) == 4
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        got = [(r.value, r.timestamp) for r in kafka_log.read_range(consumer, topic, 0, 0, 4)]
+    finally:
+        consumer.close()
+    assert got[:3] == [(b"a", stamps[0]), (b"b", stamps[1]), (b"c", stamps[2])]
+    assert got[3][0] == b"d" and got[3][1] >= before_ms
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (("a", "noon"), TypeError, r"values\[0\]=\('a', 'noon'\) must be \(value, timestamp_ms"),
+        (("a", 1, 2), TypeError, r"must be \(value, timestamp_ms: int\)"),
+        (("a", -5), ValueError, r"values\[0\]: timestamp_ms=-5 must be >= 0"),
+    ],
+)
+def test_produce_refuses_a_bad_timestamp_naming_it(
+    kafka_bootstrap: str, value: tuple, error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        kafka_log.produce(kafka_bootstrap, _topic(1, kafka_bootstrap), [value])
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["read", "known-ends"])
+def test_latest_offsets_is_exact_under_concurrent_producing(
+    kafka_bootstrap: str, cached: bool
+) -> None:
+    """Every answer lies between what was acknowledged before and after, and is readable,
+    with and without the ``known`` ends the planner keeps between batches."""
     topic = _topic(3, kafka_bootstrap)
+    known: kafka_log.KnownEnds | None = {} if cached else None
     acked = [0]
     stop = threading.Event()
 
@@ -91,7 +129,7 @@ def test_latest_offsets_is_exact_under_concurrent_producing(kafka_bootstrap: str
         deadline = time.monotonic() + 60
         while len(answers) < 40 and time.monotonic() < deadline:
             before = acked[0]
-            latest = kafka_log.latest_offsets(consumer, topic)
+            latest = kafka_log.latest_offsets(consumer, topic, known=known)
             after_total = acked[0]
             answers.append((before, sum(latest.values()), latest))
             assert before <= sum(latest.values()), (before, latest)
@@ -204,3 +242,30 @@ def test_record_checksums_use_the_c_extension() -> None:
     from kafka.record import util
 
     assert util._crc32c is not util.crc32c_py, "crc32c is not installed: CRCs run in Python"
+
+
+def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move(
+    kafka_bootstrap: str,
+) -> None:
+    """With ``known``, an unchanged partition is answered from it (the consumer is not even
+    assigned), a partition written since is read again, and both answers are exact."""
+    topic = _topic(2, kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for value, partition in [(b"a", 0), (b"b", 0), (b"c", 1)]:
+        producer.send(topic, value, partition=partition)
+    producer.flush()
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    known: kafka_log.KnownEnds = {}
+    try:
+        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 1}
+        consumer.assign([])
+        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 1}
+        assert consumer.assignment() == set()
+        for value in (b"d", b"e"):
+            producer.send(topic, value, partition=1)
+        producer.flush()
+        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 3}
+        assert consumer.assignment() == {TopicPartition(topic, 1)}
+    finally:
+        consumer.close()
+        producer.close()

@@ -251,6 +251,14 @@ def test_ingest_of_wordcount_still_produces_zipf_text() -> None:
     assert list(request.text()) == list(zipf_lines(50, seed=9))
 
 
+def test_ingest_of_clickstream_produces_its_clicks_with_their_arrival_timestamps() -> None:
+    """The module's synthetic_records wins: each record carries its simulated arrival."""
+    request = IngestRequest.parse(pipeline="clickstream", lines=20, seed=4)
+    pairs = list(request.text())
+    assert all(isinstance(line, str) and isinstance(ts, int) for line, ts in pairs)
+    assert [ts - pairs[0][1] for _, ts in pairs] == [250 * i for i in range(20)]
+
+
 # -- ingest: a user's file, as it is ----------------------------------------------------------
 
 

@@ -41,8 +41,10 @@ def _base(field: str) -> Any:
     return BASE[field] if "." not in field else BASE[field.split(".")[0]][field.split(".")[1]]
 
 
-TEXT_FIELDS = [f for f in ALL_FIELDS if isinstance(_base(f), str)]
-NUMBER_FIELDS = [f for f in ALL_FIELDS if f not in TEXT_FIELDS]
+# flow.w_init is "auto" or an integer (tests/badinput: test_w_init_...), neither kind.
+TEXT_FIELDS = [f for f in ALL_FIELDS if isinstance(_base(f), str) and f != "flow.w_init"]
+FLAG_FIELDS = [f for f in ALL_FIELDS if isinstance(_base(f), bool)]
+NUMBER_FIELDS = [f for f in ALL_FIELDS if f not in TEXT_FIELDS + FLAG_FIELDS and f != "flow.w_init"]
 
 
 # --- writing TOML -----------------------------------------------------------------------------
@@ -238,6 +240,15 @@ def test_a_text_field_of_another_type_is_named_with_its_value(
 
 
 @PROPERTY
+@given(
+    field=st.sampled_from(FLAG_FIELDS),
+    value=st.one_of(toml_int, toml_float, toml_text, st.lists(toml_scalar, max_size=2)),
+)
+def test_a_flag_of_another_type_is_named_with_its_value(write: Any, field: str, value: Any) -> None:
+    _refused(write(_with(field, value)), f"{field}=", value)
+
+
+@PROPERTY
 @given(field=st.sampled_from(NUMBER_FIELDS), value=not_number)
 def test_a_number_field_of_another_type_is_named_with_its_value(
     write: Any, field: str, value: Any
@@ -341,3 +352,8 @@ def test_a_file_that_is_not_toml_is_refused_naming_the_file(write: Any, data: by
 def test_a_config_path_that_cannot_exist_is_named(name: str) -> None:
     with pytest.raises(PipelineConfigError, match="pipeline config"):
         load_pipeline_config(name)
+
+
+@pytest.mark.parametrize("value", ["half", 2.5, True, [1]])
+def test_w_init_is_auto_or_an_integer_and_names_a_bad_value(write: Any, value: Any) -> None:
+    _refused(write(_with("flow.w_init", value)), "flow.w_init=", value)

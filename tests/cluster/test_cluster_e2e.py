@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def _wait(what: str, check, timeout: float = WAIT_S, every: float = 1.0):  # typ
         if value:
             return value
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    detail = getattr(check, "explain", lambda: "")()
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
 
 
 def _ingest(c: Cluster, n: int, seed: int) -> None:
@@ -52,9 +54,54 @@ def _ingest(c: Cluster, n: int, seed: int) -> None:
     LINES.extend(batch)
 
 
+def _log_lines(c: Cluster) -> list[str]:
+    """Every record of EDEN, read back from the broker."""
+    bootstrap = c.layout.settings.kafka_bootstrap
+    consumer = kafka_log.new_consumer(bootstrap)
+    try:
+        ends = kafka_log.latest_offsets(consumer, EDEN, timeout_s=60.0)
+        return [
+            r.value.decode()
+            for partition, end in ends.items()
+            for r in kafka_log.read_range(consumer, EDEN, partition, 0, end)
+        ]
+    finally:
+        kafka_log.close_quietly(consumer)
+
+
 def _exact(c: Cluster):  # type: ignore[no-untyped-def]
-    expected = dict(count_words(LINES))
-    return lambda: results.word_counts(c.url, PIPELINE) == expected
+    """A check that the stored counts equal the words of every record in EDEN.
+
+    The expectation is read from the log, once, when the feeding is over: the stream owes
+    exactly-once over what the log holds. The log must hold every line the test produced
+    (LINES); a producer's retry may have written one twice, which the stream then rightly
+    counts twice. On a timeout the check says how far off the counts were (still short, or
+    in excess), which tells a slow run from a wrong one.
+    """
+    in_log = _log_lines(c)
+    produced, logged = Counter(LINES), Counter(in_log)
+    missing = produced - logged
+    assert not missing, f"{sum(missing.values())} produced lines are not in {EDEN}"
+    doubled = sum((logged - produced).values())
+    if doubled:
+        print(f"{doubled} line(s) written twice to {EDEN} by a producer retry")
+    expected = dict(count_words(in_log))
+
+    def check() -> bool:
+        return results.word_counts(c.url, PIPELINE) == expected
+
+    def explain() -> str:
+        stored = results.word_counts(c.url, PIPELINE)
+        short = sum(max(0, n - stored.get(w, 0)) for w, n in expected.items())
+        extra = sum(max(0, n - expected.get(w, 0)) for w, n in stored.items())
+        return (
+            f": {sum(expected.values())} words in {len(in_log)} logged lines"
+            f" ({doubled} written twice by the producer), {sum(stored.values())} stored,"
+            f" {short} short, {extra} in excess"
+        )
+
+    check.explain = explain  # type: ignore[attr-defined]
+    return check
 
 
 def _active(plane: ControlPlane) -> list[str]:
@@ -124,12 +171,17 @@ def test_a_spark_worker_killed_under_load_loses_nothing(process_cluster: Cluster
     run_id = plane.get_topology(topology_id).airflow_run_id
     stop = threading.Event()
 
+    errors: list[BaseException] = []
+
     def feed() -> None:
         seed = 100
-        while not stop.is_set():
-            _ingest(c, 400, seed=seed)
-            seed += 1
-            stop.wait(0.5)
+        try:
+            while not stop.is_set():
+                _ingest(c, 400, seed=seed)
+                seed += 1
+                stop.wait(0.5)
+        except Exception as exc:  # part of a failed batch may be in the log: _exact reads it
+            errors.append(exc)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
@@ -146,8 +198,16 @@ def test_a_spark_worker_killed_under_load_loses_nothing(process_cluster: Cluster
         time.sleep(10)  # load on the surviving worker
     finally:
         stop.set()
-        feeder.join(timeout=60)
-    _wait("exact counts after losing a worker", _exact(c))
+        feeder.join(timeout=120)
+    assert not feeder.is_alive(), "a produce to EDEN hung for 120 s"
+    if errors:
+        print(f"the feeder stopped on {errors[0]!r}; the log decides what was fed")
+    try:
+        _wait("exact counts after losing a worker", _exact(c))
+    except pytest.fail.Exception as failed:
+        states = {t.topology_id: t.state for t in plane.topologies(PIPELINE)}
+        tail = _task_log(c, run_id)[-8000:]
+        pytest.fail(f"{failed}\ntopologies: {states}\n--- the task log's tail ---\n{tail}")
     print(f"worker loss: {len(LINES)} lines in, all counted exactly once")
     assert _active(plane) == [topology_id], "the topology survived the lost worker"
     log = _task_log(c, run_id)

@@ -10,6 +10,7 @@ same protocol with real Spark topologies is tests/e2e/test_rescale_e2e.py.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import signal
@@ -76,6 +77,7 @@ class JobSide(threading.Thread):
             for topology_id in (BLUE, self.green):
                 if topology_id is not None:
                     self._answer(topology_id)
+                    self._beat(topology_id)
             time.sleep(0.05)
 
     def _register_green(self) -> None:
@@ -90,6 +92,14 @@ class JobSide(threading.Thread):
         )
         self.plane.set_state(event.new_topology_id, "FAILED" if self.green_fails else "READY")
         self.green = event.new_topology_id
+
+    def _beat(self, topology_id: str) -> None:
+        """The jobs' heartbeat, while they run (the overlap checks green is alive)."""
+        try:
+            if self.plane.get_topology(topology_id).state not in ("STOPPED", "FAILED"):
+                self.plane.heartbeat(topology_id)
+        except UnknownTopology:
+            pass
 
     def _answer(self, topology_id: str) -> None:
         try:
@@ -138,7 +148,7 @@ def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
     config = load_pipeline_config("wordcount")
     short = dataclasses.replace(
         config.scaling, **{"ready_timeout_s": 10.0, "drain_timeout_s": 10.0,
-                           "stop_timeout_s": 5.0, **scaling},
+                           "stop_timeout_s": 5.0, "handover": "sequential", **scaling},
     )  # fmt: skip
     dag = rescale_dag(dataclasses.replace(config, scaling=short))
     dag.get_task("replace").poll_interval_s = 0.1
@@ -167,6 +177,61 @@ def test_a_replacement_runs_every_step_in_order(flowctl_db: str, job_side: JobSi
     assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [
         job_side.green
     ]
+
+
+def test_an_overlapped_replacement_activates_green_with_the_deactivate(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    from flowctl.adapters.handovers import HandoverLog
+
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, handover="overlap")
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok" and event.deactivated_at <= event.drained_at
+    plane = ControlPlane(flowctl_db)
+    assert _kinds(plane, BLUE) == ["deactivate", "stop"]
+    assert _kinds(plane, job_side.green) == ["activate"]
+    handover = HandoverLog(flowctl_db).for_green(job_side.green)
+    assert handover is not None and (handover.event_id, handover.blue) == (event.id, BLUE)
+    assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [
+        job_side.green
+    ]
+
+
+@pytest.mark.parametrize("handover", ["overlap", "sequential"])
+def test_a_warm_standby_is_taken_as_green_with_the_new_parallelism(
+    flowctl_db: str, job_side: JobSide, handover: str
+) -> None:
+    plane = ControlPlane(flowctl_db)
+    standby = "wordcount-green-standby"
+    plane.register_topology(standby, "wordcount", "green", 2, warm_standby=True)
+    plane.set_state(standby, "READY")
+    job_side.green = standby  # the job side answers its signals; nothing new registers
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, handover=handover)
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert (event.outcome, event.new_topology_id, event.new_parallelism) == ("ok", standby, 8)
+    green = plane.get_topology(standby)
+    assert (green.state, green.parallelism) == ("ACTIVE", 8)
+    assert _kinds(plane, standby) == ["activate"]
+    assert [t.topology_id for t in plane.topologies("wordcount")] == [BLUE, standby]
+
+
+def test_a_standby_some_replacement_already_named_is_not_taken(
+    flowctl_db: str, job_side: JobSide
+) -> None:
+    plane = ControlPlane(flowctl_db)
+    old = "wordcount-green-old"
+    plane.register_topology(old, "wordcount", "green", 2, warm_standby=True)
+    plane.set_state(old, "READY")
+    ReplacementLog(flowctl_db).record_replacement(
+        "wordcount", BLUE, old, 2, 4, "earlier", outcome="failed", error="it failed",
+        started_at=dt.datetime.now(dt.UTC), finished_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    assert str(run.state).endswith("success")
+    event = ReplacementLog(flowctl_db).replacements("wordcount")[-1]
+    assert event.new_topology_id not in (old, BLUE) and event.new_topology_id == job_side.green
 
 
 @pytest.mark.parametrize("job_side", [{"drains": False}], indirect=True)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import logging
 import time
 
 import pytest
 
+from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
-from flowctl_airflow.operators.replacement_state import Progress
+from flowctl_airflow.operators.replacement_state import Progress, roll_back
 from flowctl_airflow.triggers.topology_state import TopologyStateTrigger
 
 pytestmark = pytest.mark.integration
@@ -145,3 +147,34 @@ def test_on_kill_while_blue_drains_reactivates_blue_and_stops_green(plane: Contr
     assert [s.kind for s in plane.signals(GREEN)] == ["stop"]
     event = events.get_replacement(event_id)
     assert event.outcome == "rolled_back" and "killed while waiting for" in event.error
+
+
+def test_a_green_dead_in_the_overlap_is_rolled_back_and_marked_failed(
+    plane: ControlPlane,
+) -> None:
+    """Green SIGKILLed while admitting from blue's frontier keeps its ACTIVE row (nobody
+    records its end): the rollback re-activates blue and marks green FAILED, or the
+    sensor and the next replacement would find two ACTIVE topologies."""
+    events = ReplacementLog(plane.engine)
+    event_id = events.record_replacement(
+        "wordcount", BLUE, GREEN, 2, 4, "load",
+        started_at=dt.datetime.now(dt.UTC), outcome="running",
+    )  # fmt: skip
+    plane.register_topology(GREEN, "wordcount", "green", 4)
+    plane.set_state(GREEN, "ACTIVE")
+    plane.set_state(BLUE, "DRAINED")
+    stale = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)  # its driver is dead
+    t = schema.topologies
+    with plane.engine.begin() as conn:
+        conn.execute(t.update().where(t.c.topology_id == GREEN).values(heartbeat_at=stale))
+    progress = Progress(
+        event_id=event_id, blue=BLUE, green=GREEN, green_run_id=f"replace__{GREEN}",
+        stream_dag_id="stream_wordcount", target=4, ready_s=5, drain_s=5, stop_s=5,
+        deactivated=True, green_active=True, overlap=True, handover_id=1,
+    )  # fmt: skip
+    outcome = roll_back(plane, events, progress, "green went silent", logging.getLogger(__name__))
+    assert outcome == "rolled_back"
+    assert [s.kind for s in plane.signals(BLUE)] == ["activate"]
+    assert plane.get_topology(GREEN).state == "FAILED"
+    # what the sensor counts: no dead ACTIVE row (blue turns ACTIVE once its job acts)
+    assert plane.topologies("wordcount", states=["ACTIVE"]) == []

@@ -4,7 +4,9 @@ One module per fault, each running one flow-controlled topology (spark-submit) a
 time: the driver SIGKILLed three times (``test_driver_killed``), memcached restarted
 (``test_memcached_restart``), the database away for 20 s (``test_database_outage``),
 the broker restarted with its log in S3 (``test_broker_restart``), 1% poison records
-(``test_poison_records``). The replace operator killed mid-way is the third part of
+(``test_poison_records``), and faults during an overlapped blue-green handover (blue or
+green SIGKILLed, the replace task killed, memcached restarted: ``test_handover_faults``).
+The replace operator killed mid-way under Airflow is the third part of
 ``tests/e2e/test_rescale_e2e.py`` (one blue-green end-to-end run for the whole suite).
 
 :class:`FaultRun` is one pipeline of its own (a renamed copy of a shipped config, so its
@@ -18,7 +20,9 @@ Spark batch read of the whole Eden topic. Then :meth:`FaultRun.tally` counts rec
 - word count: every line carries a word unique to it (its *tag*), so a lost line is a
   tag counted 0 times and a line counted twice is a tag counted twice;
 - log ETL: one ``log_events`` row per Eden offset; every malformed line must be in the
-  DLQ exactly once and nothing else.
+  DLQ exactly once and nothing else;
+- clickstream (``test_clickstream_windows``): its input is ``(line, Kafka timestamp)``
+  pairs and the test tallies the windows itself.
 
 The tallies of a run are printed and written to ``<basetemp>/faults-tally.json``; the
 README's "Faults survived" table comes from them.
@@ -90,9 +94,9 @@ class FaultRun:
     flow: Flow
     name: str
     config: Path
-    source: Iterator[str]
+    source: Iterator[Any]  # lines, or (line, timestamp_ms) pairs (clickstream)
     shipped: str = "wordcount"
-    produced: list[str] = field(default_factory=list)
+    produced: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -141,6 +145,13 @@ class FaultRun:
             values = list(self.produced)
         if self.shipped == "wordcount":
             return dict(count_words(values))
+        if self.shipped == "clickstream":
+            from flowctl.pipelines.base import Record
+            from flowctl.pipelines.clickstream import DEFINITION as CLICKS
+
+            return CLICKS.reference_records(
+                Record(self.eden, 0, i, ts, v.encode()) for i, (v, ts) in enumerate(values)
+            )
         from flowctl.pipelines.logetl import DEFINITION
 
         return DEFINITION.reference(v.encode() for v in values)
@@ -148,16 +159,20 @@ class FaultRun:
     def stored(self) -> dict[str, Any]:
         if self.shipped == "wordcount":
             return results.word_counts(self.flow.database_url, self.name)
-        from flowctl.pipelines.logetl import DEFINITION
+        from flowctl.pipelines.config import load_pipeline_config
+        from flowctl.pipelines.sinks import result_store
 
+        store = result_store(load_pipeline_config(self.config))  # the [sink]'s or its own
         with engine_for(self.flow.database_url).connect() as conn:
-            return DEFINITION.stored(conn, self.name)
+            return dict(store.stored(conn, self.name))
 
     def counted(self) -> int:
-        """Lines counted so far (word count: tags with a count)."""
+        """Lines counted so far (word count: tags with a count; clickstream: clicks)."""
         stored = self.stored()
         if self.shipped == "wordcount":
             return sum(n for word, n in stored.items() if word.startswith("rec"))
+        if self.shipped == "clickstream":
+            return sum(stored.values())
         return int(stored["rows"])
 
     def settle(self, job: LocalJob, topology_id: str) -> None:

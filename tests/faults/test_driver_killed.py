@@ -20,6 +20,9 @@ pytestmark = [
 ]
 
 
+# deep: the default run SIGKILLs a driver mid-stream twice already (clickstream's windows,
+# blue in a handover's overlap); this one kills three times at seeded moments.
+@pytest.mark.deep
 def test_driver_sigkilled_three_times_at_random_moments(
     fault_run: Callable[..., FaultRun], spark: Any, tallies: list[Tally]
 ) -> None:

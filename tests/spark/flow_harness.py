@@ -61,8 +61,10 @@ def flow_config(
     tuple_size: int = 50,
     flow: Mapping[str, object] | None = None,
     shipped: str = "wordcount",
+    scaling: Mapping[str, object] | None = None,
 ) -> Path:
-    """The shipped ``shipped`` config renamed ``name``, with test-sized settings."""
+    """The shipped ``shipped`` config renamed ``name``, with test-sized settings
+    (``scaling``: the ``[scaling]`` keys a replacement test sizes, e.g. its timeouts)."""
     return derive_config(
         tmp_path,
         name,
@@ -72,6 +74,7 @@ def flow_config(
             "topics": {"partitions": partitions},
             "stream": {"trigger_interval_s": 0.5, "tuple_size": tuple_size},
             "flow": {**FLOW_DEFAULTS, **(flow or {})},
+            **({"scaling": dict(scaling)} if scaling else {}),
         },
     )
 

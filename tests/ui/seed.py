@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.handovers import HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.adapters.schema import utcnow
 from flowctl.core.scaling import Decision
@@ -32,6 +33,7 @@ RECORDS_PER_S = 4321.5
 PAUSE_MS = 321.0
 DUPLICATES = 7
 DLQ_TOTAL = 17
+OVERLAP_S = 1.9  # green admitting -> blue gone
 
 
 #: What the sensor saw when it decided the seeded replacement (shown on the page).
@@ -123,6 +125,21 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
         duplicates=DUPLICATES,
         outcome="ok",
     )
+    # An overlapped handover: blue's frontier published, green admitting beside blue
+    # until blue was gone.
+    deactivated = window(3)[1] + dt.timedelta(seconds=4.1)
+    handover_id = HandoverLog(plane.engine).open(PIPELINE, replacement_id, BLUE, GREEN)
+    with plane.engine.begin() as conn:
+        conn.execute(
+            schema.handovers.update()
+            .where(schema.handovers.c.id == handover_id)
+            .values(
+                created_at=deactivated,
+                frontier_at=deactivated + dt.timedelta(seconds=0.2),
+                green_admitting_at=deactivated + dt.timedelta(seconds=0.4),
+                blue_gone_at=deactivated + dt.timedelta(seconds=0.4 + OVERLAP_S),
+            )
+        )
     plane.register_topology("other-blue-1", "other", "blue", 1)
     # Registration stamps "now"; move the two topologies' times to when the windows
     # say they ran, so the parallelism timeline lines up with the metrics charts.

@@ -282,6 +282,10 @@ def test_replacements_carry_steps_pause_and_duplicates(
     )
     assert event["decision"] == data.DECISION.to_dict()
     assert math.isclose(event["duration_s"], 6.5)
+    handover = event["handover"]  # overlapped: when both topologies admitted
+    assert (handover["blue"], handover["green"]) == (data.BLUE, data.GREEN)
+    assert math.isclose(handover["overlap_s"], data.OVERLAP_S)
+    assert handover["frontier_at"] < handover["green_admitting_at"] < handover["blue_gone_at"]
 
 
 # -- errors -----------------------------------------------------------------------------------

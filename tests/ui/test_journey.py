@@ -222,9 +222,15 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
             )
 
         _poll("the replacement 2 → 4 on the metrics page", 300, replaced, 5)
-        row = page.locator("#replacements tbody tr").first.locator("td")
-        pause_ms = row.nth(4).inner_text()
+        headers = [
+            " ".join(h.split()) for h in page.locator("#replacements thead th").all_inner_texts()
+        ]
+        cells = page.locator("#replacements tbody tr").first.locator("td").all_inner_texts()
+        cell = dict(zip(headers, cells, strict=True))
+        pause_ms, handover = cell["pause ms"], " ".join(cell["handover"].split())
         assert re.fullmatch(r"\d+(\.\d+)?", pause_ms), f"pause ms cell reads {pause_ms!r}"
+        # the rescale DAG hands over overlapped by default: the row says for how long
+        assert re.fullmatch(r"overlap \d+(\.\d+)? s", handover), f"handover cell: {handover!r}"
         _shot(page, "10_metrics_after_rescale")
 
         # 9. a bad rescale (both fields set) is refused with a message naming the fields.

@@ -133,6 +133,8 @@ def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str
     assert cards["topology"] == data.GREEN
     assert f"{data.BLUE} → {data.GREEN}" in dom  # the replacement row
     assert ">321<" in dom  # its pause in ms
+    assert ">overlap 1.90 s<" in dom  # how it handed over: both topologies admitting
+    assert 'class="overlap"' in dom  # and the overlap on the parallelism timeline
     # what the sensor saw when it decided: the dispersion, utilisation and backlog
     assert "adaptive policy, cause load · E(M) 2, S² 5 (C 4)" in dom
     assert "utilisation 93% · backlog 12000 (+3000)" in dom

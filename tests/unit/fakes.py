@@ -116,12 +116,21 @@ class FakeLaneIO:
     def __init__(self, store: DictStore | None = None) -> None:
         self.store = store if store is not None else DictStore()
         self.log: dict[tuple[str, int], list[bytes]] = {}
+        self.stamps: dict[tuple[str, int], list[int | None]] = {}  # Kafka timestamps
         self.produced: dict[str, list[bytes]] = {}
         self.fail_reads: set[tuple[str, int]] = set()
         self.fail_produce = False
 
-    def append(self, topic: str, partition: int, values: Sequence[bytes]) -> None:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        timestamps: Sequence[int | None] | None = None,
+    ) -> None:
         self.log.setdefault((topic, partition), []).extend(values)
+        stamps = list(timestamps) if timestamps is not None else [None] * len(values)
+        self.stamps.setdefault((topic, partition), []).extend(stamps)
 
     def read(self, entries: Sequence[Any]) -> dict[str, list[Any] | Exception]:
         out: dict[str, list[Any] | Exception] = {}
@@ -131,8 +140,9 @@ class FakeLaneIO:
                 out[t.id] = ConnectionError(f"{t.topic}/{t.partition} unreachable")
                 continue
             values = self.log.get((t.topic, t.partition), [])
+            stamps = self.stamps.get((t.topic, t.partition), [])
             out[t.id] = [
-                KafkaRecord(t.topic, t.partition, o, None, values[o])
+                KafkaRecord(t.topic, t.partition, o, stamps[o], values[o])
                 for o in range(t.start, min(t.end, len(values)))
             ]
         return out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
 from flowctl.core.clock import FakeClock
@@ -90,6 +93,36 @@ def test_the_control_key_holds_admission_and_a_new_rebuild_rebuilds_the_spout(
     assert _state(planner, store).rebuild == 1
 
 
+def test_lanes_given_at_activation_are_planned_from_the_rebuild_on(tmp_path: Path) -> None:
+    planner, store, state = _planner(tmp_path, {0: 200}, standby=True)
+    ctl = channels.control_key(planner.settings.ns)
+    store.set_json(ctl, Control(admit=False, rebuild=0, lanes=2).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)  # a warm-up
+    store.set_json(ctl, Control(admit=True, rebuild=1, lanes=4).encode())
+    parts = decode_plan(planner.latest_offset(start), EDEN, "demo")
+    assert planner.lanes == 4 and {p.lane for p in parts} == {0, 1, 2, 3}
+    assert len(_state(planner, store).lanes) == 4 and state.builds == 2
+
+
+def test_an_overlapped_green_starts_its_windows_at_half_of_blues(tmp_path: Path) -> None:
+    from flowctl.core.handover import Frontier
+    from flowctl.core.replay import ReplaySnapshot
+
+    planner, store, _ = _planner(tmp_path, {0: 500}, standby=True)
+    ctl = channels.control_key(planner.settings.ns)
+    store.set_json(ctl, Control(admit=False, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    snap = ReplaySnapshot("demo", "demo.replay.a", (), 0)
+    frontier = Frontier(EDEN, ((0, 100),), snap, (), window=6).to_dict()
+    store.set_json(ctl, Control(admit=True, rebuild=1, frontier=frontier).encode())
+    parts = decode_plan(planner.latest_offset(start), EDEN, "demo")
+    tuples = sorted(e.tuple for p in parts for e in p.entries)
+    assert [w["window"] for w in _state(planner, store).lanes] == [3, 3]
+    assert tuples[0].start == 100 and len(tuples) == 6  # from the frontier, 3 per lane
+
+
 def test_a_durable_checkpoint_moves_the_plan_past_it(tmp_path: Path) -> None:
     planner, _, state = _planner(tmp_path, {0: 40})
     state.checkpoints = {TopicPartition(EDEN, 0): 30}
@@ -113,6 +146,20 @@ def test_a_standby_planner_plans_warm_up_batches_and_admits_nothing(tmp_path: Pa
     assert (published.admit, published.in_flight, published.warmups) == (False, 0, 1)
 
 
+def test_a_standby_warms_every_task_slot_whatever_its_lanes(tmp_path: Path) -> None:
+    """A warm standby of 1 lane on an application of 3 task slots warms 3 Python workers:
+    it may be given more lanes at activation."""
+    import dataclasses
+
+    store, state = DictStore(), FakeState()
+    settings = dataclasses.replace(flow_settings(tmp_path, lanes=1, standby=True), slots=3)
+    planner = FlowPlanner(
+        settings, store=store, ends=FakeEnds({EDEN: {0: 50}}), state=state, clock=FakeClock()
+    )
+    warm = planner.latest_offset(planner.initial_offset())
+    assert sorted(p.lane for p in decode_plan(warm, EDEN, "demo")) == [0, 1, 2]
+
+
 def test_closed_metrics_windows_are_published_as_rows(tmp_path: Path) -> None:
     planner, store, _ = _planner(tmp_path, {0: 20}, flow="metrics_window_s = 1.0")
     start = planner.initial_offset()
@@ -123,3 +170,20 @@ def test_closed_metrics_windows_are_published_as_rows(tmp_path: Path) -> None:
     rows = channels.decode_rows(store.get_json(channels.rows_key(planner.settings.ns)))
     assert [r.n for r in rows] == [1] and rows[0].admitted == 2
     assert rows[0].window_end > rows[0].window_start and len(rows[0].lanes) == 2
+
+
+def test_the_planning_cost_is_logged_after_10_s_then_every_30_s(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    planner, _, _ = _planner(tmp_path, {0: 25, 1: 10})
+    caplog.set_level(logging.INFO, logger="flowctl.spark.flow.planner")
+    offset = planner.initial_offset()
+    lines = []
+    for _ in range(9):  # a batch every 5 s for 45 s
+        end = planner.latest_offset(offset)
+        planner.planned(end, partitions_ms=0.1)
+        offset = end
+        lines.append(sum("planning per batch" in r.message for r in caplog.records))
+        planner.clock.advance(5.0)  # type: ignore[attr-defined]
+    # a short run (a benchmark's 15 s) still gets its line; then every 30 s
+    assert lines == [0, 0, 1, 1, 1, 1, 1, 1, 2]

@@ -113,6 +113,19 @@ def test_poll_waits_for_length_or_time() -> None:
     assert result is not None and (result.trigger, result.durable_tuple_ids) == ("time", ("t3",))
 
 
+def test_a_batch_end_flushes_what_is_queued_without_waiting_for_the_timer() -> None:
+    _, _, _, writer, flusher = setup(max_length=3, update_time_s=1.0)
+    assert flusher.poll(batch_ended=True) is None  # nothing queued: nothing to write
+    writer.append("t1", [("a", 1)])
+    result = flusher.poll(batch_ended=True)
+    assert result is not None and (result.trigger, result.durable_tuple_ids) == (
+        "batch end",
+        ("t1",),
+    )
+    writer.append("t2", [("b", 1)])
+    assert flusher.poll() is None  # without a batch end the timer rules again
+
+
 def test_a_tuple_is_durable_only_when_its_last_item_is_flushed() -> None:
     _, _, _, writer, flusher = setup(max_length=2)
     writer.append("t1", [("a", 1), ("b", 1), ("c", 1)])

@@ -72,6 +72,19 @@ CASES = {
         "    def stored(self, conn, pipeline):\n        return {}\nDEFINITION = D()",
         "combine() of a tuple's two halves differs from process() of the whole",
     ),
+    "rows_merged_without_combine": (
+        "class D(Base):\n    def process(self, records):\n"
+        "        return [{'word': w, 'count': n} for w, n in sorted(_counts(r.value for r in "
+        "records).items())]\nDEFINITION = D()",
+        "differs from process() of the whole: the default combine (lists of rows concatenate, "
+        "mappings add key by key; rows merged or sorted by process need a combine(results) "
+        "method) gave [{'word': 'w0', 'count': ",
+    ),
+    "own_combine_breaks": (
+        "class D(Base):\n    def combine(self, results):\n        return {}\nDEFINITION = D()",
+        "differs from process() of the whole: the definition's combine() gave {}, process() "
+        "gave {'w0': ",
+    ),
     "not_json": (
         "class D(Base):\n    def process(self, records):\n        return {1: 2}\nDEFINITION = D()",
         "process returned {1: 2}, which cannot wait in memcached",

@@ -351,3 +351,32 @@ def test_every_record_is_acked_once_or_dead_lettered(
     assert sorted(dead_offsets) == expected_dead
     assert sorted(acked) == sorted(set(range(n)) - set(expected_dead))
     assert all(d.attempt == max_attempts for d in dead)
+
+
+def test_an_envelope_carries_the_records_kafka_timestamp_through_every_replay() -> None:
+    """A re-produced record gets a new Kafka timestamp: its original arrival must travel
+    in the envelope (clickstream judges lateness by it)."""
+    flow = Backflow(ReplayTopics(P), max_attempts=3, backoff=FlumeBackoff(0.25, 4.0))
+    first = flow.fail_original(
+        partition=0,
+        offset=5,
+        payload=b"x",
+        key=None,
+        error="boom",
+        now=1.0,
+        from_topic=A,
+        timestamp_ms=1_767_225_600_000,
+    )
+    again = flow.fail_replayed(first.envelope, error="boom", now=2.0, from_topic=B)
+    dead = flow.fail_replayed(again.envelope, error="boom", now=3.0, from_topic=A)
+    assert (first.dead, again.dead, dead.dead) == (False, False, True)
+    for routed in (first, again, dead):
+        assert decode_envelope(encode_envelope(routed.envelope)).timestamp_ms == 1_767_225_600_000
+
+
+def test_an_envelope_written_before_timestamps_decodes_without_one() -> None:
+    data = json.loads(encode_envelope(envelope()))
+    assert "timestamp_ms" not in data
+    assert decode_envelope(json.dumps(data).encode()).timestamp_ms is None
+    with pytest.raises(EnvelopeError, match="'timestamp_ms' must be an int >= 0"):
+        decode_envelope(json.dumps({**data, "timestamp_ms": "noon"}).encode())

@@ -178,6 +178,60 @@ def test_busy_lanes_hold() -> None:
     assert adaptive([0], w).direction == "none"
 
 
+# The windows the live benchmark (bench/autoscale_live.py) showed the sensor at 800 records/s
+# on one lane (a topology that keeps up: 0.25 s trigger, batches of 0.27-0.82 s) and at
+# 3200 records/s on two lanes (it does not).
+KEEPING_UP = {"saturation": 0.32, "trigger_s": 0.25, "lane_rate": 3974.8}
+SWING = WindowStats(fail_num=0, backlog=212, backlog_delta=212, batch_duration_s=0.529,
+                    arrival_rate=798.0, **KEEPING_UP)  # fmt: skip
+LAGGING = WindowStats(fail_num=0, saturation=1.0, backlog=37378, backlog_delta=471,
+                      batch_duration_s=1.252, trigger_s=0.25, arrival_rate=3194.6,
+                      lane_rate=1955.9)  # fmt: skip
+
+
+def test_a_backlog_within_one_batchs_arrivals_is_not_growth() -> None:
+    # 212 records waiting < 798 records/s x 0.529 s: where the window closed in a batch,
+    # not a lag; the batches "overrun" the 0.25 s trigger, as every batch does.
+    clock = FakeClock(0.0)
+    scaler = Autoscaler(parallelism=1, history_windows=6, policy="adaptive", config=CFG,
+                        clock=clock)  # fmt: skip
+    scaler.last_change_at = 0.0  # the step down's replacement ended now
+    clock.advance(CFG.cooldown_s + 5.0)  # the cooldown is over: the look the live run made
+    calm = WindowStats(fail_num=0, backlog=150, backlog_delta=-30, batch_duration_s=0.4,
+                       arrival_rate=800.0, **KEEPING_UP)  # fmt: skip
+    for _ in range(5):
+        scaler.observe(calm)
+    held = scaler.observe(SWING)
+    assert (held.direction, held.new_parallelism) == ("none", 1)
+    assert "holding" in held.reason
+
+
+def test_a_backlog_beyond_one_batchs_arrivals_still_scales_up() -> None:
+    clock = FakeClock(0.0)
+    scaler = Autoscaler(parallelism=2, history_windows=6, policy="adaptive", config=CFG,
+                        clock=clock)  # fmt: skip
+    scaler.last_change_at = 0.0
+    clock.advance(CFG.cooldown_s + 5.0)
+    d = scaler.observe(LAGGING)
+    # ceil(3194.6 / (1955.9 x 0.7)) = 3 lanes -> 4
+    assert (d.direction, d.new_parallelism) == ("up", 4)
+    assert "backlog growing by 471 with lanes saturated" in d.reason
+
+
+def test_growth_with_unsaturated_lanes_names_the_overrun() -> None:
+    w = WindowStats(fail_num=0, saturation=0.5, backlog=5000, backlog_delta=4000,
+                    batch_duration_s=1.0, trigger_s=0.25, arrival_rate=3000.0)  # fmt: skip
+    d = adaptive([0, 0], w, p=1)
+    assert d.direction == "up"
+    assert "backlog growing by 4000 with batches overrunning the trigger" in d.reason
+
+
+def test_growth_without_rates_counts_as_before() -> None:
+    # No arrival rate or batch time: one batch's arrivals are unknown, any growth counts.
+    w = WindowStats(fail_num=0, saturation=0.95, backlog=10, backlog_delta=10)
+    assert adaptive([0, 0], w).direction == "up"
+
+
 def test_adaptive_checks_counts_end_with_the_window() -> None:
     with pytest.raises(ValueError, match="counts must end with the current window's fail_num=3"):
         adaptive([1, 2], WindowStats(fail_num=3))

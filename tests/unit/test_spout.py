@@ -79,6 +79,27 @@ def test_a_partial_tuple_waits_for_linger_and_boundaries_stay_aligned() -> None:
     assert rest.tuple.id == "p.eden:0:250-300"  # the rest of tuple 2, ending on its boundary
 
 
+def test_a_steady_trickle_cuts_its_partial_tuple_once_the_oldest_record_waited_linger() -> None:
+    """The linger is the age of the oldest uncut record, not the partition's idle time: a
+    partition that never stops trickling still gets its records cut within ``linger_s``."""
+    clock = FakeClock()
+    spout = make(clock, lanes=1, w_init=8)
+    assert spout.plan({P0: 10}, {}, 0.0) == []  # records 0-9 seen at t=0
+    clock.advance(0.6)
+    assert spout.plan({P0: 20}, {}, 0.0) == []  # the oldest waited 0.6 s < 1.0
+    clock.advance(0.6)
+    [first] = spout.plan({P0: 30}, {}, 0.0)  # the oldest waited 1.2 s: all of it goes
+    assert first.tuple.id == "p.eden:0:0-30"
+    report(spout, [(first, ack(first))])
+    clock.advance(0.6)
+    assert spout.plan({P0: 40}, {}, 0.0) == []  # record 30 appears now
+    clock.advance(0.5)
+    assert spout.plan({P0: 45}, {}, 0.0) == []  # ... and waited 0.5 s
+    clock.advance(0.5)
+    [second] = spout.plan({P0: 45}, {}, 0.0)
+    assert second.tuple.id == "p.eden:0:30-45"
+
+
 def test_acks_free_slots_and_a_full_round_of_normal_acks_grows_the_window() -> None:
     clock = FakeClock()
     spout = make(clock)

@@ -194,6 +194,7 @@ class ControlPlane:
         generation: int | None = None,
         airflow_run_id: str | None = None,
         wait_s: float = LIVE_HEARTBEAT_S + 1.0,
+        warm_standby: bool = False,
     ) -> Topology:
         """Register a new topology in state STARTING and return it.
 
@@ -206,6 +207,10 @@ class ControlPlane:
         :class:`AdmissionConflict`. An ACTIVE one whose heartbeat stopped
         :data:`LIVE_HEARTBEAT_S` ago is dead (a killed driver): registration waits up to
         ``wait_s`` for that to show, so a restart after a crash goes through.
+
+        A ``warm_standby`` (started ``--standby`` ahead of any replacement, admitting
+        nothing until the next replacement of the pipeline takes it and sends
+        ``activate``) registers beside a live ACTIVE topology.
         """
         check_text("topology_id", topology_id)
         check_text("pipeline", pipeline)
@@ -221,7 +226,7 @@ class ControlPlane:
                 sa.select(t.c.topology_id).where(t.c.topology_id == topology_id)
             ).first():
                 raise ValueError(f"topology_id={topology_id!r} is already registered")
-            conflict = _admission_conflict(conn, pipeline, topology_id)
+            conflict = None if warm_standby else _admission_conflict(conn, pipeline, topology_id)
             if conflict:
                 raise AdmissionConflict(conflict)
             gen = generation
@@ -286,6 +291,13 @@ class ControlPlane:
         """Record the Spark application id of the topology's driver (for the UI and logs)."""
         check_text("spark_app_id", spark_app_id)
         self._update(topology_id, spark_app_id=spark_app_id, updated_at=utcnow())
+
+    def set_parallelism(self, topology_id: str, parallelism: int) -> None:
+        """Give a standby topology its lanes before ``activate`` (a warm standby started
+        ahead of a replacement takes the replacement's parallelism; the job reads it at
+        activation)."""
+        check_int("parallelism", parallelism, 1)
+        self._update(topology_id, parallelism=parallelism, updated_at=utcnow())
 
     def heartbeat(self, topology_id: str) -> None:
         """Record that the topology's driver is alive now."""

@@ -18,6 +18,7 @@ from flowctl.adapters import applied, schema
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.mrwq_sink import load_position
 from flowctl.core.flusher import FlusherSnapshot
+from flowctl.core.handover import Frontier
 from flowctl.core.persistence import mrwq_namespace
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
 from flowctl.core.tuples import TopicPartition, TupleRange
@@ -122,6 +123,20 @@ class FlowState:
             gaps.extend(TupleRange(p.topic, p.partition, s, e) for s, e in p.holes)
         replay = read_replay_snapshot(self.url, self.pipeline)
         return StartState(checkpoints, positions, gaps, replay)
+
+    def unapplied_below(
+        self, frontier: Frontier
+    ) -> tuple[dict[TopicPartition, int], list[TupleRange]]:
+        """The Eden checkpoints and the unapplied ranges below ``frontier`` (the sweep's
+        input once blue is gone)."""
+        checkpoints = dict(applied.read_checkpoints(self.url, self.pipeline, self.eden))
+        holes: list[TupleRange] = []
+        for partition, end in frontier.eden:
+            for s, e in applied.unapplied_gaps(
+                self.url, self.pipeline, self.eden, partition, 0, end
+            ):
+                holes.append(TupleRange(self.eden, partition, s, e))
+        return checkpoints, holes
 
     def durable(self) -> Durable:
         return read_durable(self.url, self.pipeline, self.eden)

@@ -65,11 +65,22 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         # A corrupted record batch is refused (CorruptRecordError), never counted; the
         # crc32c C extension (a dependency) keeps the check cheap (bench/crc.py).
         "check_crcs": True,
+        # How long the broker may hold a fetch. Tansu on S3 answers a fetch of old data
+        # only within this time (a reconcile from offset 0 never progressed at 10 ms);
+        # the planner's end-offset reader, which fetches one record batch at the log's
+        # end, asks for 10 ms (PLANNER_FETCH_WAIT_MS).
         "fetch_max_wait_ms": 100,
         "request_timeout_ms": 30_000,
     }
     config.update(overrides)
     return config
+
+
+#: The planner's end-offset reader: poll() sends the next fetch before it returns, and
+#: at the log's end the broker holds it for ``fetch_max_wait_ms``; every later request on
+#: the connection (the next batch's ListOffsets) waits behind it. At 100 ms that wait was
+#: most of the planner's per-batch cost (bench/README.md, latency).
+PLANNER_FETCH_WAIT_MS = 10
 
 
 def new_consumer(bootstrap: str, **overrides: Any) -> KafkaConsumer:
@@ -102,12 +113,18 @@ def drop_cached_consumer(bootstrap: str) -> None:
     cache = sys.modules.get(_CACHE_MODULE)
     if cache is None:
         return
-    consumer = cache.consumers.pop(bootstrap, None)  # type: ignore[attr-defined]
-    if consumer is not None:
-        try:
-            consumer.close()
-        except Exception:  # closing a broken consumer must not mask the original error
-            log.debug("closing a dropped consumer failed", exc_info=True)
+    close_quietly(cache.consumers.pop(bootstrap, None))  # type: ignore[attr-defined]
+
+
+def close_quietly(consumer: KafkaConsumer | None) -> None:
+    """Close ``consumer`` (if any); a failure is logged at DEBUG, never raised: closing a
+    broken consumer must not mask the error that made its owner drop it."""
+    if consumer is None:
+        return
+    try:
+        consumer.close()
+    except Exception:
+        log.debug("closing a consumer failed", exc_info=True)
 
 
 def check_broker(bootstrap: str, timeout: float) -> None:
@@ -209,8 +226,16 @@ def partitions_of(consumer: KafkaConsumer, topic: str) -> list[int]:
     return sorted(parts)
 
 
+#: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end)}``.
+KnownEnds = dict[TopicPartition, tuple[int, int]]
+
+
 def latest_offsets(
-    bootstrap_or_consumer: str | KafkaConsumer, topic: str, *, timeout_s: float = 10.0
+    bootstrap_or_consumer: str | KafkaConsumer,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    known: KnownEnds | None = None,
 ) -> dict[int, int]:
     """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
 
@@ -219,6 +244,12 @@ def latest_offsets(
     partition returned a record, and reads ``highwater``. Raises
     :class:`KafkaReadTimeout` if that takes longer than ``timeout_s``.
     A consumer passed in is reassigned (its previous assignment is dropped).
+
+    ``known`` (kept by a caller that asks every micro-batch) skips that read for
+    a partition whose ``end_offsets()`` did not move since the last call: every
+    append starts a new batch at the old end, so the bound moves on any append
+    (on Apache Kafka it is the end itself). Unchanged replay topics and idle
+    partitions then cost one ListOffsets request.
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -226,17 +257,23 @@ def latest_offsets(
     else:
         consumer, owned = bootstrap_or_consumer, False
     try:
-        return _latest_offsets(consumer, topic, timeout_s)
+        return _latest_offsets(consumer, topic, timeout_s, {} if known is None else known)
     finally:
         if owned:
             consumer.close()
 
 
-def _latest_offsets(consumer: KafkaConsumer, topic: str, timeout_s: float) -> dict[int, int]:
+def _latest_offsets(
+    consumer: KafkaConsumer, topic: str, timeout_s: float, known: KnownEnds
+) -> dict[int, int]:
     tps = [TopicPartition(topic, p) for p in partitions_of(consumer, topic)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
     result = {tp.partition: 0 for tp in tps if not ends.get(tp)}
-    pending = [tp for tp in tps if ends.get(tp)]
+    for tp in tps:
+        seen = known.get(tp)
+        if ends.get(tp) and seen is not None and seen[0] == ends[tp]:
+            result[tp.partition] = seen[1]
+    pending = [tp for tp in tps if ends.get(tp) and tp.partition not in result]
     if not pending:
         return result
     consumer.assign(pending)
@@ -256,6 +293,7 @@ def _latest_offsets(consumer: KafkaConsumer, topic: str, timeout_s: float) -> di
                 waiting.discard(tp)
     for tp in pending:
         result[tp.partition] = consumer.highwater(tp)
+        known[tp] = (ends[tp], result[tp.partition])
     return dict(sorted(result.items()))
 
 
@@ -316,7 +354,7 @@ def read_range(
 def produce(
     bootstrap: str,
     topic: str,
-    values: Iterable[bytes | str],
+    values: Iterable[bytes | str | tuple[bytes | str, int]],
     *,
     on_progress: Callable[[int], None] | None = None,
     progress_every: int = 10_000,
@@ -325,7 +363,10 @@ def produce(
     """Produce ``values`` to ``topic`` and return how many were acknowledged.
 
     Strings are UTF-8 encoded. Each record carries the producer's wall-clock
-    timestamp (end-to-end latency is measured from it). Records are sent in
+    timestamp (end-to-end latency is measured from it), unless the value comes as
+    ``(value, timestamp_ms)``: a generator that simulates a feed over time
+    (clickstream's, whose lateness is judged by the arrival in the log) sets each
+    record's Kafka timestamp itself. Records are sent in
     chunks of ``progress_every``; a chunk's failed sends are retried with
     backoff up to ``attempts`` times, then :class:`KafkaProduceError` is raised
     naming how many were lost so far. ``on_progress(count)`` is called after
@@ -350,9 +391,9 @@ def produce(
     )
     sent = 0
     try:
-        chunk: list[bytes] = []
+        chunk: list[tuple[bytes, int | None]] = []
         for index, value in enumerate(values):
-            chunk.append(_as_bytes(index, value))
+            chunk.append(_timed(index, value))
             if len(chunk) >= progress_every:
                 sent += _send_chunk(producer, topic, chunk, attempts)
                 chunk = []
@@ -367,6 +408,17 @@ def produce(
     return sent
 
 
+def _timed(index: int, value: object) -> tuple[bytes, int | None]:
+    """A value and its timestamp (``None``: stamp it when sent)."""
+    if isinstance(value, tuple):
+        if len(value) != 2 or isinstance(value[1], bool) or not isinstance(value[1], int):
+            raise TypeError(f"values[{index}]={value!r} must be (value, timestamp_ms: int)")
+        if value[1] < 0:
+            raise ValueError(f"values[{index}]: timestamp_ms={value[1]!r} must be >= 0")
+        return _as_bytes(index, value[0]), value[1]
+    return _as_bytes(index, value), None
+
+
 def _as_bytes(index: int, value: object) -> bytes:
     """A record value as bytes; anything but text or bytes is refused (never ``bytes(5)``)."""
     if isinstance(value, str):
@@ -376,15 +428,22 @@ def _as_bytes(index: int, value: object) -> bytes:
     raise TypeError(f"values[{index}]={value!r} must be bytes or str, not {type(value).__name__}")
 
 
-def _send_chunk(producer: KafkaProducer, topic: str, chunk: list[bytes], attempts: int) -> int:
-    """Send and flush ``chunk``; resend only the failed records, with backoff."""
+def _send_chunk(
+    producer: KafkaProducer, topic: str, chunk: list[tuple[bytes, int | None]], attempts: int
+) -> int:
+    """Send and flush ``chunk``; resend only the failed records (same timestamps), with backoff."""
     todo = chunk
 
     def attempt() -> None:
         nonlocal todo
         futures = [
-            (value, producer.send(topic, value=value, timestamp_ms=int(time.time() * 1000)))
-            for value in todo
+            (
+                (value, ts),
+                producer.send(
+                    topic, value=value, timestamp_ms=int(time.time() * 1000) if ts is None else ts
+                ),
+            )
+            for value, ts in todo
         ]
         producer.flush()
         failed = [value for value, future in futures if future.failed()]

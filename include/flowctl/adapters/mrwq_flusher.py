@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -238,6 +239,7 @@ class FlusherService:
         self.retry_policy = retry_policy if retry_policy is not None else FlumeBackoff(0.25, 4.0)
         self._sleep = sleep
         self.poll_interval_s = float(poll_interval_s)
+        self._batch_ended = threading.Event()
         self._sink = SqlSink(
             self.engine, self.pipeline, self.namespace, self.apply, lambda: self._flusher.epoch
         )
@@ -363,6 +365,10 @@ class FlusherService:
     def poll(self) -> FlushReport | None:
         """Flush if the policy says so (retrying failures); ``None`` if nothing was due."""
         return self._step(self._flusher.poll, "poll", self._sleep)
+
+    def batch_ended(self) -> None:
+        """A micro-batch ended: :meth:`run` flushes what is queued at its next poll."""
+        self._batch_ended.set()
 
     def flush(self, trigger: str = "forced") -> FlushReport:
         """Flush now whatever is queued (up to ``max_batch`` items), retrying failures."""
@@ -532,8 +538,10 @@ class FlusherService:
 
         failures = iter(self.retry_policy)
         while not stop_event.is_set():
+            ended = self._batch_ended.is_set()
+            self._batch_ended.clear()
             try:
-                report = self._step(self._flusher.poll, "poll", sleep)
+                report = self._step(partial(self._flusher.poll, ended), "poll", sleep)
             except _Stopped:
                 break
             except Exception as exc:

@@ -242,6 +242,27 @@ replacement_events = sa.Table(
     ),
 )
 
+# One row per overlapped handover (docs/flow-control.md "Overlapped handover"): the
+# replace operator opens it before it deactivates blue; blue's job writes its admission
+# frontier into it when it stops admitting; green's job admits from that frontier and
+# records when it admitted and when it took over from a gone blue. The durable place of
+# the frontier: a memcached restart must not lose it.
+handovers = sa.Table(
+    "handovers",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(100), nullable=False, index=True),
+    sa.Column("event_id", sa.Integer, nullable=True),
+    sa.Column("blue_topology_id", sa.String(200), nullable=False, index=True),
+    sa.Column("green_topology_id", sa.String(200), nullable=False, index=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("frontier_json", sa.Text, nullable=True),
+    sa.Column("frontier_at", UTCDateTime, nullable=True),
+    sa.Column("green_admitting_at", UTCDateTime, nullable=True),
+    sa.Column("blue_gone_at", UTCDateTime, nullable=True),
+    sa.Column("note", sa.Text, nullable=True),
+)
+
 word_counts = sa.Table(
     "word_counts",
     metadata,

@@ -1,13 +1,16 @@
 """Where the spout is in Eden: the next offset to cut per partition, and the cutting.
 
 Eden is cut into tuples aligned on ``tuple_size`` boundaries (a replayed or re-read range
-always falls on the same tuple ids); a partial tuple at a partition's end is cut only
-once the partition has been idle for ``linger_s``. Split from :mod:`flowctl.core.spout`,
-which decides how many tuples to cut and where they go.
+always falls on the same tuple ids); a partial tuple at a partition's end is cut once its
+oldest record has waited ``linger_s`` for the tuple to fill (Kafka's ``linger.ms``): a
+steady trickle is not cut into one-record tuples, and no record waits for a tuple that
+a slow feed would take long to fill. Split from :mod:`flowctl.core.spout`, which decides
+how many tuples to cut and where they go.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 
 from .tuples import TopicPartition, TupleRange
@@ -36,7 +39,10 @@ class EdenCursor:
             TopicPartition(*tp): int(o) for tp, o in positions.items()
         }
         self._seen_end: dict[TopicPartition, int] = {}
-        self._changed_at: dict[TopicPartition, float] = {}
+        #: Per partition, each end seen and when it was first seen, oldest first, back to
+        #: the first end beyond the cursor: the uncut record at the cursor appeared with
+        #: the first of them (:meth:`_tail_age`).
+        self._ends_seen: dict[TopicPartition, deque[tuple[int, float]]] = {}
 
     def positions(self) -> dict[TopicPartition, int]:
         """Next Eden offset to cut, per partition."""
@@ -60,12 +66,27 @@ class EdenCursor:
             if end <= start:
                 continue
             demand += (end - 1) // size - start // size + 1
-            if end % size:
-                idle = self._seen_end.get(key) == end and (
-                    now - self._changed_at.get(key, now) >= self._linger_s
-                )
-                demand -= 0 if idle else 1
+            self._observe(key, end, now)
+            if end % size and not self._lingered(key, now):
+                demand -= 1
         return demand
+
+    def _observe(self, tp: TopicPartition, end: int, now: float) -> None:
+        if self._seen_end.get(tp) != end:
+            self._seen_end[tp] = end
+            self._ends_seen.setdefault(tp, deque()).append((end, now))
+
+    def _tail_age(self, tp: TopicPartition, now: float) -> float:
+        """Seconds since the record at the cursor (the oldest uncut one) was first seen."""
+        seen = self._ends_seen.get(tp)
+        position = self._next.get(tp, 0)
+        while seen and seen[0][0] <= position:
+            seen.popleft()
+        return now - seen[0][1] if seen else 0.0
+
+    def _lingered(self, tp: TopicPartition, now: float) -> bool:
+        """Whether the partition's trailing partial tuple may be cut now (see the module)."""
+        return self._tail_age(tp, now) >= self._linger_s
 
     def cut(
         self, latest: Mapping[TopicPartition, int], now: float, budget: int
@@ -74,11 +95,8 @@ class EdenCursor:
         size = self._size
         live = sorted(TopicPartition(*tp) for tp in latest)
         for tp in live:
-            end = latest[tp]
-            if self._seen_end.get(tp) != end:
-                self._seen_end[tp] = end
-                self._changed_at[tp] = now
             self._next.setdefault(tp, 0)
+            self._observe(tp, latest[tp], now)
         out: list[TupleRange] = []
         while live and len(out) < budget:
             still = []
@@ -90,8 +108,8 @@ class EdenCursor:
                     continue
                 boundary = (start // size + 1) * size
                 stop = min(boundary, end)
-                if stop < boundary and now - self._changed_at[tp] < self._linger_s:
-                    continue  # a partial tuple waits until the partition is idle
+                if stop < boundary and not self._lingered(tp, now):
+                    continue  # a partial tuple waits for more records, up to linger_s
                 out.append(TupleRange(tp.topic, tp.partition, start, stop))
                 self._next[tp] = stop
                 still.append(tp)

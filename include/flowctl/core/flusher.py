@@ -181,11 +181,19 @@ class MrwqFlusher:
         tail = self._store.incr(control_keys(self.namespace)[1], 0)
         return None if tail is None else max(0, tail - self.head + 1)
 
-    def poll(self) -> FlushResult | None:
-        """Flush if the policy says so (or to report a lost counter); else ``None``."""
+    def poll(self, batch_ended: bool = False) -> FlushResult | None:
+        """Flush if the policy says so (or to report a lost counter); else ``None``.
+
+        ``batch_ended``: a micro-batch ended since the last poll, so every result it made
+        is queued: flushing it now rather than at ``update_time_s`` takes the timer off
+        the path from a record's arrival to its durability (beyond Algorithm 3, whose
+        two triggers still apply).
+        """
         length = self.length()
         if self.gap is not None or length is None:
             return self.flush("check")
+        if batch_ended and length > 0:
+            return self.flush("batch end")
         trigger = self.policy.due(length, self._clock.now() - self._last_flush_at)
         return self.flush(trigger) if trigger else None
 

@@ -154,6 +154,9 @@ class Envelope:
     replay, so the DLQ says where it came from). ``attempt`` counts failed processing
     attempts so far. ``not_before`` is in the platform's shared time base (epoch seconds
     in production: executors and driver compare it), before which it is not replayed.
+    ``timestamp_ms`` is the Eden record's Kafka timestamp (its arrival in the log), kept
+    because re-producing the record stamps it anew: a definition that judges records by
+    their arrival (clickstream's allowed lateness) must see the same time on every attempt.
     """
 
     topic: str
@@ -164,6 +167,7 @@ class Envelope:
     error: str
     not_before: float
     key: bytes | None = None
+    timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
@@ -186,6 +190,11 @@ class Envelope:
             )
         if not isinstance(self.error, str):
             raise EnvelopeError(f"envelope field 'error' must be a str, got {self.error!r}")
+        ts = self.timestamp_ms
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
+            raise EnvelopeError(
+                f"envelope field 'timestamp_ms' must be an int >= 0 or None, got {ts!r}"
+            )
         nb = self.not_before
         if isinstance(nb, bool) or not isinstance(nb, int | float) or not math.isfinite(nb):
             raise EnvelopeError(f"envelope field 'not_before' must be a finite number, got {nb!r}")
@@ -195,8 +204,8 @@ class Envelope:
         return now >= self.not_before
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON types only; bytes as base64 text."""
-        return {
+        """JSON types only; bytes as base64 text; ``timestamp_ms`` only when known."""
+        data = {
             "v": ENVELOPE_VERSION,
             "topic": self.topic,
             "partition": self.partition,
@@ -207,6 +216,9 @@ class Envelope:
             "error": self.error,
             "not_before": self.not_before,
         }
+        if self.timestamp_ms is not None:
+            data["timestamp_ms"] = self.timestamp_ms
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Envelope:
@@ -227,6 +239,7 @@ class Envelope:
             attempt=data["attempt"],
             error=data["error"],
             not_before=data["not_before"],
+            timestamp_ms=data.get("timestamp_ms"),  # absent in envelopes written before it
         )
 
 
@@ -297,7 +310,15 @@ class Backflow:
         if wait is None:
             why = f"gave up after {attempt} attempt(s): {error}"[:MAX_ERROR_CHARS]
             dead = Envelope(
-                base.topic, base.partition, base.offset, base.payload, attempt, why, now, base.key
+                base.topic,
+                base.partition,
+                base.offset,
+                base.payload,
+                attempt,
+                why,
+                now,
+                base.key,
+                base.timestamp_ms,
             )
             return Routed(self.topics.dlq, dead, True)
         again = Envelope(
@@ -309,6 +330,7 @@ class Backflow:
             error,
             now + wait,
             base.key,
+            base.timestamp_ms,
         )
         return Routed(from_topic, again, False)
 
@@ -322,10 +344,16 @@ class Backflow:
         error: str,
         now: float,
         from_topic: str,
+        timestamp_ms: int | None = None,
     ) -> Routed:
-        """A record read from Eden failed or timed out: its first failed attempt."""
+        """A record read from Eden failed or timed out: its first failed attempt.
+
+        ``timestamp_ms``: the record's Kafka timestamp, carried to every replay.
+        """
         _check_time("now", now)
-        first = Envelope(self.topics.eden, partition, offset, payload, 1, error, now, key)
+        first = Envelope(
+            self.topics.eden, partition, offset, payload, 1, error, now, key, timestamp_ms
+        )
         return self._route(first, error, now, from_topic)
 
     def fail_replayed(
@@ -342,6 +370,7 @@ class Backflow:
             error,
             now,
             envelope.key,
+            envelope.timestamp_ms,
         )
         return self._route(counted, error, now, from_topic)
 

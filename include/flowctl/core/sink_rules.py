@@ -300,6 +300,57 @@ def merge(spec: SinkSpec, stored: Values, new: Values) -> Values:
     return stored  # insert: the first row of a key stays
 
 
+def _plain_counts(spec: SinkSpec, result: Any) -> bool:
+    """Whether ``result`` is a ``{key: count}`` dict that :func:`_counter` would accept
+    unchanged: ``str`` keys, none empty, exact ``int`` counts within the value column's
+    bounds. Checked with C-level passes over the keys and values (``map``, ``min``,
+    ``max``), not one :func:`coerce` call per key. ``False`` is no verdict: the caller
+    checks the result key by key, which names what is wrong."""
+    if type(result) is not dict:
+        return False
+    if not result:
+        return True
+    column = spec.column(spec.values[0])
+    if set(map(type, result)) != {str} or "" in result:
+        return False
+    if set(map(type, result.values())) != {int}:
+        return False
+    if column.lo is not None and min(result.values()) < column.lo:
+        return False
+    return column.hi is None or max(result.values()) <= column.hi
+
+
+def _fold_sums(spec: SinkSpec, results: Sequence[Any], into: dict[Key, Values] | None) -> bool:
+    """:func:`fold` of a ``sum`` counter sink whose results are all plain counts
+    (:func:`_plain_counts`), added per key in one dict instead of a checked row and a
+    merged values dict per key and result (the flusher's largest cost at high rates: a
+    word-count flush folds about 2.5 keys per record). Returns ``False``, with ``into``
+    untouched, when a result is not plain: the general path then checks every result."""
+    if not all(_plain_counts(spec, r) for r in results):
+        return False
+    column = spec.values[0]
+    totals: dict[str, int] = {}
+    if into:
+        totals = {key[0]: values[column] for key, values in into.items()}
+    get = totals.get
+    for result in results:
+        for word, n in result.items():
+            totals[word] = get(word, 0) + n
+    if into is not None:
+        into.update({(word,): {column: n} for word, n in totals.items()})
+    return True
+
+
+def _summable(spec: SinkSpec) -> bool:
+    """A sink whose batches :func:`_fold_sums` can fold: one text key, one integer
+    counter, merged by ``sum``."""
+    return (
+        spec.merge == "sum"
+        and spec.counter_shape
+        and spec.column(spec.values[0]).type in ("integer", "bigint")
+    )
+
+
 def fold(
     spec: SinkSpec, results: Sequence[Any], into: dict[Key, Values] | None = None
 ) -> dict[Key, Values]:
@@ -309,6 +360,10 @@ def fold(
     batch with nothing half-applied. One row per key is also what PostgreSQL needs: it
     refuses to update a row twice in one statement.
     """
+    if _summable(spec):
+        table = {} if into is None else into
+        if _fold_sums(spec, results, table):
+            return table
     checked = [row for result in results for row in rows_of(spec, result)]
     table = {} if into is None else into
     for key, values in checked:

@@ -7,8 +7,8 @@ InputPartition per lane. It combines the core pieces:
 
 * tuples are cut *aligned* (tuple ``k`` of a partition is ``[k*tuple_size,
   (k+1)*tuple_size)``), so a restarted or green topology cuts exactly the same tuples and
-  ``applied_ranges`` recognises a repeat; a trailing partial tuple is admitted only once
-  its partition has been idle for ``linger_s`` (otherwise a steady trickle would cut
+  ``applied_ranges`` recognises a repeat; a trailing partial tuple is admitted once its
+  oldest record has waited ``linger_s`` (otherwise a steady trickle would cut
   one-record tuples);
 * one :class:`~flowctl.core.window.AdaptiveWindow` per lane decides how many tuples the
   lane may hold; a :class:`~flowctl.core.dispatch.DispatchPolicy` (``round_robin`` or
@@ -550,6 +550,22 @@ class Spout:
         position = min(acks.position, self._replay.position(t.topic, t.partition))
         if position > committed:
             self._replay.commit(t.topic, t.partition, position)
+
+    # -- overlapped handover (flowctl.core.handover) ----------------------------------------
+
+    def buffered_tuples(self) -> list[TupleRange]:
+        """Tuples cut and waiting for a lane (a blue hands its Eden ones to green)."""
+        return [t for t, _ in self._retry] + list(self._gaps)
+
+    def held_ids(self) -> set[str]:
+        """Ids of tuples this spout will still resolve: in flight, buffered, processed."""
+        return {*self._flights, *(t.id for t in self.buffered_tuples()), *self._open}
+
+    def take_over(self, ranges: Iterable[TupleRange]) -> int:
+        """Dispatch ``ranges`` (a gone blue's leftovers) before new data; returns how many."""
+        taken = [t for t in ranges if t.id not in self.held_ids()]
+        self._gaps.extend(taken)
+        return len(taken)
 
     def state_of(self, lane: int) -> LaneState:
         return self._windows[lane].state

@@ -63,7 +63,7 @@ class SpoutConfig:
     rtt_min_threshold_s: float = 0.05
     policy: str = "round_robin"
     tuple_timeout_s: float = 60.0
-    linger_s: float = 1.0
+    linger_s: float = 0.5
     slow_decrease: str = "one"
     growth: str = "one"
     replay_share: float = 0.5

@@ -28,6 +28,11 @@ Contracts:
   ``process(a + b)`` whenever both succeed. Without the method,
   :func:`combine_results` is used: lists concatenate, mappings of numbers add
   key by key.
+- :meth:`reference_records` (optional) is :meth:`reference` over whole records, for a
+  pipeline whose result depends on more than the values: clickstream judges lateness by
+  a record's Kafka timestamp. Reconcile and ``flowctl pipeline check`` call it when the
+  definition has it (:func:`reference_of`), so it must agree with :meth:`process` on
+  every record ``process`` accepts, whatever tuple the record came in.
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ class PipelineDefinition(Protocol):
         """The plain-Python result of the whole input, for reconciliation."""
         ...
 
+    def reference_records(self, records: Iterable[Record]) -> Mapping[str, Any]:
+        """Optional: :meth:`reference` over whole records (timestamps, coordinates)."""
+        ...
+
     def stored(self, conn: Connection, pipeline: str) -> Mapping[str, Any]:
         """What the database holds, in the shape :meth:`reference` returns."""
         ...
@@ -116,6 +125,15 @@ def combine_results(results: Sequence[Any]) -> Any:
         f"combine_results: results of types {shapes} are neither all lists nor all mappings "
         "of numbers; give the definition a combine(results) method"
     )
+
+
+def reference_of(definition: Any, records: Iterable[Record]) -> Mapping[str, Any]:
+    """``definition.reference_records(records)`` when it has it, else ``reference`` of the
+    records' values: what reconcile compares with the stored results."""
+    by_records = getattr(definition, "reference_records", None)
+    if callable(by_records):
+        return by_records(records)
+    return definition.reference(r.value for r in records)
 
 
 def combiner_of(definition: Any) -> Any:

@@ -9,8 +9,9 @@ What a running topology would find out late, found here at once, each failure a
 2. results have somewhere to go: the definition's own ``apply``/``stored`` or the
    ``[sink]`` (:func:`~flowctl.pipelines.sinks.result_store`), and a ``[sink]`` agrees
    with the table of that name if flowctl ships one;
-3. the definition runs over sample records (its module's ``synthetic_lines``, as
-   ``flowctl ingest`` would produce them), cut into tuples the way the source cuts them:
+3. the definition runs over sample records (its module's ``synthetic_records`` with
+   their timestamps, else ``synthetic_lines``, as ``flowctl ingest`` would produce them),
+   cut into tuples the way the source cuts them:
    results are JSON, parts of a tuple combine into the whole, the ``[sink]`` accepts
    every result, and what the sink would store equals ``reference`` (what reconcile
    compares) unless the definition reads its table its own way.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flowctl.core.sink_rules import fold, view
-from flowctl.pipelines.base import PoisonRecord, Record, combiner_of
+from flowctl.pipelines.base import PoisonRecord, Record, combiner_of, reference_of
 from flowctl.pipelines.config import PipelineConfig, PipelineConfigError, load_pipeline_config
 from flowctl.pipelines.sinks import result_store
 
@@ -60,13 +61,17 @@ def _tuple_result(
     return None
 
 
-def _samples(config: PipelineConfig, module: Any) -> list[bytes]:
+def _samples(config: PipelineConfig, module: Any) -> list[tuple[bytes, int | None]]:
+    """Sample values and their Kafka timestamps (``None``: the generator sets none)."""
+    timed = getattr(module, "synthetic_records", None)
     generate = getattr(module, "synthetic_lines", None)
-    if not callable(generate):
+    if callable(timed):
+        pairs = list(timed(SAMPLE_RECORDS, 1))
+    elif callable(generate):
+        pairs = [(line, None) for line in generate(SAMPLE_RECORDS, 1)]
+    else:
         raise _fail(config, "the module has no synthetic_lines(count, seed) to check it with")
-    return [
-        line if isinstance(line, bytes) else line.encode() for line in generate(SAMPLE_RECORDS, 1)
-    ]
+    return [(v if isinstance(v, bytes) else v.encode(), ts) for v, ts in pairs]
 
 
 def _check_json(config: PipelineConfig, results: Sequence[Any]) -> None:
@@ -93,12 +98,24 @@ def _check_combine(
         combined = combiner_of(definition)(parts)
     except (TypeError, ValueError) as exc:
         raise _fail(config, f"combine() of a tuple's two halves raised {exc!r}") from None
-    if combined != _tuple_result(config, process, whole):
-        raise _fail(config, "combine() of a tuple's two halves differs from process() of the whole")
+    result = _tuple_result(config, process, whole)
+    if combined != result:
+        how = (
+            "the definition's combine()"
+            if callable(getattr(definition, "combine", None))
+            else "the default combine (lists of rows concatenate, mappings add key by key; "
+            "rows merged or sorted by process need a combine(results) method)"
+        )
+        raise _fail(
+            config,
+            f"combine() of a tuple's two halves differs from process() of the whole: "
+            f"{how} gave {combined!r:.120}, process() gave {result!r:.120} "
+            "(docs/pipelines.md, section 3)",
+        )
 
 
 def _check_sink(
-    config: PipelineConfig, definition: Any, results: Sequence[Any], values: list[bytes]
+    config: PipelineConfig, definition: Any, results: Sequence[Any], records: list[Record]
 ) -> str:
     """The ``[sink]`` takes every result and would store what ``reference`` computes."""
     spec = config.sink
@@ -110,7 +127,7 @@ def _check_sink(
         raise _fail(config, f"the [sink] refuses a result of process: {exc}") from None
     if callable(getattr(definition, "stored", None)):
         return "the [sink] accepts every result"
-    stored, reference = view(spec, rows), dict(definition.reference(values))
+    stored, reference = view(spec, rows), dict(reference_of(definition, records))
     if stored != reference:
         differ = sorted(k for k in {*stored, *reference} if stored.get(k) != reference.get(k))
         shown = ", ".join(
@@ -128,7 +145,7 @@ def check_pipeline(name_or_path: str) -> list[str]:
     """Check pipeline ``name_or_path``; the lines say what passed, the first failure raises."""
     config = load_pipeline_config(name_or_path)
     module = config.load_definition()
-    definition = getattr(module, "DEFINITION", None)
+    definition = config.pipeline_definition()
     for method in ("process", "reference"):
         if not callable(getattr(definition, method, None)):
             raise _fail(config, f"DEFINITION={definition!r:.80} has no {method}() method")
@@ -148,16 +165,14 @@ def check_pipeline(name_or_path: str) -> list[str]:
         )
     else:
         done.append("results go through the definition's own apply and stored")
-    values = _samples(config, module)
+    samples = _samples(config, module)
+    records = [Record(config.eden_topic, 0, i, ts, v) for i, (v, ts) in enumerate(samples)]
     size = min(config.tuple_size, 50)
-    tuples = [
-        [Record(config.eden_topic, 0, i + j, None, v) for j, v in enumerate(values[i : i + size])]
-        for i in range(0, len(values), size)
-    ]
+    tuples = [records[i : i + size] for i in range(0, len(records), size)]
     results = [r for t in tuples if (r := _tuple_result(config, definition.process, t)) is not None]
     _check_json(config, results)
-    agrees = _check_sink(config, definition, results, values)
+    agrees = _check_sink(config, definition, results, records)
     if len(tuples[0]) > 1:
         _check_combine(config, definition, definition.process, tuples[0])
-    done.append(f"process over {len(values)} sample records in {len(tuples)} tuples: {agrees}")
+    done.append(f"process over {len(records)} sample records in {len(tuples)} tuples: {agrees}")
     return done

@@ -12,6 +12,7 @@ import importlib
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -37,6 +38,9 @@ class PipelineConfigError(ValueError):
 
 #: Scaling policies (SPEC E): the paper's Algorithm 2, or the adaptive policy (**beyond**).
 SCALING_POLICIES = ("paper", "adaptive")
+#: How a replacement hands over: green admits from blue's frontier while blue finishes
+#: (``overlap``), or only once blue is DRAINED (``sequential``).
+HANDOVERS = ("overlap", "sequential")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class ScalingConfig:
     low_saturation: float = 0.3
     low_batch_fraction: float = 0.5
     poison_share: float = 0.5
+    handover: str = "overlap"
+    handover_lease_s: float = 10.0
 
 
 #: Source modes: the flow-controlled spout (default) or the plain even split (the baseline).
@@ -101,12 +107,14 @@ class FlowConfig:
     dispatch: str = "round_robin"
     tuple_timeout_s: float = 20.0
     ack_timeout_s: float = 120.0
-    linger_s: float = 1.0
+    linger_s: float = 0.5
     max_attempts: int = 3
     replay_backoff_initial_s: float = 0.25
     replay_backoff_max_s: float = 4.0
     flush_max_length: int = 200
     flush_update_time_s: float = 1.0
+    #: Also flush when a micro-batch ends (its results are all in the MRWQ then).
+    flush_at_batch_end: bool = True
     gap_grace_s: float = 5.0
     persist_queue_capacity: int = 2000
     process_queue_capacity: int = 512
@@ -146,6 +154,9 @@ class PipelineConfig:
     #: The ``[sink]`` section (``None``: the definition brings ``apply``/``stored``); see
     #: :func:`flowctl.pipelines.sinks.result_store`.
     sink: SinkSpec | None = None
+    #: The ``[params]`` section: the pipeline's own settings, handed to its definition
+    #: module's ``configure(params)`` (see :meth:`pipeline_definition`).
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -177,9 +188,20 @@ class PipelineConfig:
         """Import the definition module."""
         return importlib.import_module(self.definition)
 
+    def pipeline_definition(self) -> Any:
+        """The definition object this config runs: ``configure(params)`` of the module when
+        it has one (its ``[params]`` applied), else its ``DEFINITION``.
+
+        Lanes, the flusher, reconcile and ``flowctl pipeline check`` all ask here, so a
+        setting in ``[params]`` (e.g. clickstream's allowed lateness) reaches every place
+        that runs the definition; the module's ``DEFINITION`` is what an empty ``[params]``
+        gives.
+        """
+        return definition_of(self.load_definition(), self.params)
+
 
 _KNOWN = {
-    "": {"name", "definition", "topics", "stream", "scaling", "flow", "sink"},
+    "": {"name", "definition", "topics", "stream", "scaling", "flow", "sink", "params"},
     "topics": {"eden", "partitions"},
     "stream": {
         "parallelism",
@@ -252,10 +274,14 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     if not isinstance(definition, str) or not definition:
         raise fail("definition", definition, "must be a dotted module name")
     try:
-        importlib.import_module(definition)
+        module = importlib.import_module(definition)
     # A relative name, a NUL byte, a syntax error in a module being written, ...
     except (ImportError, SyntaxError, TypeError, ValueError) as exc:
         raise fail("definition", definition, f"cannot be imported: {exc}") from exc
+    params = raw.get("params", {})
+    if not isinstance(params, dict):
+        raise fail("params", params, "must be a table")
+    definition_of(module, params)  # the module checks its params now, not in a running lane
 
     def count(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
         return integer(f"{section}.{key}", table.get(key, default), lo=lo)
@@ -294,7 +320,27 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         scaling=scaling,
         flow=flow,
         sink=sink,
+        params=params,
     )
+
+
+def definition_of(module: ModuleType, params: Mapping[str, Any]) -> Any:
+    """``module.configure(params)`` if the module has ``configure``, else ``module.DEFINITION``.
+
+    ``configure`` validates its params and raises :class:`InvalidValue` naming
+    ``params.<key>``; a module without it takes no params, so a non-empty ``[params]`` is
+    refused rather than silently ignored.
+    """
+    configure = getattr(module, "configure", None)
+    if callable(configure):
+        return configure(params)
+    if params:
+        raise InvalidValue(
+            "params",
+            dict(params),
+            f"is not taken by {module.__name__}: it has no configure(params) function",
+        )
+    return getattr(module, "DEFINITION", None)
 
 
 def _parse_scaling(table: dict[str, Any]) -> ScalingConfig:
@@ -339,6 +385,8 @@ def _parse_scaling(table: dict[str, Any]) -> ScalingConfig:
         low_saturation=low_sat,
         low_batch_fraction=low_batch,
         poison_share=share("poison_share", lo_open=True),
+        handover=choice("scaling.handover", value("handover"), HANDOVERS),
+        handover_lease_s=seconds("handover_lease_s"),
     )
 
 
@@ -358,6 +406,11 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
 
     def amount(key: str, *, lo: float, hi: float | None = None, lo_open: bool = True) -> float:
         return number(f"flow.{key}", value(key), lo=lo, hi=hi, lo_open=lo_open, hi_open=True)
+
+    def flag(key: str) -> bool:
+        if not isinstance(value(key), bool):
+            raise fail(f"flow.{key}", value(key), "must be true or false")
+        return bool(value(key))
 
     w_min = count("w_min", 1)
     w_max = count("w_max", 1)
@@ -398,6 +451,7 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         replay_backoff_max_s=most,
         flush_max_length=count("flush_max_length", 1),
         flush_update_time_s=amount("flush_update_time_s", lo=0),
+        flush_at_batch_end=flag("flush_at_batch_end"),
         gap_grace_s=amount("gap_grace_s", lo=0, lo_open=False),
         persist_queue_capacity=count("persist_queue_capacity", 1),
         process_queue_capacity=count("process_queue_capacity", 1),

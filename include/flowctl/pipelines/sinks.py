@@ -56,11 +56,11 @@ def _declared_stored(spec: SinkSpec) -> Stored:
 def result_store(config: PipelineConfig, definition: Any | None = None) -> ResultStore:
     """``apply`` and ``stored`` of the pipeline: the definition's own, else its ``[sink]``'s.
 
-    ``definition`` defaults to the config's ``DEFINITION``. A method neither provides is a
-    :class:`PipelineConfigError` naming the file and what to add.
+    ``definition`` defaults to the config's (:meth:`PipelineConfig.pipeline_definition`). A
+    method neither provides is a :class:`PipelineConfigError` naming the file and what to add.
     """
     if definition is None:
-        definition = getattr(config.load_definition(), "DEFINITION", None)
+        definition = config.pipeline_definition()
     spec = config.sink
     found: dict[str, Callable[..., Any]] = {}
     for method, declared in (("apply", _declared_apply), ("stored", _declared_stored)):

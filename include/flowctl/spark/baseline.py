@@ -25,7 +25,10 @@ the flow-controlled topology writes, so a benchmark reads both the same way.
 
 The source is ``flowctl_kafka`` in its plain mode (the even
 :class:`~flowctl.spark.lane_planner.LanePlanner`); Spark's own Kafka source
-needs a jar that is not available offline.
+needs a jar that is not available offline. ``--source rate`` replaces it with
+Spark's built-in rate source (:mod:`flowctl.spark.rate_lines`): the same
+budget, tasks and sink without Kafka, the throughput benchmark's ceiling for
+Spark's per-batch machinery.
 """
 
 from __future__ import annotations
@@ -56,13 +59,16 @@ PROG = "wordcount_baseline.py"
 
 #: The definition module the baseline can run: its sink is the word count's.
 SUPPORTED_DEFINITION = "flowctl.pipelines.wordcount"
+#: ``--source``: the Eden topic through ``flowctl_kafka``, or Spark's rate source.
+SOURCES = ("kafka", "rate")
 
 
 @dataclasses.dataclass(frozen=True)
 class BaselineArgs(JobArgs):
-    """The stream job's arguments plus the fixed micro-batch budget."""
+    """The stream job's arguments plus the fixed micro-batch budget and the source."""
 
     max_records_per_batch: int | None = None
+    source: str = "kafka"
 
 
 def _add_max_records(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +89,13 @@ def build_baseline_parser() -> argparse.ArgumentParser:
         "writes) until a stop signal arrives."
     )
     _add_max_records(parser)
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="kafka",
+        help="kafka: the pipeline's Eden topic (default); rate: Spark's rate source, "
+        "generated lines of the same shape, offsets under '<eden>.rate' (a benchmark ceiling)",
+    )
     return parser
 
 
@@ -139,6 +152,7 @@ class BaselineJob(StreamJob):
                 f"by the baseline (it runs {SUPPORTED_DEFINITION!r} only)"
             )
         self.max_rows = args.max_records_per_batch or self.config.max_records_per_batch
+        self.source = args.source
         if args.topology_id is None:  # tell baseline runs apart in the control plane
             self.topology_id = default_topology_id(f"{self.config.name}-baseline", args.colour)
             if args.checkpoint_dir is None:
@@ -146,26 +160,45 @@ class BaselineJob(StreamJob):
         self._cycle_started = dt.datetime.now(dt.UTC)
 
     def _start_query(self, spark: Any) -> Any:
-        """The stream job's plain query (``max_rows`` fixed) -> this ``_on_batch``."""
+        """The stream job's plain query (``max_rows`` fixed) -> this ``_on_batch``; with
+        ``--source rate`` the same sink and trigger behind Spark's rate source."""
         log.info(
-            "baseline %s: %d tasks per batch, at most %d records per batch",
+            "baseline %s: source %s, %d tasks per batch, at most %d records per batch",
             self.topology_id,
+            self.source,
             self.parallelism,
             self.max_rows,
         )
         self._cycle_started = dt.datetime.now(dt.UTC)
-        return super()._start_query(spark)
+        if self.source == "kafka":
+            return super()._start_query(spark)
+        from flowctl.spark.rate_lines import rate_records, rate_topic
+
+        stream = rate_records(
+            spark, self.max_rows, self.parallelism, rate_topic(self.config.eden_topic)
+        )
+        return self._write(stream)
+
+    def _lag(self) -> int | None:
+        """The Kafka lag; ``None`` behind the rate source, which has no log to lag behind
+        (and so no Kafka round trip per batch: the point of that ceiling)."""
+        return super()._lag() if self.source == "kafka" else None
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         """Apply the batch to the database now, in this thread: the direct write under test."""
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
 
-        observation, observed = _observe_timestamps(df, batch_id)
-        report = write_batch(observed, batch_id, self.database_url, self.config.name)
-        ended = dt.datetime.now(dt.UTC)
-        # Only a batch with records ran the action that fills the observation (get() blocks).
-        p50, p99 = _latency_ms(observation.get, ended) if report.records else (None, None)
+        if self.source == "rate":  # its timestamps are synthetic: no latency to observe
+            report = write_batch(df, batch_id, self.database_url, self.config.name)
+            ended = dt.datetime.now(dt.UTC)
+            p50 = p99 = None
+        else:
+            observation, observed = _observe_timestamps(df, batch_id)
+            report = write_batch(observed, batch_id, self.database_url, self.config.name)
+            ended = dt.datetime.now(dt.UTC)
+            # Only a batch with records ran the action that fills the observation (blocks).
+            p50, p99 = _latency_ms(observation.get, ended) if report.records else (None, None)
         started, self._cycle_started = self._cycle_started, ended
         cycle_s = (ended - started).total_seconds()
         lag = self._lag()

@@ -13,7 +13,14 @@ import signal
 from collections.abc import Sequence
 
 from flowctl.config import Settings
-from flowctl.spark.job import JobArgs, StreamJob, configure_logging, parse_args
+from flowctl.spark.job import (
+    JobArgs,
+    StreamJob,
+    build_session,
+    configure_logging,
+    parse_args,
+)
+from flowctl.spark.startup import SessionStarter
 
 log = logging.getLogger("flowctl.job")
 
@@ -41,10 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
     args = parse_args(argv)
     configure_logging()
+    # The SparkSession is built behind the job's imports, config and registration.
+    session = SessionStarter(f"flowctl-{args.topology_id or args.pipeline_config}", build_session)
     try:
         job = make_job(args, Settings.from_env())
     except ValueError as exc:
         log.error("cannot start: %s", exc)
+        session.discard()
         return 2
     signal.signal(signal.SIGTERM, job.request_stop)
-    return job.run()
+    return job.run(session)

@@ -47,12 +47,17 @@ from flowctl.core.validation import (
     number_from_text,
     parallelism,
 )
+from flowctl.spark.niceness import yield_shutdown
+from flowctl.spark.progress import batch_phases
+from flowctl.spark.startup import SessionStarter, StartupClock
 
 log = logging.getLogger("flowctl.job")
 
 COLOURS = ("blue", "green")
 #: Seconds between two heartbeats of the driver (written by the control loop).
 HEARTBEAT_EVERY_S = 1.0
+#: Seconds between two lines of Spark's micro-batch phases (:mod:`flowctl.spark.progress`).
+PHASES_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class JobArgs:
     checkpoint_dir: str | None
     poll_seconds: float
     standby: bool = False
+    warm_standby: bool = False
 
 
 #: ``type=`` of an option that is a count >= 1 (the baseline job shares it).
@@ -115,6 +121,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="start READY and admit nothing until an activate signal (a blue-green green)",
     )
+    parser.add_argument(
+        "--warm-standby",
+        action="store_true",
+        help=(
+            "a standby started ahead of any replacement (implies --standby): it may start "
+            "beside the ACTIVE topology, and the next replacement of the pipeline takes it "
+            "instead of starting a green, with its parallelism given at activation"
+        ),
+    )
     return parser
 
 
@@ -147,7 +162,8 @@ def parse_args(argv: Sequence[str] | None = None) -> JobArgs:
         airflow_run_id=ns.airflow_run_id,
         checkpoint_dir=ns.checkpoint_dir,
         poll_seconds=ns.poll_seconds,
-        standby=ns.standby,
+        standby=ns.standby or ns.warm_standby,
+        warm_standby=ns.warm_standby,
     )
 
 
@@ -222,6 +238,8 @@ class StreamJob:
         self._lag_consumer: Any = None
         self._lag_lock = threading.Lock()
         self._ignored_signals: set[str] = set()
+        self.startup = StartupClock(self.topology_id)
+        self.startup.mark("job built (imports, config)")
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -238,6 +256,7 @@ class StreamJob:
             self.args.colour,
             self.parallelism,
             airflow_run_id=self.args.airflow_run_id,
+            warm_standby=self.args.warm_standby,
         )
         log.info(
             "topology %s registered: pipeline=%s colour=%s parallelism=%d topic=%s db=%s",
@@ -274,6 +293,7 @@ class StreamJob:
         from flowctl.spark.wordcount_sink import write_batch
 
         report = write_batch(df, batch_id, self.database_url, self.config.name)
+        self.startup.mark("first batch done")
         with self.progress.lock:
             self.progress.batches += 1
             self.progress.records += report.records
@@ -306,6 +326,11 @@ class StreamJob:
             .option("max_rows", str(self.max_rows))
             .load()
         )
+        return self._write(stream)
+
+    def _write(self, stream: Any) -> Any:
+        """Start ``stream`` into this job's ``_on_batch`` on its trigger and checkpoint
+        (every job's sink: the subclasses differ in their source and their batch)."""
         return (
             stream.writeStream.queryName(self.topology_id)
             .foreachBatch(self._on_batch)
@@ -337,22 +362,33 @@ class StreamJob:
 
     # -- the run ----------------------------------------------------------------------------
 
-    def run(self) -> int:
-        """Run until stopped; 0 on a requested stop, 1 if it could not start or the query failed."""
+    def run(self, session: SessionStarter | None = None) -> int:
+        """Run until stopped; 0 on a requested stop, 1 if it could not start or the query failed.
+
+        ``session``: the SparkSession already being built (``entry.main`` starts it before
+        the job's imports); else it is started here, built while :meth:`_prepare` runs.
+        """
+        session = session or SessionStarter(f"flowctl-{self.topology_id}", build_session)
         try:
             self._prepare()
         except Exception as exc:  # nothing registered yet: only the log can tell
             log.error("topology %s cannot start: %s", self.topology_id, exc, exc_info=True)
+            session.discard()
             return 1
-        spark = None
+        self.startup.mark("registered (schema, topics)")
+        spark: Any = None
         query = None
         try:
-            spark = build_session(f"flowctl-{self.topology_id}")
+            spark = session.result()
             spark.sparkContext.setLogLevel("WARN")  # keep the task log readable
+            self.startup.mark("SparkSession built")
             self.control.set_spark_app_id(self.topology_id, spark.sparkContext.applicationId)
+            self._before_query(spark)
             query = self._start_query(spark)
+            self.startup.mark("query started")
             state = self._initial_state()
             self.control.set_state(self.topology_id, state)
+            self.startup.mark(state)
             log.info(
                 "topology %s %s (query %s, checkpoint %s)",
                 self.topology_id,
@@ -374,7 +410,15 @@ class StreamJob:
             if self._lag_consumer is not None:
                 self._lag_consumer.close()
             if spark is not None:
+                # After STOPPED: the operator does not wait for the JVM's shutdown, and
+                # it must not slow the topology that replaced this one (niceness 19).
+                yield_shutdown(spark)
+                started = time.monotonic()
                 spark.stop()
+                log.info("Spark stopped in %.2f s", time.monotonic() - started)
+
+    def _before_query(self, spark: Any) -> None:
+        """Work to start beside the query's start (the flow job warms its Python workers)."""
 
     def _initial_state(self) -> str:
         """The state once the query runs (a flow job in standby reports READY)."""
@@ -389,8 +433,25 @@ class StreamJob:
     def _cleanup(self) -> None:
         """Whatever the run started besides the query (the flow job's flusher thread)."""
 
+    def _log_batch_phases(self, query: Any) -> None:
+        """One line: Spark's micro-batch phases since the last line (:mod:`.progress`)."""
+        try:
+            self._phases_after, phases = batch_phases(query.recentProgress, self._phases_after)
+        except Exception as exc:  # a diagnostic: never let it stop the loop
+            log.debug("reading the query's progress failed: %s", exc)
+            return
+        if phases:
+            log.info(
+                "topology %s: Spark micro-batches up to batch %d, ms p50/p99: %s",
+                self.topology_id,
+                self._phases_after,
+                ", ".join(f"{name} {p50:g}/{p99:g}" for name, (p50, p99) in phases.items()),
+            )
+
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
+        last_phases_log = time.monotonic()
+        self._phases_after = -1
         last_db_warning = -1e9
         last_heartbeat = -1e9
         while True:
@@ -418,19 +479,28 @@ class StreamJob:
             if stop_id is not None or self._terminate.is_set():
                 reason = f"stop signal {stop_id}" if stop_id is not None else "SIGTERM"
                 log.info("topology %s: stopping on %s", self.topology_id, reason)
+                started = time.monotonic()
+                self._log_batch_phases(query)
                 self._stop_query(query)
+                stopped = time.monotonic()
                 self._before_stop()
                 self._set_final("STOPPED")
                 if stop_id is not None:
                     self.control.mark_signal_handled(stop_id)
                 log.info(
-                    "topology %s STOPPED after %d batches, %d records",
+                    "topology %s STOPPED after %d batches, %d records (query stopped in %.2f "
+                    "s, then %.2f s to flush and record the state)",
                     self.topology_id,
                     self.progress.batches,
                     self.progress.records,
+                    stopped - started,
+                    time.monotonic() - stopped,
                 )
                 return 0
             now = time.monotonic()
+            if now - last_phases_log >= PHASES_EVERY_S:
+                last_phases_log = now
+                self._log_batch_phases(query)
             with self.progress.lock:
                 idle_for = now - self.progress.last_batch_at
             if idle_for > 10 and now - last_idle_log > 10:

@@ -112,6 +112,7 @@ class SourceOptions:
     memcached: str | None = None
     topology_id: str | None = None
     standby: bool = False
+    slots: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -137,6 +138,7 @@ class SourceOptions:
         try:
             lanes = number("lanes", "2", positive_integer)
             max_rows = number("max_rows", None, positive_integer)
+            slots = number("slots", None, positive_integer)
             read_timeout_s = number(
                 "read_timeout_s", "30", lambda k, t: number_from_text(k, t, lo=0, lo_open=True)
             )
@@ -162,6 +164,7 @@ class SourceOptions:
             memcached=required("memcached") if flow else opts.get("memcached"),
             topology_id=required("topology_id") if flow else opts.get("topology_id"),
             standby=standby == "true",
+            slots=slots,
         )
 
     def flow_settings(self) -> Any:
@@ -181,6 +184,7 @@ class SourceOptions:
             max_rows=self.max_rows,
             read_timeout_s=self.read_timeout_s,
             standby=self.standby,
+            slots=self.slots,
         )
 
 
@@ -354,12 +358,10 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         log.debug("%s: Spark committed %s", SOURCE_NAME, end)
 
     def _drop_consumer(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except Exception:
-                log.debug("closing the planner consumer failed", exc_info=True)
-            self._consumer = None
+        from flowctl.adapters import kafka_log
+
+        kafka_log.close_quietly(self._consumer)
+        self._consumer = None
 
     def stop(self) -> None:
         self._drop_consumer()

@@ -23,11 +23,13 @@ offset (docs/flow-control.md, :mod:`flowctl.adapters.applied`):
   under their Eden offset, never from the replay topics;
 - beyond the checkpoint with no row: not durable yet -> not read.
 
-The reference is the definition's ``reference(values)`` of the counted records.
-Each task computes it for its chunk and the driver merges the partial results
-key by key (numbers add, nested mappings merge): exact for counts. A definition
-whose reference has other values (not additive) is computed once on the driver
-from the counted values instead.
+The reference is the definition's ``reference(values)`` of the counted records,
+or its ``reference_records(records)`` when it has one (a result that depends on
+a record's Kafka timestamp: clickstream's lateness; see
+:func:`flowctl.pipelines.base.reference_of`). Each task computes it for its chunk
+and the driver merges the partial results key by key (numbers add, nested
+mappings merge): exact for counts. A definition whose reference has other values
+(not additive) is computed once on the driver from the counted records instead.
 """
 
 from __future__ import annotations
@@ -183,36 +185,38 @@ def read_snapshot(database_url: str, pipeline: str, topic: str, store: Any) -> S
 
 
 def _reference_of_chunks(
-    bootstrap: str, definition_module: str, collect_values: bool, chunks: Iterator[Chunk]
+    bootstrap: str, definition: Any, collect_records: bool, chunks: Iterator[Chunk]
 ) -> Iterator[tuple[str, Any]]:
-    """Executor side: read each chunk's exact range, classify, reference the counted values."""
-    import importlib
+    """Executor side: read each chunk's exact range, classify, reference the counted records.
 
+    ``definition`` is the configured definition object (its ``[params]`` applied), pickled
+    to the executors.
+    """
     from flowctl.adapters import kafka_log
+    from flowctl.pipelines.base import Record, reference_of
 
-    definition = importlib.import_module(definition_module).DEFINITION
     consumer = kafka_log.new_consumer(bootstrap)
     try:
         for chunk in chunks:
             classify = Classifier(chunk.rows, chunk.checkpoint)
-            values: list[bytes | None] = []
+            records: list[Record] = []
             tally: dict[str, int] = {}
             dlq: list[str] = []
-            for record in kafka_log.read_range(
+            for r in kafka_log.read_range(
                 consumer, chunk.topic, chunk.partition, chunk.start, chunk.end
             ):
-                outcome = classify.outcome(record.offset)
+                outcome = classify.outcome(r.offset)
                 tally[outcome] = tally.get(outcome, 0) + 1
                 if outcome == COUNTED:
-                    values.append(record.value)
+                    records.append(Record(r.topic, r.partition, r.offset, r.timestamp, r.value))
                 elif outcome == DLQ and len(dlq) < 20:
-                    dlq.append(f"{chunk.topic}/{chunk.partition}/{record.offset}")
+                    dlq.append(f"{chunk.topic}/{chunk.partition}/{r.offset}")
             yield "tally", tally
             yield "dlq", dlq
-            if collect_values:
-                yield "values", values
+            if collect_records:
+                yield "records", records
             else:
-                yield "reference", dict(definition.reference(values))
+                yield "reference", dict(reference_of(definition, records))
     finally:
         consumer.close()
 
@@ -227,12 +231,12 @@ def reconcile(
     max_differences: int = 20,
 ) -> ReconcileReport:
     """Compare the durable reference with the stored results; a report, never a raise."""
+    from flowctl.pipelines.base import reference_of
     from flowctl.pipelines.config import load_pipeline_config
     from flowctl.pipelines.sinks import result_store
 
     config = load_pipeline_config(pipeline_config)
-    module = config.load_definition()
-    definition = module.DEFINITION
+    definition = config.pipeline_definition()
     store = result_store(config, definition)  # stored: the definition's own or its [sink]'s
     snapshot = read_snapshot(database_url, config.name, config.eden_topic, store)
     chunks = plan_chunks(config.eden_topic, snapshot, chunk_records)
@@ -245,22 +249,22 @@ def reconcile(
         snapshot.checkpoints,
     )
 
-    def run(collect_values: bool) -> list[tuple[str, Any]]:
+    def run(collect_records: bool) -> list[tuple[str, Any]]:
         if not chunks:
             return []
-        work = functools.partial(_reference_of_chunks, bootstrap, config.definition, collect_values)
+        work = functools.partial(_reference_of_chunks, bootstrap, definition, collect_records)
         rdd = spark.sparkContext.parallelize(chunks, len(chunks))
         return rdd.mapPartitions(work).collect()
 
     report = ReconcileReport(config.name)
-    out = run(collect_values=False)
+    out = run(collect_records=False)
     parts = [v for k, v in out if k == "reference"]
     reference = merge_references(parts)
     if reference is None:
         log.info("%s's reference is not additive: computing it once on the driver", config.name)
-        out = run(collect_values=True)
-        values = [v for k, vs in out if k == "values" for v in vs]
-        reference = dict(definition.reference(values))
+        out = run(collect_records=True)
+        records = [r for k, rs in out if k == "records" for r in rs]
+        reference = dict(reference_of(definition, records))
     for kind, value in out:
         if kind == "tally":
             for outcome, n in value.items():
@@ -268,7 +272,7 @@ def reconcile(
         elif kind == "dlq":
             report.dlq_offsets.extend(value[: max(0, 20 - len(report.dlq_offsets))])
     if not chunks:
-        reference = dict(definition.reference([]))
+        reference = dict(reference_of(definition, []))
     report.reference_keys, report.stored_keys = len(reference), len(snapshot.stored)
     report.differing_keys, report.differences = compare(reference, snapshot.stored, max_differences)
     return report

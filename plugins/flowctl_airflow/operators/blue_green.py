@@ -108,7 +108,12 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         ``[scaling] drain_timeout_s``.
     :param stop_timeout_s: seconds for a stopped topology to reach STOPPED; default
         ``[scaling] stop_timeout_s``.
+    :param handover: ``overlap`` (green admits from blue's frontier while blue finishes)
+        or ``sequential`` (green admits once blue is DRAINED); default ``[scaling] handover``.
     :param poll_interval_s: seconds between two reads of a topology's state.
+    :param use_standby: take the pipeline's warm standby as green when one is READY (a
+        topology started ``--warm-standby`` ahead of any replacement: no start-up in the
+        replacement's time); without one, green is started as a new run.
     :param flowctl_conn_id: connection of the flowctl database.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     """
@@ -135,7 +140,9 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         ready_timeout_s: float | None = None,
         drain_timeout_s: float | None = None,
         stop_timeout_s: float | None = None,
+        handover: str | None = None,
         poll_interval_s: float = 0.1,
+        use_standby: bool = True,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -151,7 +158,9 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         self.ready_timeout_s = ready_timeout_s
         self.drain_timeout_s = drain_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.handover = handover
         self.poll_interval_s = poll_interval_s
+        self.use_standby = use_standby
         self.flowctl_conn_id = flowctl_conn_id
         self.deferrable = deferrable
         # This execution's view, for rollback and on_kill (rebuilt on every resume).
@@ -176,6 +185,15 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             float(self.drain_timeout_s or s.drain_timeout_s),
             float(self.stop_timeout_s or s.stop_timeout_s),
         )
+
+    def _overlapped(self, config: PipelineConfig) -> bool:
+        """Whether this replacement overlaps (the operator's choice, else the config's)."""
+        from flowctl.pipelines.config import HANDOVERS
+
+        mode = self.handover or config.scaling.handover
+        if mode not in HANDOVERS:
+            raise ReplacementRefused(f"handover={mode!r} is not one of {', '.join(HANDOVERS)}")
+        return mode == "overlap"
 
     def _connect(self) -> ControlPlane:
         from flowctl.adapters.replacements import ReplacementLog
@@ -283,6 +301,9 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         colour = "green" if blue.colour == "blue" else "blue"
         stamp = utcnow().strftime("%Y%m%dT%H%M%S%f")
         green_id = f"{self.pipeline}-{colour}-p{target}-{stamp}"
+        standby = self._warm_standby(plane, blue) if self.use_standby else None
+        if standby is not None:
+            green_id, colour = standby.topology_id, standby.colour
         event_id = self._open_event(blue, target, reason, decision, green_id)
         self._progress = progress = Progress(
             event_id=event_id,
@@ -294,6 +315,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             ready_s=ready_s,
             drain_s=drain_s,
             stop_s=stop_s,
+            overlap=self._overlapped(config),
         )
         self.log.info(
             "replacement %d of %s: %s (%s, %d lanes) -> %s (%s, %d lanes); reason: %s",
@@ -315,13 +337,46 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             "topology_id": green_id,
         }
         with self._rolling_back_on_failure():
+            if standby is not None:
+                # A warm standby is READY already (JVM, workers, warm-up done): it takes
+                # the new parallelism now and reads it at activation.
+                plane.set_parallelism(green_id, target)
+                self.log.info(
+                    "step start green: warm standby %s taken (%d -> %d lanes at activation)",
+                    green_id,
+                    standby.parallelism,
+                    target,
+                )
+                return self._finish_execute(self._drive("started", None))
             self._start_green(context, progress, run_conf)
             # Green's DAG run defers this task (it resumes at execute_complete); a subclass
             # that starts green itself (bench/autoscale_live.py: spark-submit, no scheduler)
             # returns, and the same protocol goes on here.
             result = self._drive("started", None)
+        return self._finish_execute(result)
+
+    def _finish_execute(self, result: dict[str, Any]) -> dict[str, Any]:
         self._finished = True
         return result
+
+    def _warm_standby(self, plane: ControlPlane, blue: Topology) -> Topology | None:
+        """The pipeline's warm standby, if one is READY and alive: a topology started
+        ``--warm-standby`` ahead of any replacement (no replacement event names it). The
+        newest one is taken; a replacement without one starts green as before."""
+        from flowctl.adapters.control_plane import LIVE_HEARTBEAT_S
+
+        assert self._events is not None
+        claimed = {e.new_topology_id for e in self._events.replacements(self.pipeline)}
+        now = utcnow()
+        ready = [
+            t
+            for t in plane.topologies(self.pipeline, states=["READY"])
+            if t.topology_id != blue.topology_id
+            and t.topology_id not in claimed
+            and t.heartbeat_at is not None
+            and (now - t.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
+        ]
+        return ready[-1] if ready else None
 
     def execute_complete(self, context: Context, event: Any) -> dict[str, Any]:
         """Resume after green's run was created (``DagStateTrigger``'s event, a pair) or
@@ -423,7 +478,8 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         if not ours:
             raise ReplacementFailed(f"no replacement event of {self.pipeline} starts green {green}")
         e = ours[-1]
-        ready_s, drain_s, stop_s = self._timeouts(self._config())
+        config = self._config()
+        ready_s, drain_s, stop_s = self._timeouts(config)
         progress = Progress(
             event_id=e.id,
             blue=e.old_topology_id,
@@ -434,6 +490,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             ready_s=ready_s,
             drain_s=drain_s,
             stop_s=stop_s,
+            overlap=self._overlapped(config),
         )
         self._progress = progress
         if e.outcome != "running":

@@ -9,6 +9,7 @@ and for the trigger (``on_kill`` when the deferred task is marked failed or clea
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from dataclasses import asdict, dataclass, fields
@@ -50,6 +51,8 @@ class Progress:
     green_active: bool = False
     blue_stopped: bool = False
     pause_ms: float | None = None
+    overlap: bool = False
+    handover_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +61,19 @@ class Progress:
     def from_dict(cls, data: dict[str, Any]) -> Progress:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def alive(plane: ControlPlane, topology_id: str) -> bool:
+    """``topology_id`` is ACTIVE with a heartbeat younger than the live limit."""
+    from flowctl.adapters.control_plane import LIVE_HEARTBEAT_S, UnknownTopology
+
+    try:
+        t = plane.get_topology(topology_id)
+    except UnknownTopology:
+        return False
+    if t.state != "ACTIVE" or t.heartbeat_at is None:
+        return False
+    return (utcnow() - t.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
 
 
 def roll_back(
@@ -81,6 +97,15 @@ def roll_back(
     outcome = "rolled_back"
     log.error("replacement %d failed: %s; rolling back", p.event_id, error)
     try:
+        if p.overlap and p.green_active and not p.blue_stopped and not alive(plane, p.green):
+            p.green_active = False  # green died in the overlap: blue takes everything back
+            log.error("green %s is gone during the overlap: blue %s takes over", p.green, p.blue)
+            # A killed driver records nothing: its row would say ACTIVE for ever, and the
+            # sensor and the next replacement would find two ACTIVE topologies and refuse.
+            with contextlib.suppress(UnknownTopology):
+                if plane.get_topology(p.green).state == "ACTIVE":
+                    plane.set_state(p.green, "FAILED")
+                    log.error("green %s marked FAILED (no heartbeat)", p.green)
         if p.green_active:
             outcome = "failed"
             if not p.blue_stopped:

@@ -15,7 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowctl_airflow.operators.replacement_state import Progress, ReplacementFailed, utcnow
+from flowctl_airflow.operators.replacement_state import (
+    Progress,
+    ReplacementFailed,
+    alive,
+    utcnow,
+)
 from flowctl_airflow.triggers.topology_state import (
     ENDED,
     Reached,
@@ -130,6 +135,8 @@ class ReplacementSteps:
                 f"(is the {p.stream_dag_id} run {p.green_run_id} running?)"
             )
         self._update(ready_at=utcnow())
+        if p.overlap:
+            return self._overlap(p)
         self.log.info("step deactivate blue %s", p.blue)
         self._plane.send_signal(p.blue, "deactivate")
         p.deactivated = True
@@ -139,6 +146,90 @@ class ReplacementSteps:
         return Wait(
             p.blue, frozenset({"DRAINED"}), p.drain_s, "waiting for blue DRAINED", "drained"
         )
+
+    # -- the overlapped handover (docs/flow-control.md "Overlapped handover") -------------
+
+    def _overlap(self, p: Progress) -> Wait:
+        """Open the handover, deactivate blue and activate green at once: green admits
+        from blue's frontier while blue finishes its tuples."""
+        from flowctl.adapters.handovers import HandoverLog
+
+        assert self._plane is not None
+        p.handover_id = HandoverLog(self._plane.engine).open(
+            self._plane_pipeline(p), p.event_id, p.blue, p.green
+        )
+        self.log.info("step overlap: deactivate blue %s, activate green %s", p.blue, p.green)
+        self._plane.send_signal(p.blue, "deactivate")
+        p.deactivated = True
+        deactivated_at = utcnow()
+        p.deactivated_at = deactivated_at.isoformat()
+        self._update(deactivated_at=deactivated_at)
+        self._plane.send_signal(p.green, "activate")
+        return Wait(
+            p.green,
+            frozenset({"ACTIVE"}),
+            p.ready_s,
+            "waiting for green ACTIVE (admitting from blue's frontier)",
+            "overlap_active",
+        )
+
+    def _plane_pipeline(self, p: Progress) -> str:
+        assert self._plane is not None
+        return self._plane.get_topology(p.blue).pipeline
+
+    def _overlap_active(self, p: Progress, active: Outcome) -> Wait:
+        from flowctl.adapters.handovers import HandoverLog
+
+        assert self._plane is not None and p.handover_id is not None
+        if active is None:
+            raise ReplacementFailed(
+                f"green {p.green} not ACTIVE within {p.ready_s:g} s after activate (blue's "
+                f"frontier never published, or green did not start admitting)"
+            )
+        p.green_active = True
+        h = HandoverLog(self._plane.engine).get(p.handover_id)
+        since = h.frontier_at or dt.datetime.fromisoformat(p.deactivated_at or "")
+        # Admission's hand-over time: blue stopped cutting -> green cutting.
+        p.pause_ms = max(0.0, (active.updated_at - since).total_seconds() * 1000.0)
+        return Wait(
+            p.blue,
+            frozenset({"DRAINED"}),
+            p.drain_s,
+            "waiting for blue DRAINED (the overlap)",
+            "overlap_drained",
+        )
+
+    def _overlap_drained(self, p: Progress, drained: Outcome) -> Wait:
+        assert self._plane is not None
+        since = utcnow() if drained is None else drained.updated_at
+        if not self._heartbeat_after(p.green, since):
+            raise ReplacementFailed(f"green {p.green} went silent during the overlap")
+        if drained is None:
+            self.log.warning(
+                "blue %s not DRAINED within drain_timeout_s=%g: stopping it; green dispatches "
+                "what it left below its frontier",
+                p.blue,
+                p.drain_s,
+            )
+        self._update(drained_at=since)
+        return self._stop(p, p.blue, "blue_stopped")
+
+    def _heartbeat_after(self, topology_id: str, since: dt.datetime) -> bool:
+        """Green still lives after blue drained: ACTIVE with a heartbeat newer than
+        ``since`` within the live limit (a SIGKILLed green keeps its state but not its
+        heartbeat). Then blue may be stopped."""
+        from flowctl.adapters.control_plane import LIVE_HEARTBEAT_S
+
+        assert self._plane is not None
+        deadline = time.monotonic() + LIVE_HEARTBEAT_S
+        while time.monotonic() < deadline:
+            t = self._plane.get_topology(topology_id)
+            if t.state == "ACTIVE" and t.heartbeat_at is not None and t.heartbeat_at > since:
+                return alive(self._plane, topology_id)
+            if t.state != "ACTIVE":
+                return False
+            time.sleep(max(self.poll_interval_s, 0.1))
+        return False
 
     def _drained(self, p: Progress, drained: Outcome) -> Wait:
         if drained is None:
@@ -204,13 +295,17 @@ class ReplacementSteps:
         self._update(finished_at=utcnow(), pause_ms=p.pause_ms, duplicates=0, outcome="ok")
         event = self._events.get_replacement(p.event_id)
         self.log.info(
-            "replacement %d ok in %.1f s: %s ACTIVE with %d lanes, %s stopped; output pause "
-            "%.0f ms (blue quiet -> green ACTIVE), duplicates 0",
+            "replacement %d ok in %.1f s (%s): %s ACTIVE with %d lanes, %s stopped; %s %.0f "
+            "ms, duplicates 0",
             event.id,
             (utcnow() - event.started_at).total_seconds(),
+            "overlapped" if p.overlap else "sequential",
             p.green,
             p.target,
             p.blue,
+            "admission hand-over (blue's frontier -> green ACTIVE)"
+            if p.overlap
+            else "output pause (blue quiet -> green ACTIVE)",
             p.pause_ms or 0.0,
         )
         return event.to_dict()
@@ -221,6 +316,8 @@ class ReplacementSteps:
         "drained": _drained,
         "undrained_stopped": _undrained_stopped,
         "active": _active,
+        "overlap_active": _overlap_active,
+        "overlap_drained": _overlap_drained,
         "blue_stopped": _blue_stopped,
     }
 

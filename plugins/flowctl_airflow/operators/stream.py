@@ -65,8 +65,10 @@ class FlowctlStreamOperator(SparkSubmitOperator):
     :param topology_id: id in the control plane; default
         ``<pipeline>-<colour>-<run id>-<try>``. (templated)
     :param standby: start in standby (``--standby``): READY, admitting nothing until an
-        ``activate`` signal; a green of a replacement. Text ``"true"``/``"false"`` is
-        accepted (a rendered template). (templated)
+        ``activate`` signal; a green of a replacement, or without ``replaces`` a warm
+        standby (``--warm-standby``: it may start beside the ACTIVE topology, and the
+        next replacement takes it instead of starting green). Text ``"true"``/``"false"``
+        is accepted (a rendered template). (templated)
     :param replaces: the topology a standby green is about to replace (logged). (templated)
     :param flowctl_conn_id: connection of the flowctl database.
     :param kafka_conn_id: connection of the Kafka cluster.
@@ -193,7 +195,9 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             str(parallelism),
             "--airflow-run-id",
             run_id,
-            *(["--standby"] if standby else []),
+            # A standby that replaces nobody yet is a warm standby: it starts beside the
+            # ACTIVE topology and the next replacement takes it (no start-up then).
+            *([("--standby" if self.replaces else "--warm-standby")] if standby else []),
             *(self.application_args or []),
         ]
         ti.xcom_push(key="topology_id", value=topology_id)

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.control_plane import TERMINAL_STATES, lane_list
 from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.core.scaling import dispersion
 
@@ -207,7 +208,13 @@ class MetricsReader:
         """The pipeline's most recent ``limit`` replacements, oldest first."""
         self._require(pipeline)
         events = ReplacementLog(self.engine).replacements(pipeline, limit=limit)
-        return {"pipeline": pipeline, "replacements": [e.to_dict() for e in events]}
+        handovers = HandoverLog(self.engine).for_events(e.id for e in events)
+        return {
+            "pipeline": pipeline,
+            "replacements": [
+                {**e.to_dict(), "handover": _handover(handovers.get(e.id))} for e in events
+            ],
+        }
 
     # -- metrics windows ----------------------------------------------------------------------
 
@@ -279,6 +286,20 @@ class MetricsReader:
             "windows": series,
             "latest": live,
         }
+
+
+def _handover(h: Handover | None) -> dict[str, Any] | None:
+    """How a replacement handed over: ``None`` when sequentially (no handovers row); for an
+    overlap, its steps and ``overlap_s``, the time both topologies admitted (green
+    admitting -> blue gone)."""
+    if h is None:
+        return None
+    overlap = (
+        None
+        if h.green_admitting_at is None or h.blue_gone_at is None
+        else round(max(0.0, (h.blue_gone_at - h.green_admitting_at).total_seconds()), 3)
+    )
+    return {**h.to_dict(), "overlap_s": overlap}
 
 
 def _with_dispersion(

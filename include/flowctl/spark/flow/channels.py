@@ -48,6 +48,12 @@ def rows_key(ns: str) -> str:
     return f"{ns}:rows"
 
 
+def call_key(ns: str) -> str:
+    """The planner's call mark, written at the start of every ``latestOffset`` (before it
+    reads the control key): :class:`CallMark`."""
+    return f"{ns}:call"
+
+
 def _object(name: str, data: Any) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise ValueError(f"{name} must be a JSON object, got {data!r:.200}")
@@ -72,18 +78,65 @@ _NUMBER = (int, float)
 
 @dataclass(frozen=True)
 class Control:
-    """Driver -> planner: admit or hold admission; ``rebuild`` changes ask for a rebuild."""
+    """Driver -> planner: admit or hold admission; ``rebuild`` changes ask for a rebuild.
+
+    An overlapped handover's green also gets blue's ``frontier`` (a rebuild starts from
+    it while ``sweep`` is unset) and, once blue is gone, a ``sweep`` number: its change
+    makes the planner dispatch what blue left unapplied below the frontier. ``lanes`` is
+    the topology's parallelism when an activation changed it (a warm standby takes the
+    replacement's): the planner's next rebuild plans that many lanes.
+    """
 
     admit: bool
     rebuild: int | None = None
+    frontier: dict[str, Any] | None = None
+    sweep: int | None = None
+    lanes: int | None = None
 
     def encode(self) -> dict[str, Any]:
-        return {"admit": self.admit, "rebuild": self.rebuild}
+        return {
+            "admit": self.admit,
+            "rebuild": self.rebuild,
+            "frontier": self.frontier,
+            "sweep": self.sweep,
+            "lanes": self.lanes,
+        }
 
     @classmethod
     def decode(cls, data: Any) -> Control:
         d = _object("control", data)
-        return cls(_field("control", d, "admit", bool), _optional("control", d, "rebuild", int))
+        return cls(
+            _field("control", d, "admit", bool),
+            _optional("control", d, "rebuild", int),
+            _optional("control", d, "frontier", dict),
+            _optional("control", d, "sweep", int),
+            _optional("control", d, "lanes", int),
+        )
+
+
+@dataclass(frozen=True)
+class CallMark:
+    """Planner -> driver: ``latestOffset`` number ``call`` of planner ``planner`` (a token
+    per planner object) has begun, written before the call reads the control key.
+
+    The admission fence of an overlapped handover rests on the order of the two writes
+    and two reads: the driver writes ``admit: false``, then reads this mark; each call
+    writes this mark, then reads the control key. With one memcached server, a call whose
+    mark the driver did not see reads ``admit: false``, so the state published by the
+    call the driver saw (or a later one of the same planner) holds every tuple blue will
+    ever cut: blue's frontier, at once, without waiting for its running batch.
+    """
+
+    planner: str
+    call: int
+
+    def encode(self) -> dict[str, Any]:
+        return {"planner": self.planner, "call": self.call}
+
+    @classmethod
+    def decode(cls, data: Any) -> CallMark:
+        d = _object("call mark", data)
+        return cls(_field("call mark", d, "planner", str), _field("call mark", d, "call", int))
 
 
 @dataclass(frozen=True)
@@ -104,6 +157,12 @@ class SpoutState:
     seq: int
     warmups: int
     log_empty: bool
+    #: The spout's frontier after this call (:class:`flowctl.core.handover.Frontier`):
+    #: blue's once the call is fenced (:class:`CallMark`) or admission is off.
+    frontier: dict[str, Any] | None = None
+    #: The call that published this state (:class:`CallMark`'s two fields).
+    planner: str | None = None
+    call: int | None = None
 
     def encode(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -127,6 +186,9 @@ class SpoutState:
             seq=f("seq", int),
             warmups=f("warmups", int),
             log_empty=f("log_empty", bool),
+            frontier=_optional("state", d, "frontier", dict),
+            planner=_optional("state", d, "planner", str),
+            call=_optional("state", d, "call", int),
         )
 
 

@@ -33,9 +33,11 @@ from typing import Any
 
 from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
+from flowctl.core.handover import GreenHandover
 from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
+from flowctl.spark.flow.job_handover import HandoverSides
 from flowctl.spark.flow.lane import WARMUP
 from flowctl.spark.job import JobArgs, StreamJob
 
@@ -55,7 +57,7 @@ UPKEEP_EVERY_S = 1.0
 WARMUP_READY_TIMEOUT_S = 60.0
 
 
-class FlowStreamJob(StreamJob):
+class FlowStreamJob(HandoverSides, StreamJob):
     """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -63,8 +65,7 @@ class FlowStreamJob(StreamJob):
 
         super().__init__(args, settings)
         self.flow = self.config.flow
-        module = self.config.load_definition()
-        self.definition = getattr(module, "DEFINITION", None)
+        self.definition = self.config.pipeline_definition()  # with its [params] applied
         if not callable(getattr(self.definition, "process", None)):
             raise ValueError(
                 f"{self.config.source}: definition={self.config.definition!r} has no DEFINITION "
@@ -93,6 +94,16 @@ class FlowStreamJob(StreamJob):
         self._batch_ends: collections.deque[float] = collections.deque(maxlen=500)
         self._warming_since: float | None = None
         self._warmed: str | None = None  # why the warm-up is over (set by _on_batch)
+        # Overlapped handover (docs/flow-control.md): as blue, the handover whose frontier
+        # is still to publish; as green, its state machine, blue's frontier for the planner
+        # and the sweep number.
+        self._handover_log: Any = None
+        self._blue_handover: int | None = None
+        self._fence: Any = None  # the planner's CallMark seen after admission went off
+        self._green: GreenHandover | None = None
+        self._green_handover: int | None = None
+        self.frontier: dict[str, Any] | None = None
+        self.sweep_no: int | None = None
 
     # -- start ------------------------------------------------------------------------------
 
@@ -125,6 +136,13 @@ class FlowStreamJob(StreamJob):
             self.flow.flush_update_time_s,
         )
 
+    def _before_query(self, spark: Any) -> None:
+        """Warm the Python workers beside the query's start (its first batch is the slow
+        one: for a green, the warm-up batch that READY waits for)."""
+        from flowctl.spark.flow.preload import warm_workers
+
+        warm_workers(spark, self.config.definition, self.topology_id)
+
     def _initial_state(self) -> str:
         """ACTIVE, or for a standby topology STARTING until it has warmed up (then READY)."""
         if self.standby:
@@ -148,6 +166,7 @@ class FlowStreamJob(StreamJob):
         self._warming_since = None
         log.info("topology %s: warm-up over (%s)", self.topology_id, why)
         self._set_state("READY")
+        self.startup.mark("READY")
 
     def _start_query(self, spark: Any) -> Any:
         from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
@@ -166,15 +185,10 @@ class FlowStreamJob(StreamJob):
             .option("memcached", self.memcached)
             .option("topology_id", self.topology_id)
             .option("standby", "true" if self.standby else "false")
+            .option("slots", str(max(1, int(spark.sparkContext.defaultParallelism))))
             .load()
         )
-        return (
-            stream.writeStream.queryName(self.topology_id)
-            .foreachBatch(self._on_batch)
-            .option("checkpointLocation", self.checkpoint_dir)
-            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
-            .start()
-        )
+        return self._write(stream)
 
     # -- the flusher ------------------------------------------------------------------------
 
@@ -267,7 +281,9 @@ class FlowStreamJob(StreamJob):
 
     def _write_ctl(self, *, required: bool = False) -> None:
         try:
-            control = Control(self.admit, self.rebuild_no)
+            control = Control(
+                self.admit, self.rebuild_no, self.frontier, self.sweep_no, self.parallelism
+            )
             self.store.set_json(channels.control_key(self.ns), control.encode())
         except Exception as exc:
             if required:
@@ -361,7 +377,10 @@ class FlowStreamJob(StreamJob):
         state = self._spout_state()
         if self.state == "STARTING":
             self._check_warm(state)
+        if self._green is not None:
+            self._step_handover()
         if self.state == "DRAINING":
+            self._publish_frontier(state)
             self._check_drained(state)
         now = time.monotonic()
         if now - self._last_status >= STATUS_EVERY_S and state is not None:
@@ -419,13 +438,22 @@ class FlowStreamJob(StreamJob):
                 self.state,
             )
             if sig.kind == "activate":
-                if self.state in ("STARTING", "READY", "DRAINED", "DRAINING"):
+                waiting = self._green is not None
+                if self.state in ("STARTING", "READY") and not waiting:
+                    self._take_parallelism()
+                    if not self._begin_green():
+                        self._activate()
+                elif self.state in ("DRAINED", "DRAINING"):
                     self._activate()
                 self.control.mark_signal_handled(sig.id)
             elif sig.kind in ("deactivate", "drain"):
                 if self.state == "ACTIVE":
+                    h = self._handovers().for_blue(self.topology_id)
+                    if h is not None and h.frontier is None:
+                        self._blue_handover = h.id
                     self.admit = False
                     self._write_ctl()
+                    self._fence_admission()
                     self._draining_since = time.time()
                     self._set_state("DRAINING")
                 if self.state in ("DRAINED", "READY", "STARTING"):
@@ -436,6 +464,7 @@ class FlowStreamJob(StreamJob):
 
     def _activate(self) -> None:
         """READY/DRAINED -> ACTIVE: flush the MRWQ, rebuild (gaps first), admit."""
+        self._blue_handover = None  # a rollback: this blue admits again, from the database
         self._start_flusher()
         self.rebuild_no += 1
         self.admit = True
@@ -463,6 +492,7 @@ class FlowStreamJob(StreamJob):
             )
             if self._warmed is None:
                 self._warmed = f"warm-up batch {batch_id} ran"
+                self.startup.mark("first warm-up batch done")
             return
         counts: dict[str, int] = {}
         records = 0
@@ -476,6 +506,10 @@ class FlowStreamJob(StreamJob):
             lanes.add(row["lane"])
             if row["error"] and len(errors) < 2:
                 errors.append(f"{row['tuple_id']}: {row['error']}")
+        self.startup.mark("first batch done")
+        flusher = self.flusher
+        if self.flow.flush_at_batch_end and flusher is not None:
+            flusher.batch_ended()
         with self.progress.lock:
             self.progress.batches += 1
             self.progress.records += records

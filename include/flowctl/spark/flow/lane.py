@@ -13,7 +13,6 @@ and writes, the memcached store), so a unit test drives them with in-memory fake
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
@@ -138,7 +137,7 @@ def run_lane(
     task_started = time.monotonic()  # the budget counts the task's reads too
     config = load_config(settings.config_path)
     flow = config.flow
-    definition = importlib.import_module(config.definition).DEFINITION
+    definition = config.pipeline_definition()  # DEFINITION, or configure([params])
     io = io if io is not None else KafkaLaneIO(settings)
     if part.warmup:
         yield from warm_up(settings, part, definition, flow.tuple_timeout_s, io)
@@ -312,7 +311,8 @@ def replay_record(
     if wait > 0:
         time.sleep(wait)
     original = TupleRange(env.topic, env.partition, env.offset, env.offset + 1)
-    record = Record(env.topic, env.partition, env.offset, None, env.payload, env.key)
+    # the original arrival time: a re-produced record carries a new Kafka timestamp
+    record = Record(env.topic, env.partition, env.offset, env.timestamp_ms, env.payload, env.key)
     try:
         result = process([record])
     except Exception as exc:

@@ -12,13 +12,15 @@ of :mod:`flowctl.spark.flow.channels` and to the database only through
 from __future__ import annotations
 
 import logging
+import secrets
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from flowctl.core.backpressure import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
+from flowctl.core.handover import Frontier
 from flowctl.core.metrics import MetricsWindow, SpoutMetrics
 from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
@@ -27,9 +29,11 @@ from flowctl.core.spout_contract import Dispatch
 from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.log_ends import KafkaEnds, LogEnds
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
-from flowctl.spark.flow.settings import FlowSettings, load_config, spout_config, worker_cache
+from flowctl.spark.flow.planner_handover import HandoverPlanning
+from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
 
 log = logging.getLogger(__name__)
 
@@ -45,39 +49,11 @@ WINDOW_LOG_EVERY_S = 5.0
 WARMUP_EVERY_S = 20.0
 
 
-class LogEnds(Protocol):
-    """The Kafka log's end offsets, as the planner reads them."""
-
-    def latest_offsets(self, topic: str) -> dict[int, int]: ...
-
-    def close(self) -> None: ...
-
-
-class KafkaEnds:
-    """:class:`LogEnds` over one lazily created KafkaConsumer."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self._consumer: Any = None
-
-    def latest_offsets(self, topic: str) -> dict[int, int]:
-        from flowctl.adapters import kafka_log
-
-        if self._consumer is None:
-            self._consumer = kafka_log.new_consumer(self.bootstrap)
-        return kafka_log.latest_offsets(self._consumer, topic)
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except Exception:
-                log.debug("closing the planner consumer failed", exc_info=True)
-            self._consumer = None
-
-
 #: How often the planning cost per batch is logged (seconds).
 PLANNING_LOG_EVERY_S = 30.0
+#: ... the first time after this many seconds: Spark does not always stop a query's
+#: source runner through ``stop()``, so a short run (a benchmark) would log none.
+PLANNING_FIRST_LOG_S = 10.0
 
 
 def _ensure_logging() -> None:
@@ -96,7 +72,7 @@ def _ensure_logging() -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-class FlowPlanner:
+class FlowPlanner(HandoverPlanning):
     """The spout's process side: owns the :class:`Spout`, talks to Kafka, memcached, the DB.
 
     Lives on the stream reader in the planner process; never pickled to tasks. ``store``
@@ -125,11 +101,21 @@ class FlowPlanner:
         self.spout: Spout | None = None
         self.seq = 0
         self.pending: dict[int, tuple[set[int], float]] = {}
+        self.lanes = settings.lanes
+        #: This planner object's token and its ``latestOffset`` count (:class:`CallMark`).
+        self.token = secrets.token_hex(6)
+        self.calls = 0
+        self._marked = False
         self.admit = not settings.standby
         self.activated = self.admit
         self.warmups = 0
         self._last_warmup = -1e9
         self.rebuild_seen: int | None = None
+        #: An overlapped handover's green: blue's frontier (until the sweep), the sweep
+        #: number acted on, and the flusher epoch seen (its change means lost MRWQ items).
+        self.frontier: Frontier | None = None
+        self.sweep_seen: int | None = None
+        self._epoch: str | None = None
         self.metrics = SpoutMetrics(
             MetricsWindow(settings.topology_id, self.clock, window_s=self.flow.metrics_window_s),
             self.config.tuple_size,
@@ -146,7 +132,7 @@ class FlowPlanner:
         self._latest: dict[TopicPartition, int] = {}
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
-        self._last_timings_log = self.clock.now()
+        self._last_timings_log = self.clock.now() - (PLANNING_LOG_EVERY_S - PLANNING_FIRST_LOG_S)
 
     def _new_chain(self) -> BackpressureChain:
         f = self.flow
@@ -195,32 +181,6 @@ class FlowPlanner:
 
     # -- start and rebuild --
 
-    def build_spout(self) -> Spout:
-        """A spout from the durable state: checkpoint, gaps (holes of applied_ranges),
-        everything beyond the last durable range cut again, replay pointer and positions."""
-        start = self.state().start_state()
-        spout = Spout(
-            spout_config(self.settings, self.config),
-            self.clock,
-            positions=start.positions,
-            gaps=start.gaps,
-            checkpoints=start.checkpoints,
-            replay=start.replay,
-        )
-        self._persisted_replay = start.replay
-        self.pending.clear()
-        log.info(
-            "flow %s: spout built from the database: checkpoint %s, cut from %s, %d gap "
-            "range(s) first, replay From=%s positions %s",
-            self.settings.topology_id,
-            {tp.partition: n for tp, n in start.checkpoints.items()},
-            {tp.partition: n for tp, n in start.positions.items()},
-            len(start.gaps),
-            spout.replay.from_topic,
-            start.replay.positions if start.replay else (),
-        )
-        return spout
-
     def _persist_replay(self) -> None:
         """Store the replay pointer and committed positions when they changed (best effort)."""
         assert self.spout is not None
@@ -244,6 +204,7 @@ class FlowPlanner:
         self.timings.begin()
         timed = self.timings.phase
         with timed("control"):
+            self._mark_call()  # before the control key is read: see CallMark
             self._read_control()
         if self.spout is None:
             self.spout = self.build_spout()
@@ -259,7 +220,7 @@ class FlowPlanner:
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
         with timed("admit"):
-            dispatches = self._admit() if self.admit else []
+            dispatches = self._admit() if self.admit and self._marked else []
         with timed("metrics"):
             self.metrics.record(
                 self.spout,
@@ -280,7 +241,8 @@ class FlowPlanner:
 
     def planned(self, plan: Mapping[str, Any], partitions_ms: float) -> None:
         """Spark split ``plan`` into lane partitions in ``partitions_ms``: the batch's
-        planning is complete. Every ``PLANNING_LOG_EVERY_S`` the cost is logged."""
+        planning is complete. Every ``PLANNING_LOG_EVERY_S`` (the first time after
+        ``PLANNING_FIRST_LOG_S``) the cost is logged."""
         self.timings.add("partitions", partitions_ms)
         self.timings.end_batch()
         if self.clock.now() - self._last_timings_log >= PLANNING_LOG_EVERY_S:
@@ -322,7 +284,8 @@ class FlowPlanner:
         now = self.clock.now()
         if now - self._last_warmup < WARMUP_EVERY_S:
             return None
-        ranges = warmup_ranges(self._latest, self.settings.lanes, self.config.tuple_size)
+        lanes = max(self.lanes, self.settings.slots or 0)  # every task slot's worker
+        ranges = warmup_ranges(self._latest, lanes, self.config.tuple_size)
         if not ranges:
             return None
         self._last_warmup = now
@@ -336,6 +299,21 @@ class FlowPlanner:
             self.config.tuple_size,
         )
         return encode_warmup(self.settings.topic, self.seq, self.warmups, ranges)
+
+    def _mark_call(self) -> None:
+        """Count this call and say it has begun (:class:`CallMark`), before reading the
+        control key. A call whose mark could not be written admits nothing: the driver
+        could not know of it, and a frontier it takes must hold every cut."""
+        self.calls += 1
+        self._marked = False
+        try:
+            mark = CallMark(self.token, self.calls).encode()
+            self.store().set_json(
+                channels.call_key(self.settings.ns), mark, expire_s=channels.STATE_TTL_S
+            )
+            self._marked = True
+        except Exception as exc:
+            self._warn("writing the call mark", exc)
 
     def _read_control(self) -> None:
         try:
@@ -352,21 +330,7 @@ class FlowPlanner:
             )
             self.admit = ctl.admit
             self.activated = self.activated or ctl.admit
-        rebuild = ctl.rebuild
-        if rebuild is not None and rebuild != self.rebuild_seen:
-            if self.rebuild_seen is not None and self.spout is not None:
-                log.warning(
-                    "flow %s: rebuild %s requested (gap repair or activation): dispatching "
-                    "everything not durable again",
-                    self.settings.topology_id,
-                    rebuild,
-                )
-                try:
-                    self.spout = self.build_spout()
-                except Exception as exc:  # the database is away: keep going, retry next batch
-                    self._warn("rebuilding the spout from the database", exc, every_s=0)
-                    return
-            self.rebuild_seen = rebuild
+        self._apply_control(ctl)
 
     def _collect_feedback(self) -> None:
         from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
@@ -413,6 +377,7 @@ class FlowPlanner:
         assert self.spout is not None
         try:
             durable = self.state().durable()
+            self._check_epoch(durable.flushed.epoch if durable.flushed else None)
             self.spout.durable(durable.checkpoints)
             if durable.flushed is not None:
                 self.spout.confirm_replays(durable.flushed.epoch, int(durable.flushed.head))
@@ -477,6 +442,9 @@ class FlowPlanner:
             seq=self.seq,
             warmups=self.warmups,
             log_empty=not any(self._latest.values()),
+            frontier=self._frontier(),
+            planner=self.token,
+            call=self.calls,
         )
 
     def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:

@@ -90,7 +90,9 @@ class FlowStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The lane: one status row per tuple (runs on executors)."""
         from flowctl.spark.flow.lane import run_lane
+        from flowctl.spark.flow.worker_gc import freeze_long_lived
 
+        freeze_long_lived()  # Spark's gc.collect() after each task then skips the imports
         yield from run_lane(self.settings, partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, Any]) -> None:

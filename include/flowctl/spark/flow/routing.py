@@ -67,7 +67,9 @@ def route_isolated(
         r = records[route.index]
         payload = r.value if r.value is not None else b""
         if route.dead:
-            dead = Envelope(topic, r.partition, r.offset, payload, 1, route.reason, now, r.key)
+            dead = Envelope(
+                topic, r.partition, r.offset, payload, 1, route.reason, now, r.key, _stamp(r)
+            )
             routed.append(Routed(backflow.topics.dlq, dead, True))
             continue
         routed.append(
@@ -79,9 +81,16 @@ def route_isolated(
                 error=route.reason,
                 now=now,
                 from_topic=from_topic,
+                timestamp_ms=_stamp(r),
             )
         )
     return routed
+
+
+def _stamp(record: Any) -> int | None:
+    """The record's Kafka timestamp for its envelope (``None``/-1: the log has none)."""
+    ts = record.timestamp_ms
+    return ts if isinstance(ts, int) and ts >= 0 else None
 
 
 def route_replay_failure(
@@ -99,6 +108,7 @@ def route_replay_failure(
             f"poison: {error}",
             now,
             env.key,
+            env.timestamp_ms,
         )
         routed = Routed(backflow.topics.dlq, dead, True)
     else:

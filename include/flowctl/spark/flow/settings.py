@@ -30,6 +30,9 @@ class FlowSettings:
     max_rows: int | None
     read_timeout_s: float
     standby: bool
+    #: The application's task slots: a standby's warm-up batch runs on every one of them,
+    #: so every Python worker is warm whatever lanes it is given at activation.
+    slots: int | None = None
 
     @property
     def ns(self) -> str:
@@ -73,16 +76,21 @@ def cached_store(address: str) -> Any:
     return store
 
 
-def spout_config(settings: FlowSettings, config: Any) -> SpoutConfig:
-    """The spout's parameters: the pipeline's ``[flow]`` table and the topology's lanes."""
+def spout_config(
+    settings: FlowSettings, config: Any, *, lanes: int | None = None, w_init: int | None = None
+) -> SpoutConfig:
+    """The spout's parameters: the pipeline's ``[flow]`` table and the topology's lanes
+    (``lanes``: another count than the source option's, given at activation; ``w_init``:
+    another start window than the lanes' share of the batch, an overlapped green's)."""
     f = config.flow
+    lanes = settings.lanes if lanes is None else lanes
     return SpoutConfig(
         pipeline=config.name,
-        lanes=settings.lanes,
+        lanes=lanes,
         tuple_size=config.tuple_size,
         w_min=f.w_min,
         w_max=f.w_max,
-        w_init=config.initial_window(settings.lanes),
+        w_init=config.initial_window(lanes) if w_init is None else w_init,
         rtt_threshold_s=f.rtt_threshold_s,
         rtt_min_threshold_s=f.rtt_min_threshold_s,
         slow_decrease=f.slow_decrease,

@@ -401,7 +401,16 @@
         pause.append(el("title", {}, `pause ${fmt(r.pause_ms)} ms`));
         f.svg.append(pause);
       }
-      const text = `${r.old_parallelism}→${r.new_parallelism} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`;
+      const h = r.handover;
+      if (h && h.green_admitting_at && h.blue_gone_at) {
+        // The overlap: green admitting beside blue until blue is gone.
+        const ox0 = f.x(Math.max(Date.parse(h.green_admitting_at), lo));
+        const ox1 = Math.max(f.x(Date.parse(h.blue_gone_at)), ox0 + 2);
+        const overlap = el("rect", { class: "overlap", x: ox0, y: top, width: ox1 - ox0, height: bottom - top, fill: "#38a169", opacity: 0.3 });
+        overlap.append(el("title", {}, `overlap ${fmt(h.overlap_s)} s: both topologies admitting`));
+        f.svg.append(overlap);
+      }
+      const text = `${r.old_parallelism}→${r.new_parallelism} · ${handoverText(h)} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`;
       // After the end line when it fits in the chart, else before it (never clipped).
       const after = f.x(end) + 4 + text.length * 7 <= f.width;
       const label = el("text", { x: after ? f.x(end) + 4 : f.x(end) - 4, y: top - 6, "text-anchor": after ? "start" : "end" }, text);
@@ -491,18 +500,25 @@
     return parts.join(" · ");
   }
 
+  function handoverText(h) {
+    if (!h) return "sequential";
+    if (h.overlap_s !== null) return `overlap ${fmt(h.overlap_s)} s`;
+    return h.frontier_at ? "overlap (in progress)" : "overlap (frontier pending)";
+  }
+
   function drawReplacements(replacements) {
     const box = $("replacements");
     const rows = replacements.replacements.slice().reverse();
     if (!rows.length) return box.replaceChildren(html("p", { class: "muted" }, "no replacements yet"));
     box.replaceChildren(
       table(
-        [["started"], ["old → new"], ["parallelism"], ["outcome"], ["pause ms", true], ["duplicates", true], ["took s", true], ["what the sensor saw"], ["reason / error"]],
+        [["started"], ["old → new"], ["parallelism"], ["outcome"], ["handover"], ["pause ms", true], ["duplicates", true], ["took s", true], ["what the sensor saw"], ["reason / error"]],
         rows.map((r) => [
           [new Date(Date.parse(r.started_at)).toLocaleString()],
           [html("span", { title: `${r.old_topology_id} → ${r.new_topology_id || "–"}` }, `${shortId(r.old_topology_id)} → ${r.new_topology_id ? shortId(r.new_topology_id) : "–"}`)],
           [`${r.old_parallelism} → ${r.new_parallelism}`],
           [html("span", { class: "state " + r.outcome }, r.outcome)],
+          [html("span", { title: r.handover ? `frontier ${r.handover.frontier_at || "–"}, green admitting ${r.handover.green_admitting_at || "–"}, blue gone ${r.handover.blue_gone_at || "–"}` : "blue drained, then green activated" }, handoverText(r.handover))],
           [fmt(r.pause_ms), true],
           [fmt(r.duplicates), true],
           [fmt(r.duration_s), true],

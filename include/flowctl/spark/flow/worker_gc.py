@@ -1,0 +1,56 @@
+"""Spark's Python workers collect garbage after every task; keep their imports out of it.
+
+PySpark's worker daemon runs a full ``gc.collect()`` in a reused worker after each task
+(``pyspark/daemon.py``). A full collection walks every tracked object of the process:
+pyspark, pyarrow, kafka-python, flowctl and their caches, some 60,000 objects, tens of
+milliseconds each time. With several lanes per micro-batch and a batch every second or
+so that was about a third of the workers' CPU in py-spy profiles of the throughput
+benchmark (``bench/README.md``, "profile"), on a machine whose two cores the lanes, the
+driver and the JVM share.
+
+:func:`freeze_long_lived` moves what is alive when a worker starts its *second* task (by
+then the first task has imported everything and built the caches; what it allocated for
+its tuples was collected by the daemon after it) into the permanent generation
+(``gc.freeze``), which later collections skip. Only the cyclic collector is affected:
+frozen objects are still freed when their reference count drops to zero; a frozen
+object that later becomes part of an unreachable cycle is not reclaimed, which is why
+the freeze happens once per process, on long-lived state, not per task. The lane's
+reader (:meth:`~flowctl.spark.flow.reader.FlowStreamReader.read`, executors only) calls
+it, never :func:`~flowctl.spark.flow.lane.run_lane`, which tests drive in their own
+process.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from collections.abc import Callable
+
+_STATE_MODULE = "flowctl._flow_worker_gc"
+
+
+def _state() -> types.ModuleType:
+    """Per-process state in ``sys.modules`` (a reused worker keeps it between tasks)."""
+    state = sys.modules.get(_STATE_MODULE)
+    if state is None:
+        state = types.ModuleType(_STATE_MODULE, "Tasks seen and freeze done, per worker.")
+        state.tasks = 0  # type: ignore[attr-defined]
+        state.frozen = False  # type: ignore[attr-defined]
+        sys.modules[_STATE_MODULE] = state
+    return state
+
+
+def freeze_long_lived(
+    state: types.ModuleType | None = None, freeze: Callable[[], None] = gc.freeze
+) -> bool:
+    """Call at the start of every lane task in a Spark worker: the second call in a
+    process freezes what is alive (see the module docstring); returns whether this call
+    froze. ``state`` and ``freeze`` are for tests (a fresh state, a fake freeze)."""
+    state = _state() if state is None else state
+    state.tasks += 1
+    if state.frozen or state.tasks < 2:
+        return False
+    freeze()
+    state.frozen = True
+    return True
