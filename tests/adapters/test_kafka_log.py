@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -249,6 +250,7 @@ def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move
 ) -> None:
     """With ``known``, an unchanged partition is answered from it (the consumer is not even
     assigned), a partition written since is read again, and both answers are exact."""
+    fresh = 3600.0  # every answer in ``known`` young enough to be trusted
     topic = _topic(2, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     for value, partition in [(b"a", 0), (b"b", 0), (b"c", 1)]:
@@ -257,15 +259,22 @@ def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move
     consumer = kafka_log.new_consumer(kafka_bootstrap)
     known: kafka_log.KnownEnds = {}
     try:
-        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 1}
+        read = functools.partial(
+            kafka_log.latest_offsets, consumer, topic, known=known, known_max_age_s=fresh
+        )
+        assert read() == {0: 2, 1: 1}
         consumer.assign([])
-        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 1}
+        assert read() == {0: 2, 1: 1}
         assert consumer.assignment() == set()
         for value in (b"d", b"e"):
             producer.send(topic, value, partition=1)
         producer.flush()
-        assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 2, 1: 3}
+        assert read() == {0: 2, 1: 3}
         assert consumer.assignment() == {TopicPartition(topic, 1)}
+        # past the age limit every partition is read again, moved bound or not
+        consumer.assign([])
+        assert read(known_max_age_s=0.0) == {0: 2, 1: 3}
+        assert consumer.assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
     finally:
         consumer.close()
         producer.close()

@@ -11,10 +11,12 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from flowctl.adapters import kafka_log
 from flowctl.config import Settings
 from flowctl.services import manager, s3
 from flowctl.services.base import UP
 from flowctl.services.process import free_port
+from flowctl.spark.flow.log_ends import KafkaEnds
 
 from .helpers import pid_gone
 
@@ -78,3 +80,24 @@ def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
     manager.up(durable_settings, only="tansu")
 
     assert _read_all(bootstrap, "durable", len(sent)) == sent
+
+
+def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(durable_settings: Settings) -> None:
+    """On S3 storage ``end_offsets()`` can stay put across an append and a short fetch hold
+    is answered with nothing: the planner's reader still sees every record, batch after
+    batch and once the writes stop (a stale end once left a test's last records unread)."""
+    manager.up(durable_settings, only="tansu")
+    bootstrap = durable_settings.kafka_bootstrap
+    topic = f"ends-{secrets.token_hex(3)}"
+    kafka_log.ensure_topics(bootstrap, {topic: 2})
+    ends = KafkaEnds(bootstrap)
+    try:
+        for burst in range(6):
+            kafka_log.produce(bootstrap, topic, [f"b{burst} r{i}" for i in range(40)])
+            seen, exact = ends.latest_offsets(topic), kafka_log.latest_offsets(bootstrap, topic)
+            assert all(seen[p] <= exact[p] for p in exact), (seen, exact)
+        time.sleep(kafka_log.KNOWN_MAX_AGE_S + 0.2)  # writes stopped: only the age limit helps
+        assert ends.latest_offsets(topic) == kafka_log.latest_offsets(bootstrap, topic)
+        assert sum(ends.latest_offsets(topic).values()) == 6 * 40
+    finally:
+        ends.close()

@@ -226,8 +226,15 @@ def partitions_of(consumer: KafkaConsumer, topic: str) -> list[int]:
     return sorted(parts)
 
 
-#: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end)}``.
-KnownEnds = dict[TopicPartition, tuple[int, int]]
+#: What :func:`latest_offsets` learnt per partition:
+#: ``{tp: (end_offsets(), exact end, time.monotonic() of the read)}``.
+KnownEnds = dict[TopicPartition, tuple[int, int, float]]
+
+#: How long a ``known`` end is trusted while ``end_offsets()`` stays put. On Tansu with
+#: S3 storage ``end_offsets()`` can stay put across an append (it lagged a whole record
+#: batch for as long as the log was quiet), so an answer from ``known`` alone would
+#: hide that batch until the next append; past this age the end is read again.
+KNOWN_MAX_AGE_S = 0.5
 
 
 def latest_offsets(
@@ -236,6 +243,7 @@ def latest_offsets(
     *,
     timeout_s: float = 10.0,
     known: KnownEnds | None = None,
+    known_max_age_s: float = KNOWN_MAX_AGE_S,
 ) -> dict[int, int]:
     """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
 
@@ -246,10 +254,11 @@ def latest_offsets(
     A consumer passed in is reassigned (its previous assignment is dropped).
 
     ``known`` (kept by a caller that asks every micro-batch) skips that read for
-    a partition whose ``end_offsets()`` did not move since the last call: every
-    append starts a new batch at the old end, so the bound moves on any append
-    (on Apache Kafka it is the end itself). Unchanged replay topics and idle
-    partitions then cost one ListOffsets request.
+    a partition whose ``end_offsets()`` did not move since a read less than
+    ``known_max_age_s`` ago: on Apache Kafka and Tansu in memory the bound moves on
+    any append (it is the end, or the start of the last batch); on Tansu with S3
+    storage it may lag a batch, which the age limit bounds. Unchanged replay topics
+    and idle partitions then cost one ListOffsets request, and a fetch twice a second.
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -257,21 +266,24 @@ def latest_offsets(
     else:
         consumer, owned = bootstrap_or_consumer, False
     try:
-        return _latest_offsets(consumer, topic, timeout_s, {} if known is None else known)
+        return _latest_offsets(
+            consumer, topic, timeout_s, {} if known is None else known, known_max_age_s
+        )
     finally:
         if owned:
             consumer.close()
 
 
 def _latest_offsets(
-    consumer: KafkaConsumer, topic: str, timeout_s: float, known: KnownEnds
+    consumer: KafkaConsumer, topic: str, timeout_s: float, known: KnownEnds, max_age_s: float
 ) -> dict[int, int]:
     tps = [TopicPartition(topic, p) for p in partitions_of(consumer, topic)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
     result = {tp.partition: 0 for tp in tps if not ends.get(tp)}
+    now = time.monotonic()
     for tp in tps:
         seen = known.get(tp)
-        if ends.get(tp) and seen is not None and seen[0] == ends[tp]:
+        if ends.get(tp) and seen is not None and seen[0] == ends[tp] and now - seen[2] < max_age_s:
             result[tp.partition] = seen[1]
     pending = [tp for tp in tps if ends.get(tp) and tp.partition not in result]
     if not pending:
@@ -293,7 +305,7 @@ def _latest_offsets(
                 waiting.discard(tp)
     for tp in pending:
         result[tp.partition] = consumer.highwater(tp)
-        known[tp] = (ends[tp], result[tp.partition])
+        known[tp] = (ends[tp], result[tp.partition], now)
     return dict(sorted(result.items()))
 
 

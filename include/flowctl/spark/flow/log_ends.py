@@ -4,12 +4,25 @@ Exact ends are not free on Tansu (``end_offsets()`` under-reports; see
 :func:`flowctl.adapters.kafka_log.latest_offsets`), and the planner asks for Eden's and
 both replay topics' ends before every batch, so :class:`KafkaEnds` keeps one consumer
 and what it learnt per partition (``known``): a partition whose bound did not move
-costs one ListOffsets request, not a fetch.
+costs one ListOffsets request, not a fetch (for up to ``kafka_log.KNOWN_MAX_AGE_S``).
+
+The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
+hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
+answers nothing within so short a hold (it reads the batch from S3 first), so a read
+that fetched nothing within ``QUICK_READ_TIMEOUT_S`` switches this reader, for good, to
+a consumer with the default hold.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+#: How long a read with the short fetch hold may take before the reader turns patient.
+#: A read takes about 5 ms on Tansu in memory and on Apache Kafka.
+QUICK_READ_TIMEOUT_S = 1.0
 
 
 class LogEnds(Protocol):
@@ -26,16 +39,37 @@ class KafkaEnds:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self._consumer: Any = None
-        self._known: dict[Any, tuple[int, int]] = {}  # kafka_log.KnownEnds
+        self._known: dict[Any, tuple[int, int, float]] = {}  # kafka_log.KnownEnds
+        #: Whether the short fetch hold proved too short for this broker.
+        self.patient = False
 
     def latest_offsets(self, topic: str) -> dict[int, int]:
         from flowctl.adapters import kafka_log
 
-        if self._consumer is None:
-            self._consumer = kafka_log.new_consumer(
-                self.bootstrap, fetch_max_wait_ms=kafka_log.PLANNER_FETCH_WAIT_MS
+        if self.patient:
+            return kafka_log.latest_offsets(self._open(), topic, known=self._known)
+        try:
+            return kafka_log.latest_offsets(
+                self._open(), topic, known=self._known, timeout_s=QUICK_READ_TIMEOUT_S
             )
-        return kafka_log.latest_offsets(self._consumer, topic, known=self._known)
+        except kafka_log.KafkaReadTimeout as exc:
+            log.info(
+                "log ends: %s; the broker answers no fetch held %d ms (Tansu on S3?): "
+                "reading with the default hold from now on",
+                exc,
+                kafka_log.PLANNER_FETCH_WAIT_MS,
+            )
+            self.close()
+            self.patient = True
+            return kafka_log.latest_offsets(self._open(), topic, known=self._known)
+
+    def _open(self) -> Any:
+        from flowctl.adapters import kafka_log
+
+        if self._consumer is None:
+            hold = {} if self.patient else {"fetch_max_wait_ms": kafka_log.PLANNER_FETCH_WAIT_MS}
+            self._consumer = kafka_log.new_consumer(self.bootstrap, **hold)
+        return self._consumer
 
     def close(self) -> None:
         from flowctl.adapters import kafka_log
