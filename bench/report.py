@@ -22,7 +22,10 @@ EXPERIMENTS = (
     "overload",
     "replacement",
     "autoscale",
+    "autoscale_live",
     "poison",
+    "crc",
+    "cluster",
 )
 
 
@@ -44,10 +47,13 @@ def main() -> int:
             continue
         d = json.loads(path.read_text())
         met = "yes" if d.get("meets_target") else "**no**"
+        if d.get("target") is None:  # reported, not targeted
+            met = "-"
+        unit = f" ({d['unit']})" if d.get("unit") else ""
         print(
-            f"| {name} | {d['metric']} ({d['unit']}) | {_fmt(d['candidate_value'])} | "
-            f"{_fmt(d['baseline_value'])} | {_fmt(d['ratio'])} | {d['target']} | {met} | "
-            f"{d['date'][:16]} | `{d['command']}` |"
+            f"| {name} | {d['metric']}{unit} | {_fmt(d.get('candidate_value'))} | "
+            f"{_fmt(d.get('baseline_value'))} | {_fmt(d.get('ratio'))} | {d['target']} | "
+            f"{met} | {d['date'][:16]} | `{d['command']}` |"
         )
     return 0
 
