@@ -408,6 +408,7 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0, master) -> dic
             task_id="replace", pipeline=name, pipeline_config=str(config),
             new_parallelism=args.to_lanes, reason=f"bench: replacement ({method})",
             handover=None if method == "blue_green" else method, deferrable=False,
+            start_next_standby=False,  # one replacement measured: no spare started after it
             plat=plat, config=config, env=env, jobs=jobs, master=master,
         )  # fmt: skip
         op.execute(context={})  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ pipeline:
   decides (SPEC E) and the blue-green replace operator applies the decision;
   one run at a time;
 - ``rescale_<name>``: the same replacement by hand (Params ``direction`` or
-  ``target_parallelism``, and ``reason``);
+  ``target_parallelism``, and ``reason``); both replace DAGs start the next warm
+  standby after one that took the pipeline's standby (Param ``start_next_standby``);
 - ``reconcile_<name>``: a PySpark batch job recomputing the results from the
   durable Kafka log and comparing them with the database; fails on a mismatch.
 
@@ -220,6 +221,18 @@ def stream_dag(config: PipelineConfig) -> DAG:
     return dag
 
 
+def _next_standby_param() -> Param:
+    """The replace DAGs' opt-out of starting the next warm standby after taking one."""
+    return Param(
+        True,
+        type="boolean",
+        title="Start the next standby",
+        description="when the replacement took a warm standby as green, start the next one "
+        "(a stream run with Standby on) once blue is stopped, so the pipeline keeps one; "
+        "nothing is started when green was started cold or a standby exists already",
+    )
+
+
 def autoscale_dag(config: PipelineConfig) -> DAG:
     s = config.scaling
     with _pipeline_dag(
@@ -234,9 +247,11 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             f"{s.cooldown_s:g} s after a replacement). With no decision within "
             f"{s.sensor_timeout_s:g} s the run is skipped; with one, `replace` runs the "
             "blue-green replacement (docs/flow-control.md). Settings: `[scaling]` of "
-            f"`{config.source.name}`."
+            f"`{config.source.name}`. If it took a warm standby as green it starts the next "
+            "one (`start_next_standby`, on by default)."
         ),
         schedule=s.schedule,
+        params={"start_next_standby": _next_standby_param()},
     ) as dag:
         decide = FailureRateWindowSensor(
             task_id="decide",
@@ -261,6 +276,7 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             drain_timeout_s=s.drain_timeout_s,
             handover=s.handover,
             stop_timeout_s=s.stop_timeout_s,
+            start_next_standby="{{ params.start_next_standby }}",
         )
         decide >> replace
     return dag
@@ -276,7 +292,9 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             "Give either `direction` (`up` doubles, `down` halves the ACTIVE topology's "
             f"lanes) or `target_parallelism` (one of {allowed}), and a `reason` (stored with "
             "the replacement event). The replacement is blue-green (docs/flow-control.md); "
-            "it is refused while another replacement of the pipeline runs."
+            "it is refused while another replacement of the pipeline runs. If it took the "
+            "pipeline's warm standby as green, it starts the next one once blue is stopped "
+            "(`start_next_standby`)."
         ),
         params={
             # One of the two: the form offers only allowed values (enum); the empty choice
@@ -313,6 +331,7 @@ def rescale_dag(config: PipelineConfig) -> DAG:
                 title="Reason",
                 description="why (required; kept with the replacement event)",
             ),
+            "start_next_standby": _next_standby_param(),
         },
     ) as dag:
         RescaleOperator(
@@ -326,6 +345,7 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             drain_timeout_s=config.scaling.drain_timeout_s,
             handover=config.scaling.handover,
             stop_timeout_s=config.scaling.stop_timeout_s,
+            start_next_standby="{{ params.start_next_standby }}",
         )
     return dag
 

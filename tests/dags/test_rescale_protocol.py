@@ -70,10 +70,13 @@ class JobSide(threading.Thread):
         self.kill_on_deactivate = kill_on_deactivate
         self.done = threading.Event()
         self.green: str | None = None
+        self.spares: list[str] = []  # warm standbys that only beat
 
     def run(self) -> None:
         while not self.done.is_set():
             self._register_green()
+            for topology_id in self.spares:
+                self._beat(topology_id)
             for topology_id in (BLUE, self.green):
                 if topology_id is not None:
                     self._answer(topology_id)
@@ -160,6 +163,45 @@ def _kinds(plane: ControlPlane, topology_id: str) -> list[str]:
     return [s.kind for s in plane.signals(topology_id)]
 
 
+def _xcom(run, key: str = "return_value"):
+    """The replace task's XCom ``key``; ``return_value`` is the replacement event (with
+    ``next_standby``), ``trigger_run_id`` the last stream run it created."""
+    import sqlalchemy as sa
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        value = session.scalars(
+            sa.select(XComModel.value).where(
+                XComModel.dag_id == run.dag_id,
+                XComModel.run_id == run.run_id,
+                XComModel.task_id == "replace",
+                XComModel.key == key,
+            )
+        ).one()
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _stream_runs(prefix: str) -> dict[str, dict]:
+    """``stream_wordcount``'s runs whose id starts with ``prefix``: run id -> conf."""
+    import sqlalchemy as sa
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = session.scalars(
+            sa.select(DagRun).where(
+                DagRun.dag_id == "stream_wordcount", DagRun.run_id.startswith(prefix)
+            )
+        ).all()
+        return {r.run_id: dict(r.conf or {}) for r in runs}
+
+
 def test_a_replacement_runs_every_step_in_order(flowctl_db: str, job_side: JobSide) -> None:
     run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
     assert str(run.state).endswith("success")
@@ -198,16 +240,20 @@ def test_an_overlapped_replacement_activates_green_with_the_deactivate(
     ]
 
 
-@pytest.mark.parametrize("handover", ["overlap", "sequential"])
+@pytest.mark.parametrize(
+    ("handover", "deferrable"), [("overlap", False), ("sequential", False), ("overlap", True)]
+)
 def test_a_warm_standby_is_taken_as_green_with_the_new_parallelism(
-    flowctl_db: str, job_side: JobSide, handover: str
+    flowctl_db: str, job_side: JobSide, handover: str, deferrable: bool
 ) -> None:
     plane = ControlPlane(flowctl_db)
     standby = "wordcount-green-standby"
     plane.register_topology(standby, "wordcount", "green", 2, warm_standby=True)
     plane.set_state(standby, "READY")
     job_side.green = standby  # the job side answers its signals; nothing new registers
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, handover=handover)
+    run = _rescale(
+        {"target_parallelism": 8, "reason": "more lanes"}, handover=handover, deferrable=deferrable
+    )
     assert str(run.state).endswith("success")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert (event.outcome, event.new_topology_id, event.new_parallelism) == ("ok", standby, 8)
@@ -215,6 +261,38 @@ def test_a_warm_standby_is_taken_as_green_with_the_new_parallelism(
     assert (green.state, green.parallelism) == ("ACTIVE", 8)
     assert _kinds(plane, standby) == ["activate"]
     assert [t.topology_id for t in plane.topologies("wordcount")] == [BLUE, standby]
+    # the standby was used up: the next one is a new stream run, created like green's
+    result = _xcom(run)
+    assert (result["outcome"], result["id"]) == ("ok", event.id)
+    spare = result["next_standby"]
+    assert spare and spare.startswith("wordcount-blue-standby-"), result
+    runs = _stream_runs(f"next_standby__{event.id}__{spare}")
+    assert list(runs.values()) == [
+        {"parallelism": 2, "colour": "blue", "standby": True, "replaces": None,
+         "topology_id": spare}
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("why", ["the form turns it off", "a spare is there already"])
+def test_no_next_standby_when(flowctl_db: str, job_side: JobSide, why: str) -> None:
+    plane = ControlPlane(flowctl_db)
+    standby, spare = "wordcount-green-standby", "wordcount-blue-spare"
+    if why == "a spare is there already":  # started by hand while the replacement ran
+        plane.register_topology(spare, "wordcount", "blue", 1, warm_standby=True)
+        job_side.spares.append(spare)
+    plane.register_topology(standby, "wordcount", "green", 1, warm_standby=True)
+    plane.set_state(standby, "READY")  # the newest READY one is the one taken
+    job_side.green = standby
+    before = _stream_runs("next_standby__")
+    conf = {"target_parallelism": 8, "reason": "r"}
+    if why == "the form turns it off":
+        conf["start_next_standby"] = False
+    run = _rescale(conf)
+    assert str(run.state).endswith("success")
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert (event.outcome, event.new_topology_id) == ("ok", standby)
+    assert _xcom(run)["next_standby"] is None
+    assert _stream_runs("next_standby__") == before
 
 
 def test_a_standby_some_replacement_already_named_is_not_taken(
@@ -310,7 +388,6 @@ def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
     task): if that interface changes, green's run does not appear and this test fails."""
     import sqlalchemy as sa
     from airflow.models.dagrun import DagRun
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
@@ -327,15 +404,8 @@ def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
             "replaces": BLUE,
             "topology_id": event.new_topology_id,
         }
-        marker = session.scalars(
-            sa.select(XComModel.value).where(
-                XComModel.dag_id == run.dag_id,
-                XComModel.run_id == run.run_id,
-                XComModel.task_id == "replace",
-                XComModel.key == "trigger_run_id",
-            )
-        ).one()
-    assert str(marker).strip('"') == run_id
+    assert _xcom(run, "trigger_run_id") == run_id
+    assert _xcom(run)["next_standby"] is None  # green was started cold: no standby taken
 
 
 def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(

@@ -13,7 +13,11 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
 5. complete the replacement event: the time of every step, the output pause
    (blue DRAINED -> green ACTIVE, read from the control plane: the span in which
    no topology had anything in flight) and the duplicates (0 by construction:
-   every result is applied at most once under the durable checkpoint).
+   every result is applied at most once under the durable checkpoint);
+6. if green was the pipeline's warm standby, start the next one (``start_next_standby``):
+   a new run of ``stream_<pipeline>`` with conf ``{parallelism, colour, standby: true,
+   replaces: null, topology_id}``, created the same way as green's, so the next
+   replacement finds a standby again.
 
 The steps after green's run exists are :mod:`.replacement_steps`; with
 ``deferrable`` every wait runs in the triggerer and the replacement holds no worker
@@ -34,12 +38,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from flowctl.core.validation import parallelism
+from flowctl.core.validation import allowed_parallelisms, flag_from_text, parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.operators.replacement_state import (
+    NEXT_STANDBY_RUN_PREFIX,
     Progress,
     ReplacementFailed,
     ReplacementRefused,
+    next_standby_conf,
     roll_back,
     utcnow,
 )
@@ -114,6 +120,13 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
     :param use_standby: take the pipeline's warm standby as green when one is READY (a
         topology started ``--warm-standby`` ahead of any replacement: no start-up in the
         replacement's time); without one, green is started as a new run.
+    :param start_next_standby: after a replacement that took a warm standby as green has
+        finished (blue STOPPED), start the next warm standby: a new ``stream_<pipeline>``
+        run with Standby on and Replaces empty, as many lanes as the taken one was started
+        with, in the colour blue leaves free. Nothing is started when green was started
+        for the replacement, or when the pipeline has a spare already (one standby, never
+        two). A failure to start it is logged, not raised: the replacement is done.
+        Text ``"true"``/``"false"`` is accepted (a rendered template). Default on. (templated)
     :param flowctl_conn_id: connection of the flowctl database.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     """
@@ -124,6 +137,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         "reason",
         "blue_topology_id",
         "decision",
+        "start_next_standby",
     )
     ui_color = "#cfe8d5"
 
@@ -143,6 +157,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         handover: str | None = None,
         poll_interval_s: float = 0.1,
         use_standby: bool = True,
+        start_next_standby: bool | str = True,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -161,6 +176,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         self.handover = handover
         self.poll_interval_s = poll_interval_s
         self.use_standby = use_standby
+        self.start_next_standby = start_next_standby
         self.flowctl_conn_id = flowctl_conn_id
         self.deferrable = deferrable
         # This execution's view, for rollback and on_kill (rebuilt on every resume).
@@ -170,6 +186,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         self._finished = False
         self._killed = False
         self._rolled_back = False
+        self._context: Context | None = None
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -291,7 +308,12 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
 
     # -- execution entry points -------------------------------------------------------------
 
+    def _next_standby_wanted(self) -> bool:
+        return flag_from_text("start_next_standby", self.start_next_standby)
+
     def execute(self, context: Context) -> dict[str, Any]:
+        self._context = context
+        self._next_standby_wanted()  # a bad value is refused before anything is touched
         config = self._config()
         ready_s, drain_s, stop_s = self._timeouts(config)
         plane = self._connect()
@@ -316,6 +338,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
             drain_s=drain_s,
             stop_s=stop_s,
             overlap=self._overlapped(config),
+            standby_lanes=None if standby is None else standby.parallelism,
         )
         self.log.info(
             "replacement %d of %s: %s (%s, %d lanes) -> %s (%s, %d lanes); reason: %s",
@@ -363,27 +386,109 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         """The pipeline's warm standby, if one is READY and alive: a topology started
         ``--warm-standby`` ahead of any replacement (no replacement event names it). The
         newest one is taken; a replacement without one starts green as before."""
+        ready = self._spares(plane, {blue.topology_id}, ("READY",))
+        return ready[-1] if ready else None
+
+    def _spares(
+        self, plane: ControlPlane, exclude: set[str], states: Sequence[str]
+    ) -> list[Topology]:
+        """The pipeline's live topologies in ``states`` that no replacement event named
+        (warm standbys, READY or on their way), oldest first."""
         from flowctl.adapters.control_plane import LIVE_HEARTBEAT_S
 
         assert self._events is not None
         claimed = {e.new_topology_id for e in self._events.replacements(self.pipeline)}
         now = utcnow()
-        ready = [
+        return [
             t
-            for t in plane.topologies(self.pipeline, states=["READY"])
-            if t.topology_id != blue.topology_id
+            for t in plane.topologies(self.pipeline, states=list(states))
+            if t.topology_id not in exclude
             and t.topology_id not in claimed
             and t.heartbeat_at is not None
             and (now - t.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
         ]
-        return ready[-1] if ready else None
+
+    # -- the next warm standby ---------------------------------------------------------------
+
+    def _finish(self, p: Progress, outcome: Any) -> dict[str, Any]:
+        """Complete the event, then start the next warm standby if this one took one."""
+        result = super()._finish(p, outcome)
+        self._start_next_standby(p)
+        return {**result, "next_standby": p.next_standby}
+
+    def _start_next_standby(self, p: Progress) -> None:
+        """Trigger the next warm standby's run (:func:`next_standby_conf` says whether).
+
+        The run is created like green's (:meth:`_trigger_stream_run`): the task defers until
+        it exists and resumes at :meth:`execute_complete`, which returns the event. Any
+        failure here is logged only: the replacement finished ``ok``, and a rollback now
+        would undo it.
+        """
+        from airflow.sdk.exceptions import DagRunTriggerException, TaskDeferred
+
+        try:
+            assert self._plane is not None
+            config = self._config()
+            conf, why = next_standby_conf(
+                p,
+                enabled=self._next_standby_wanted(),
+                pipeline=self.pipeline,
+                colour=self._plane.get_topology(p.blue).colour,
+                spares=[
+                    t.topology_id
+                    for t in self._spares(self._plane, {p.blue, p.green}, ("STARTING", "READY"))
+                ],
+                allowed=allowed_parallelisms(config.min_parallelism, config.max_parallelism),
+                stamp=utcnow().strftime("%Y%m%dT%H%M%S%f"),
+            )
+            self.log.info("%s", why)
+            if conf is None:
+                return
+            p.next_standby = conf["topology_id"]
+            self._finished = True  # the replacement is done: nothing left for on_kill
+            self._trigger_stream_run(
+                self._context or {},  # type: ignore[arg-type]
+                dag_id=p.stream_dag_id,
+                run_id=f"{NEXT_STANDBY_RUN_PREFIX}{p.event_id}__{p.next_standby}",
+                conf=conf,
+                note=f"warm standby started by replacement {p.event_id} (it took {p.green})",
+            )
+        except (TaskDeferred, DagRunTriggerException):
+            raise
+        except Exception as exc:
+            p.next_standby = None
+            self.log.warning(
+                "next standby not started: %s: %s; the replacement is ok. Start one by hand: "
+                "trigger %s with Standby on and Replaces empty",
+                type(exc).__name__,
+                exc,
+                p.stream_dag_id,
+            )
+
+    def _next_standby_created(self, run_id: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Resume after the next standby's run was created: the finished event (XCom)."""
+        assert self._events is not None
+        event_id, _, standby = run_id.removeprefix(NEXT_STANDBY_RUN_PREFIX).partition("__")
+        state = data.get(run_id)
+        if state == "failed":
+            self.log.warning("next standby %s: its run %s failed at once", standby, run_id)
+        else:
+            self.log.info("next standby %s: run %s is %s", standby, run_id, state)
+        self._finished = True
+        event = self._events.get_replacement(int(event_id)).to_dict()
+        return {**event, "next_standby": standby}
 
     def execute_complete(self, context: Context, event: Any) -> dict[str, Any]:
         """Resume after green's run was created (``DagStateTrigger``'s event, a pair) or
         after a deferred wait (:class:`TopologyStateTrigger`'s event: it carries the phase
         to resume at and the progress)."""
         self._connect()
+        self._context = context
         if not isinstance(event, dict):
+            _, data = event
+            (run_id,) = data["run_ids"]
+            if str(run_id).startswith(NEXT_STANDBY_RUN_PREFIX):
+                return self._next_standby_created(str(run_id), data)
             with self._rolling_back_on_failure():
                 self._progress = self._progress_after_start(event)
             phase, outcome = "started", None
@@ -416,7 +521,23 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
     # -- green's DAG run --------------------------------------------------------------------
 
     def _start_green(self, context: Context, progress: Progress, conf: dict[str, Any]) -> None:
-        """Create green's DAG run with TriggerDagRunOperator; resumes at execute_complete.
+        """Create green's DAG run (:meth:`_trigger_stream_run`); resumes at execute_complete."""
+        self.log.info(
+            "step start green (%s run %s) ...", progress.stream_dag_id, progress.green_run_id
+        )
+        self._trigger_stream_run(
+            context,
+            dag_id=progress.stream_dag_id,
+            run_id=progress.green_run_id,
+            conf=conf,
+            note=f"green of replacement {progress.event_id}: replaces {progress.blue}",
+        )
+
+    def _trigger_stream_run(
+        self, context: Context, *, dag_id: str, run_id: str, conf: dict[str, Any], note: str
+    ) -> None:
+        """Create a run of the stream DAG with TriggerDagRunOperator; resumes at
+        execute_complete once it exists (green's, and the next warm standby's).
 
         Why this way: an Airflow 3 task has no metadata-database access, and the public
         ways to create a run are the REST API (an api-server URL and credentials in every
@@ -432,16 +553,13 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         """
         from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-        self.log.info(
-            "step start green (%s run %s) ...", progress.stream_dag_id, progress.green_run_id
-        )
-        self._check_stream_dag(context, progress.stream_dag_id)
+        self._check_stream_dag(context, dag_id)
         TriggerDagRunOperator(
-            task_id=f"{self.task_id}__start_green",
-            trigger_dag_id=progress.stream_dag_id,
-            trigger_run_id=progress.green_run_id,
+            task_id=f"{self.task_id}__start_stream",
+            trigger_dag_id=dag_id,
+            trigger_run_id=run_id,
             conf=conf,
-            note=f"green of replacement {progress.event_id}: replaces {progress.blue}",
+            note=note,
             wait_for_completion=True,
             deferrable=True,
             allowed_states=["queued", "running", "success"],
@@ -453,7 +571,7 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
 
     @staticmethod
     def _check_stream_dag(context: Context, dag_id: str) -> None:
-        """Fail (and so roll back) here if green's DAG is unknown.
+        """Fail here if the stream DAG is unknown (green's start then rolls back).
 
         The task runner turns a failed ``DagRunTriggerException`` into a failed task
         without this operator's rollback, which would leave the event ``running``.
@@ -464,9 +582,9 @@ class BlueGreenReplaceOperator(ReplacementSteps, BaseOperator):
         try:
             found = ti.get_dag(dag_id)
         except Exception as exc:
-            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r}: {exc}") from None
+            raise ReplacementFailed(f"cannot create a run of DAG {dag_id!r}: {exc}") from None
         if getattr(found, "dag_id", None) != dag_id:
-            raise ReplacementFailed(f"cannot start green: DAG {dag_id!r} not found ({found})")
+            raise ReplacementFailed(f"cannot create a run of DAG {dag_id!r}: not found ({found})")
 
     def _progress_after_start(self, event: Any) -> Progress:
         """The progress of the replacement whose green run ``DagStateTrigger`` saw created."""

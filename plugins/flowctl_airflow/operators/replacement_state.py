@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,11 @@ class Progress:
     pause_ms: float | None = None
     overlap: bool = False
     handover_id: int | None = None
+    #: The lanes of the warm standby this replacement took as green, as it was started
+    #: (None: green was started for it): the next standby gets as many.
+    standby_lanes: int | None = None
+    #: The standby started after it (see :func:`next_standby_conf`), once triggered.
+    next_standby: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +67,51 @@ class Progress:
     def from_dict(cls, data: dict[str, Any]) -> Progress:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+#: Run id prefix of the warm standby a replacement starts when it took one:
+#: ``next_standby__<event id>__<topology id>``.
+NEXT_STANDBY_RUN_PREFIX = "next_standby__"
+
+
+def next_standby_conf(
+    p: Progress,
+    *,
+    enabled: bool,
+    pipeline: str,
+    colour: str,
+    spares: Sequence[str],
+    allowed: Sequence[int],
+    stamp: str,
+) -> tuple[dict[str, Any] | None, str]:
+    """The ``stream_<pipeline>`` run conf of the warm standby to start after a finished
+    replacement, or None; and why, for the task log.
+
+    One is started only if the replacement took a warm standby as green
+    (``p.standby_lanes``), finished (blue stopped, green admitting), ``enabled`` is on and
+    the pipeline has no other spare (``spares``: live STARTING/READY topologies no
+    replacement named): the pipeline keeps the one standby it had, never two. It gets the
+    lanes the taken standby was started with (the smallest ``allowed`` value if that is
+    no longer allowed), and ``colour``, the slot blue leaves free.
+    """
+    if not enabled:
+        return None, "next standby: off (start_next_standby=False)"
+    if p.standby_lanes is None:
+        return None, "next standby: none (green was started for this replacement, no standby taken)"
+    if not (p.blue_stopped and p.green_active):
+        return None, "next standby: none (the replacement did not finish)"
+    if spares:
+        return None, f"next standby: none (the pipeline has one already: {', '.join(spares)})"
+    lanes = p.standby_lanes if p.standby_lanes in allowed else min(allowed)
+    topology_id = f"{pipeline}-{colour}-standby-{stamp}"
+    conf = {
+        "parallelism": lanes,
+        "colour": colour,
+        "standby": True,
+        "replaces": None,
+        "topology_id": topology_id,
+    }
+    return conf, f"next standby: starting {topology_id} ({colour}, {lanes} lane(s)) as the spare"
 
 
 def alive(plane: ControlPlane, topology_id: str) -> bool:
