@@ -73,6 +73,7 @@ class ReplaceTask:
     def __init__(self, run: FaultRun, lanes: int, reason: str, blue_id: str) -> None:
         self.run = run
         self.green: LocalJob | None = None
+        self.next_standby: LocalJob | None = None  # started after a standby was taken
         self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.op = DirectReplace(
@@ -88,9 +89,14 @@ class ReplaceTask:
         self.thread = threading.Thread(target=self._execute, name="replace-task", daemon=True)
 
     def _start_green(self, conf: dict[str, Any]) -> None:
-        self.green = self.run.flow.submit(
+        """Green (``replaces`` set) or, after a standby was taken, the next warm standby."""
+        job = self.run.flow.submit(
             self.run.config, conf["topology_id"], conf["parallelism"], *standby_args(conf)
         )
+        if conf.get("replaces"):
+            self.green = job
+        else:
+            self.next_standby = job
 
     def _execute(self) -> None:
         try:
@@ -250,7 +256,9 @@ def test_a_warm_standby_takes_over_with_the_lanes_given_at_activation(
 ) -> None:
     """A warm standby (``--warm-standby``, 1 lane, READY beside the ACTIVE blue) is what
     the overlapped replacement takes: no green is started, the standby plans 4 lanes from
-    its activation on, and the counts stay exact."""
+    its activation on, and the counts stay exact. Once blue is stopped the operator starts
+    the next warm standby (1 lane, blue's colour, ``--warm-standby``): it reaches READY
+    beside the new ACTIVE topology, admitting nothing."""
     run, _blue, blue_id = start_blue(fault_run, monkeypatch, "howarm", 405, postgres_url)
     spare_id = f"{run.name}-green-standby"
     spare = run.flow.submit(run.config, spare_id, 1, "--warm-standby", "--colour", "green")
@@ -261,9 +269,18 @@ def test_a_warm_standby_takes_over_with_the_lanes_given_at_activation(
         task.join()
     assert task.error is None, repr(task.error)
     assert task.result is not None and task.result["outcome"] == "ok", task.result
-    assert task.green is None and task.green_id == spare_id  # nothing was started
+    assert task.green is None and task.green_id == spare_id  # no green was started
     assert admitting(run) == [spare_id]
     assert run.flow.plane.get_topology(spare_id).parallelism == 4
+    # the standby was used up: the operator started the next one, and only one
+    next_id, nxt = task.result["next_standby"], task.next_standby
+    assert next_id and nxt is not None and nxt.topology_id == next_id, task.result
+    wait_for(lambda: run.flow.state(next_id) == "READY", timeout_s=240, job=nxt, what="READY")
+    standby = run.flow.plane.get_topology(next_id)
+    assert (standby.colour, standby.parallelism) == ("blue", 1), standby
+    ready = [t.topology_id for t in run.flow.plane.topologies(run.name, states=["READY"])]
+    assert ready == [next_id] and admitting(run) == [spare_id]
+    run.flow.stop(nxt, next_id)  # admitted nothing: the counts below are the taken one's
     run.settle(spare, spare_id)
     log = spare.log()
     assert "4 lane(s) from activation on (started with 1)" in log, spare.log_tail()
