@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     runs: dict[str, dict[str, Any]] = {}
+    summary: dict[str, Any] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies.split(","):
             runs[policy] = one_policy(plat, Path(tmp), policy, args)
@@ -405,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{policy}: up {r['up_decisions']} decisions (settled at {r['settled_at_s']} s),"
                   f" down {r['down_decisions']}, noisy {r['noisy_decisions']} decisions, "
                   f"{r['flaps']} flaps, exact {r['exact']}", flush=True)  # fmt: skip
+            # written after every policy: a run stopped during the next keeps this one's
+            summary = save(runs, args)
+    return 0 if summary.get("meets_target") else 1
+
+
+def save(runs: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Write the JSON and the figure of the policies run so far; returns the summary."""
     adaptive = runs.get("adaptive")
     paper = runs.get("paper")
     summary = {
@@ -427,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_result("autoscale_live", summary)
     plot(runs, RESULTS / "autoscale_live.png")
-    return 0 if summary["meets_target"] else 1
+    return summary
 
 
 if __name__ == "__main__":
