@@ -123,6 +123,29 @@ def test_an_overlapped_green_starts_its_windows_at_half_of_blues(tmp_path: Path)
     assert tuples[0].start == 100 and len(tuples) == 6  # from the frontier, 3 per lane
 
 
+def test_a_green_whose_blue_is_gone_before_its_first_plan_still_starts_at_half_of_blues(
+    tmp_path: Path,
+) -> None:
+    """Blue DRAINED before green's planner saw the frontier (the control key holds the
+    frontier and the sweep at once): green cuts from the database, its windows from blue's."""
+    from flowctl.core.handover import Frontier
+    from flowctl.core.replay import ReplaySnapshot
+
+    planner, store, _ = _planner(tmp_path, {0: 500}, standby=True)
+    ctl = channels.control_key(planner.settings.ns)
+    store.set_json(ctl, Control(admit=False, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    snap = ReplaySnapshot("demo", "demo.replay.a", (), 0)
+    frontier = Frontier(EDEN, ((0, 100),), snap, (), window=6).to_dict()
+    store.set_json(ctl, Control(admit=True, rebuild=1, frontier=frontier, sweep=1).encode())
+    parts = decode_plan(planner.latest_offset(start), EDEN, "demo")
+    tuples = sorted(e.tuple for p in parts for e in p.entries)
+    assert [w["window"] for w in _state(planner, store).lanes] == [3, 3]
+    assert tuples[0].start == 0 and len(tuples) == 6  # from the database, 3 per lane
+    assert planner.frontier is None  # nothing of blue's left to sweep
+
+
 def test_a_durable_checkpoint_moves_the_plan_past_it(tmp_path: Path) -> None:
     planner, _, state = _planner(tmp_path, {0: 40})
     state.checkpoints = {TopicPartition(EDEN, 0): 30}

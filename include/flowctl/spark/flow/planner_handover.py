@@ -48,21 +48,26 @@ class HandoverPlanning:
         def state(self) -> Any: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
-    def build_spout(self, frontier: Frontier | None = None) -> Spout:
+    def build_spout(
+        self, frontier: Frontier | None = None, *, windows_of: Frontier | None = None
+    ) -> Spout:
         """A spout from the durable state: checkpoint, gaps (holes of applied_ranges),
         everything beyond the last durable range cut again, replay pointer and positions.
 
         With blue's ``frontier`` (an overlapped handover's green): cut from the frontier,
         blue's handed tuples first, the lanes' windows from blue's (:func:`green_window`);
-        what blue cut stays blue's until the sweep."""
+        what blue cut stays blue's until the sweep. ``windows_of`` (default: ``frontier``)
+        gives the windows alone: a green whose blue was gone before its first plan cuts
+        from the database, yet its first batch is still the end of the output pause."""
         start = self.state().start_state()
         positions, gaps, replay = start.positions, start.gaps, start.replay
         if frontier is not None:
             g = green_start(frontier, start.checkpoints, positions, gaps, replay)
             positions, gaps, replay = g.positions, g.gaps, g.replay
         config = spout_config(self.settings, self.config, lanes=self.lanes)
-        if frontier is not None:
-            w_init = green_window(frontier, config.w_init, config.w_min)
+        windows_of = windows_of or frontier
+        if windows_of is not None:
+            w_init = green_window(windows_of, config.w_init, config.w_min)
             config = spout_config(self.settings, self.config, lanes=self.lanes, w_init=w_init)
         spout = Spout(
             config,
@@ -111,8 +116,9 @@ class HandoverPlanning:
                     "from blue's frontier" if overlap else "gap repair or activation",
                 )
                 try:
-                    frontier = Frontier.from_dict(ctl.frontier) if overlap else None
-                    self.spout = self.build_spout(frontier)
+                    blue = None if ctl.frontier is None else Frontier.from_dict(ctl.frontier)
+                    frontier = blue if overlap else None
+                    self.spout = self.build_spout(frontier, windows_of=blue)
                     self.frontier = frontier
                 except Exception as exc:  # the database is away: keep going, retry next batch
                     self._warn("rebuilding the spout from the database", exc, every_s=0)
