@@ -70,6 +70,7 @@ def run_policy(policy: str, args: argparse.Namespace, lane_rate: float) -> dict[
         high_saturation=sc.high_saturation,
         low_saturation=sc.low_saturation,
         low_batch_fraction=sc.low_batch_fraction,
+        scale_down_delay_s=sc.scale_down_delay_s,
         poison_share=sc.poison_share,
     )
     clock = FakeClock()

@@ -161,6 +161,27 @@ def test_no_decision_during_the_cooldown_after_a_replacement(sqlite_url: str) ->
     assert evaluate(sqlite_url, "wordcount", PAPER, now=later).decided
 
 
+def test_the_adaptive_policy_keeps_lanes_a_scale_up_bought_for_scale_down_delay_s(
+    sqlite_url: str,
+) -> None:
+    """The last scale-up's finish is read from the replacement log: idle lanes are held
+    until ``scale_down_delay_s`` after it, then given back."""
+    idle = [{"window": 10, "in_flight": 0, "rate": 500.0}] * 2
+    tid = _topology(sqlite_url, [0, 0, 0, 0], parallelism=4, lanes=[idle] * 4)
+    finished = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=100)
+    ReplacementLog(sqlite_url).record_replacement(
+        "wordcount", "old", tid, 2, 4, "scale up", started_at=finished - dt.timedelta(seconds=5),
+        finished_at=finished, outcome="ok",
+    )  # fmt: skip
+    policy = dataclasses.replace(ADAPTIVE, scale_down_delay_s=300.0)
+    held = evaluate(sqlite_url, "wordcount", policy)
+    assert held.decision is not None and held.decision.direction == "none"
+    assert "scale_down_delay_s=300" in held.reason
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=300)
+    down = evaluate(sqlite_url, "wordcount", policy, now=later)
+    assert down.decision is not None and down.decision.direction == "down"
+
+
 def test_no_decision_without_exactly_one_active_topology(sqlite_url: str) -> None:
     ControlPlane(sqlite_url).ensure_schema()
     assert "no ACTIVE topology" in evaluate(sqlite_url, "wordcount", PAPER).reason

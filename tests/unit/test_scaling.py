@@ -100,6 +100,7 @@ def adaptive(counts: list[int], window: WindowStats, p: int = 4, **kw) -> Decisi
         kw.pop("config", CFG),
         now=kw.pop("now", 1000.0),
         last_change_at=kw.pop("last_change_at", None),
+        last_up_at=kw.pop("last_up_at", None),
     )
 
 
@@ -164,6 +165,32 @@ def test_cooldown_stops_a_change_soon_after_the_last_one() -> None:
     d = adaptive([0, 0, 0, 10], WindowStats(fail_num=10), now=1030.0, last_change_at=1000.0)
     assert d.direction == "none"
     assert d.reason == "cooldown: 30 s since the last change < 120 s"
+
+
+IDLE = WindowStats(fail_num=0, saturation=0.1, backlog_delta=0, arrival_rate=100, lane_rate=500)
+
+
+def test_no_scale_down_within_the_delay_after_a_scale_up() -> None:
+    d = adaptive([0, 0], IDLE, p=8, now=1200.0, last_up_at=1000.0)
+    assert (d.direction, d.new_parallelism, d.cause) == ("none", 8, "idle")
+    assert d.reason == "holding: lanes idle, but scaled up 200 s ago < scale_down_delay_s=300"
+
+
+def test_scale_down_once_the_delay_after_a_scale_up_has_passed() -> None:
+    d = adaptive([0, 0], IDLE, p=8, now=1300.0, last_up_at=1000.0)
+    assert (d.direction, d.new_parallelism) == ("down", 1)
+
+
+def test_the_scale_down_delay_does_not_hold_a_scale_up() -> None:
+    w = WindowStats(fail_num=0, saturation=0.95, backlog_delta=50)
+    d = adaptive([0, 0], w, p=2, now=1010.0, last_up_at=1000.0)
+    assert (d.direction, d.new_parallelism) == ("up", 4)
+
+
+def test_a_scale_down_delay_of_zero_is_the_rule_without_it() -> None:
+    cfg = AdaptiveConfig(threshold_c=10.0, scale_down_delay_s=0.0)
+    d = adaptive([0, 0], IDLE, p=8, config=cfg, now=1000.0, last_up_at=1000.0)
+    assert d.direction == "down"
 
 
 def test_scale_down_stops_at_min_parallelism() -> None:
@@ -323,6 +350,28 @@ def test_autoscaler_adaptive_cooldown_uses_the_clock() -> None:
         scaler.observe(WindowStats(fail_num=0, saturation=1.0, backlog_delta=10)).new_parallelism
         == 16
     )
+
+
+def test_autoscaler_delays_a_scale_down_after_a_scale_up_not_after_a_scale_down() -> None:
+    clock = FakeClock(0.0)
+    cfg = AdaptiveConfig(threshold_c=10.0, cooldown_s=60.0, scale_down_delay_s=300.0)
+    scaler = Autoscaler(
+        parallelism=4, history_windows=4, policy="adaptive", config=cfg, clock=clock
+    )
+    scaler.applied(scaler.observe(WindowStats(fail_num=0, saturation=1.0, backlog_delta=10)))
+    assert (scaler.parallelism, scaler.last_up_at) == (8, 0.0)
+    clock.advance(120.0)  # past the cooldown, within the delay
+    assert scaler.observe(IDLE).direction == "none"
+    clock.advance(180.0)
+    down = scaler.observe(IDLE)
+    assert (down.direction, down.new_parallelism) == ("down", 1)
+    scaler.applied(down)
+    assert scaler.last_up_at == 0.0  # a scale-down does not restart the delay
+    resumed = Autoscaler(
+        parallelism=1, history_windows=4, policy="adaptive", config=cfg, clock=clock,
+        snapshot=pickle.loads(pickle.dumps(scaler.snapshot())),
+    )  # fmt: skip
+    assert resumed.last_up_at == 0.0
 
 
 def test_autoscaler_snapshot_survives_pickle_and_restore() -> None:

@@ -34,6 +34,10 @@ class AdaptiveConfig:
     ``target_utilisation`` is the DS2 headroom: lanes = arrival / (lane_rate * target).
     ``poison_share``: failures counted as poison when at least this share of them are
     repeat failures. ``cooldown_s`` applies after any applied change, both directions.
+    ``scale_down_delay_s``: no scale-down this soon after a scale-up (Kubernetes' HPA
+    waits 300 s by default before scaling down, Flink's autoscaler an hour): a load that
+    needed more lanes a moment ago may need them again, and one noisy minute must not
+    buy a lane and give it back (measured live: 1 -> 2 -> 1 lanes within 92 s).
     """
 
     threshold_c: float
@@ -45,6 +49,7 @@ class AdaptiveConfig:
     low_saturation: float = 0.3
     low_batch_fraction: float = 0.5
     poison_share: float = 0.5
+    scale_down_delay_s: float = 300.0
 
     def __post_init__(self) -> None:
         check_number("threshold_c", self.threshold_c)
@@ -55,6 +60,7 @@ class AdaptiveConfig:
                 f"max_parallelism={self.max_parallelism} < min_parallelism={self.min_parallelism}"
             )
         check_number("cooldown_s", self.cooldown_s)
+        check_number("scale_down_delay_s", self.scale_down_delay_s)
         for name in ("target_utilisation", "high_saturation", "poison_share"):
             value = check_number(name, getattr(self, name))
             if not 0 < value <= 1:
@@ -171,6 +177,7 @@ def adaptive_decision(
     *,
     now: float,
     last_change_at: float | None,
+    last_up_at: float | None = None,
 ) -> Decision:
     """The adaptive policy (**beyond**): diagnose, size by rates, respect limits and cooldown.
 
@@ -182,8 +189,9 @@ def adaptive_decision(
     and exceeds one micro-batch's arrivals (:func:`_growing`). The new parallelism is the
     larger of the doubling and the DS2 target. Down when the backlog is not growing,
     failures are not rising, nothing fails because of the sink or poison, and lanes are
-    idle (low saturation or short batches); the target is the DS2 target if rates are
-    known, else a halving.
+    idle (low saturation or short batches), and the last scale-up (``last_up_at``, when
+    its replacement finished) is ``scale_down_delay_s`` old; the target is the DS2 target
+    if rates are known, else a halving.
     """
     check_int("parallelism", parallelism, 1)
     if not counts or counts[-1] != window.fail_num:
@@ -246,6 +254,13 @@ def adaptive_decision(
         return decide(parallelism, f"holding: failures rising ({stats})", cause)
     if not sig.idle:
         return decide(parallelism, f"holding: lanes busy ({stats})", cause)
+    if last_up_at is not None and now - last_up_at < config.scale_down_delay_s:
+        return decide(
+            parallelism,
+            f"holding: lanes idle, but scaled up {now - last_up_at:g} s ago "
+            f"< scale_down_delay_s={config.scale_down_delay_s:g}",
+            "idle",
+        )
     return _scale_down(parallelism, sig.target, config, decide)
 
 

@@ -25,6 +25,7 @@ class AutoscalerSnapshot:
     parallelism: int
     counts: tuple[int, ...]
     last_change_at: float | None
+    last_up_at: float | None = None
 
 
 class Autoscaler:
@@ -67,6 +68,8 @@ class Autoscaler:
         self._counts: deque[int] = deque(maxlen=history_windows)
         self.parallelism = check_int("parallelism", parallelism, 1)
         self.last_change_at: float | None = None
+        #: When the last scale-up was applied (the adaptive policy's scale-down delay).
+        self.last_up_at: float | None = None
         if snapshot is not None:
             self.restore(snapshot)
 
@@ -95,6 +98,7 @@ class Autoscaler:
             self.config,  # type: ignore[arg-type]
             now=self._clock.now(),
             last_change_at=self.last_change_at,
+            last_up_at=self.last_up_at,
         )
 
     def applied(self, decision: Decision) -> None:
@@ -106,12 +110,16 @@ class Autoscaler:
             )
         if not decision.changes:
             return
+        if decision.new_parallelism > self.parallelism:
+            self.last_up_at = self._clock.now()
         self.parallelism = decision.new_parallelism
         self.last_change_at = self._clock.now()
         self._counts.clear()
 
     def snapshot(self) -> AutoscalerSnapshot:
-        return AutoscalerSnapshot(self.parallelism, tuple(self._counts), self.last_change_at)
+        return AutoscalerSnapshot(
+            self.parallelism, tuple(self._counts), self.last_change_at, self.last_up_at
+        )
 
     def restore(self, snapshot: AutoscalerSnapshot) -> None:
         check_int("snapshot.parallelism", snapshot.parallelism, 1)
@@ -121,3 +129,4 @@ class Autoscaler:
         self._counts.clear()
         self._counts.extend(snapshot.counts)
         self.last_change_at = snapshot.last_change_at
+        self.last_up_at = snapshot.last_up_at

@@ -67,6 +67,7 @@ class ScalingConfig:
     low_saturation: float = 0.3
     low_batch_fraction: float = 0.5
     poison_share: float = 0.5
+    scale_down_delay_s: float = 300.0
     handover: str = "overlap"
     handover_lease_s: float = 10.0
 
@@ -385,6 +386,7 @@ def _parse_scaling(table: dict[str, Any]) -> ScalingConfig:
         low_saturation=low_sat,
         low_batch_fraction=low_batch,
         poison_share=share("poison_share", lo_open=True),
+        scale_down_delay_s=seconds("scale_down_delay_s", lo_open=False),
         handover=choice("scaling.handover", value("handover"), HANDOVERS),
         handover_lease_s=seconds("handover_lease_s"),
     )

@@ -47,6 +47,7 @@ class WindowPolicy:
     low_saturation: float = 0.3
     low_batch_fraction: float = 0.5
     poison_share: float = 0.5
+    scale_down_delay_s: float = 300.0
 
     @classmethod
     def from_config(cls, config: PipelineConfig, **overrides: Any) -> WindowPolicy:
@@ -64,6 +65,7 @@ class WindowPolicy:
             "low_saturation": s.low_saturation,
             "low_batch_fraction": s.low_batch_fraction,
             "poison_share": s.poison_share,
+            "scale_down_delay_s": s.scale_down_delay_s,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(values)
@@ -106,6 +108,7 @@ class WindowPolicy:
             low_saturation=self.low_saturation,
             low_batch_fraction=self.low_batch_fraction,
             poison_share=self.poison_share,
+            scale_down_delay_s=self.scale_down_delay_s,
         )
 
 
@@ -195,7 +198,7 @@ def evaluate(
     if isinstance(topo, str):
         return Evaluation(pipeline, topology_id, None, topo)
     tid = topo.topology_id
-    refusal, last_change_at = _replacement_gate(plane, pipeline, policy.cooldown_s, now)
+    refusal, last_change_at, last_up_at = _replacement_gate(plane, pipeline, policy.cooldown_s, now)
     if refusal is not None:
         return Evaluation(pipeline, tid, None, refusal)
     windows = plane.metrics_windows(tid, limit=policy.history_windows)
@@ -207,7 +210,7 @@ def evaluate(
             f"topology {tid} has {len(windows)} of history_windows={policy.history_windows} "
             f"metrics windows",
         )
-    decision = _decide(windows, topo.parallelism, policy, now, last_change_at)
+    decision = _decide(windows, topo.parallelism, policy, now, last_change_at, last_up_at)
     return Evaluation(pipeline, tid, decision, decision.reason)
 
 
@@ -231,19 +234,21 @@ def _the_active_topology(
 
 def _replacement_gate(
     plane: ControlPlane, pipeline: str, cooldown_s: float, now: dt.datetime
-) -> tuple[str | None, float | None]:
-    """Why not to decide now (a replacement running, or its cooldown), and when the last
-    successful change finished (epoch seconds; the adaptive policy's own cooldown)."""
+) -> tuple[str | None, float | None, float | None]:
+    """Why not to decide now (a replacement running, or its cooldown), when the last
+    successful change finished and when the last successful scale-up finished (epoch
+    seconds; the adaptive policy's cooldown and scale-down delay)."""
     from flowctl.adapters.replacements import ReplacementLog
 
     events = ReplacementLog(plane.engine).replacements(pipeline, limit=20)
     running = [e for e in events if e.outcome == "running"]
     if running:
         e = running[-1]
-        return f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running", None
+        why = f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running"
+        return why, None, None
     finished = [e for e in events if e.finished_at is not None]
     if not finished:
-        return None, None
+        return None, None, None
     last = max(finished, key=lambda e: e.finished_at)  # type: ignore[arg-type,return-value]
     since = (now - last.finished_at).total_seconds()  # type: ignore[operator]
     if since < cooldown_s:
@@ -251,10 +256,14 @@ def _replacement_gate(
             f"cooldown: replacement {last.id} finished {since:.0f} s ago "
             f"< cooldown_s={cooldown_s:g}",
             None,
+            None,
         )
+    ups = [e for e in finished if e.outcome == "ok" and e.new_parallelism > e.old_parallelism]
+    last_up = max((e.finished_at for e in ups), default=None)  # type: ignore[type-var]
+    up_at = None if last_up is None else last_up.timestamp()
     if last.outcome == "ok":
-        return None, last.finished_at.timestamp()  # type: ignore[union-attr]
-    return None, None
+        return None, last.finished_at.timestamp(), up_at  # type: ignore[union-attr]
+    return None, None, up_at
 
 
 def _decide(
@@ -263,6 +272,7 @@ def _decide(
     policy: WindowPolicy,
     now: dt.datetime,
     last_change_at: float | None,
+    last_up_at: float | None = None,
 ) -> Decision:
     """The pipeline's policy over the topology's last windows."""
     from flowctl.core.adaptive_scaling import adaptive_decision
@@ -284,6 +294,7 @@ def _decide(
         policy.adaptive_config(),
         now=now.timestamp(),
         last_change_at=last_change_at,
+        last_up_at=last_up_at,
     )
 
 
