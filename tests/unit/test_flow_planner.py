@@ -105,7 +105,9 @@ def test_lanes_given_at_activation_are_planned_from_the_rebuild_on(tmp_path: Pat
     assert len(_state(planner, store).lanes) == 4 and state.builds == 2
 
 
-def test_an_overlapped_green_starts_its_windows_at_half_of_blues(tmp_path: Path) -> None:
+def _green_activated(tmp_path: Path, **control: object) -> tuple[FlowPlanner, DictStore, list]:
+    """A warm standby activated with blue's frontier (window 6, Eden cut up to 100) and
+    ``control``; returns the planner, its store and the tuples of its first plan."""
     from flowctl.core.handover import Frontier
     from flowctl.core.replay import ReplaySnapshot
 
@@ -116,9 +118,13 @@ def test_an_overlapped_green_starts_its_windows_at_half_of_blues(tmp_path: Path)
     planner.latest_offset(start)
     snap = ReplaySnapshot("demo", "demo.replay.a", (), 0)
     frontier = Frontier(EDEN, ((0, 100),), snap, (), window=6).to_dict()
-    store.set_json(ctl, Control(admit=True, rebuild=1, frontier=frontier).encode())
+    store.set_json(ctl, Control(admit=True, rebuild=1, frontier=frontier, **control).encode())
     parts = decode_plan(planner.latest_offset(start), EDEN, "demo")
-    tuples = sorted(e.tuple for p in parts for e in p.entries)
+    return planner, store, sorted(e.tuple for p in parts for e in p.entries)
+
+
+def test_an_overlapped_green_starts_its_windows_at_half_of_blues(tmp_path: Path) -> None:
+    planner, store, tuples = _green_activated(tmp_path)
     assert [w["window"] for w in _state(planner, store).lanes] == [3, 3]
     assert tuples[0].start == 100 and len(tuples) == 6  # from the frontier, 3 per lane
 
@@ -128,19 +134,7 @@ def test_a_green_whose_blue_is_gone_before_its_first_plan_still_starts_at_half_o
 ) -> None:
     """Blue DRAINED before green's planner saw the frontier (the control key holds the
     frontier and the sweep at once): green cuts from the database, its windows from blue's."""
-    from flowctl.core.handover import Frontier
-    from flowctl.core.replay import ReplaySnapshot
-
-    planner, store, _ = _planner(tmp_path, {0: 500}, standby=True)
-    ctl = channels.control_key(planner.settings.ns)
-    store.set_json(ctl, Control(admit=False, rebuild=0).encode())
-    start = planner.initial_offset()
-    planner.latest_offset(start)
-    snap = ReplaySnapshot("demo", "demo.replay.a", (), 0)
-    frontier = Frontier(EDEN, ((0, 100),), snap, (), window=6).to_dict()
-    store.set_json(ctl, Control(admit=True, rebuild=1, frontier=frontier, sweep=1).encode())
-    parts = decode_plan(planner.latest_offset(start), EDEN, "demo")
-    tuples = sorted(e.tuple for p in parts for e in p.entries)
+    planner, store, tuples = _green_activated(tmp_path, sweep=1)
     assert [w["window"] for w in _state(planner, store).lanes] == [3, 3]
     assert tuples[0].start == 0 and len(tuples) == 6  # from the database, 3 per lane
     assert planner.frontier is None  # nothing of blue's left to sweep
