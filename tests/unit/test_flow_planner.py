@@ -39,7 +39,7 @@ def _state(planner: FlowPlanner, store: DictStore) -> SpoutState:
 def test_a_batch_plans_the_log_in_tuples_over_the_lanes_and_publishes_its_state(
     tmp_path: Path,
 ) -> None:
-    planner, store, state = _planner(tmp_path, {0: 25, 1: 10})
+    planner, store, state = _planner(tmp_path, {0: 25, 1: 10}, flow="linger_s = 0.5")
     start = planner.initial_offset()
     assert state.builds == 1 and decode_plan(start, EDEN, "demo") == []
     end = planner.latest_offset(start)

@@ -108,7 +108,7 @@ class FlowConfig:
     dispatch: str = "round_robin"
     tuple_timeout_s: float = 20.0
     ack_timeout_s: float = 120.0
-    linger_s: float = 0.5
+    linger_s: float = 0.0
     max_attempts: int = 3
     replay_backoff_initial_s: float = 0.25
     replay_backoff_max_s: float = 4.0
