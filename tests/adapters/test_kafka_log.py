@@ -278,3 +278,34 @@ def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move
     finally:
         consumer.close()
         producer.close()
+
+
+def test_latest_offsets_of_several_topics_reads_them_together_exactly(
+    kafka_bootstrap: str,
+) -> None:
+    """One call answers every topic (an empty one, one whose last batch holds several
+    records, one only known from an earlier call) as reading each alone does."""
+    eden, replay_a, replay_b = (_topic(2, kafka_bootstrap) for _ in range(3))
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
+    for i in range(7):  # one record batch per partition: end_offsets() alone under-reports
+        producer.send(eden, f"e{i}".encode(), partition=i % 2)
+    producer.send(replay_b, b"r", partition=1)
+    producer.flush()
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    known: kafka_log.KnownEnds = {}
+    try:
+        topics = [eden, replay_a, replay_b]
+        together = kafka_log.latest_offsets_of(consumer, topics, known=known)
+        alone = {t: kafka_log.latest_offsets(kafka_bootstrap, t) for t in topics}
+        assert (
+            together
+            == alone
+            == {eden: {0: 4, 1: 3}, replay_a: {0: 0, 1: 0}, replay_b: {0: 0, 1: 1}}
+        )
+        producer.send(eden, b"late", partition=1)
+        producer.flush()
+        again = kafka_log.latest_offsets_of(consumer, topics, known=known)
+        assert again[eden] == {0: 4, 1: 4} and again[replay_b] == {0: 0, 1: 1}
+    finally:
+        consumer.close()
+        producer.close()

@@ -94,10 +94,11 @@ def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(durable_settings: Set
     try:
         for burst in range(6):
             kafka_log.produce(bootstrap, topic, [f"b{burst} r{i}" for i in range(40)])
-            seen, exact = ends.latest_offsets(topic), kafka_log.latest_offsets(bootstrap, topic)
+            seen = ends.latest_offsets_of([topic])[topic]
+            exact = kafka_log.latest_offsets(bootstrap, topic)
             assert all(seen[p] <= exact[p] for p in exact), (seen, exact)
         time.sleep(kafka_log.KNOWN_MAX_AGE_S + 0.2)  # writes stopped: only the age limit helps
-        assert ends.latest_offsets(topic) == kafka_log.latest_offsets(bootstrap, topic)
-        assert sum(ends.latest_offsets(topic).values()) == 6 * 40
+        assert ends.latest_offsets_of([topic])[topic] == kafka_log.latest_offsets(bootstrap, topic)
+        assert sum(ends.latest_offsets_of([topic])[topic].values()) == 6 * 40
     finally:
         ends.close()

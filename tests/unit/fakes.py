@@ -71,8 +71,8 @@ class FakeEnds:
         self.ends: dict[str, dict[int, int]] = {t: dict(e) for t, e in (ends or {}).items()}
         self.closed = False
 
-    def latest_offsets(self, topic: str) -> dict[int, int]:
-        return dict(self.ends.get(topic, {}))
+    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        return {topic: dict(self.ends.get(topic, {})) for topic in topics}
 
     def close(self) -> None:
         self.closed = True

@@ -21,7 +21,7 @@ import logging
 import sys
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -260,6 +260,29 @@ def latest_offsets(
     storage it may lag a batch, which the age limit bounds. Unchanged replay topics
     and idle partitions then cost one ListOffsets request, and a fetch twice a second.
     """
+    return latest_offsets_of(
+        bootstrap_or_consumer,
+        [topic],
+        timeout_s=timeout_s,
+        known=known,
+        known_max_age_s=known_max_age_s,
+    )[topic]
+
+
+def latest_offsets_of(
+    bootstrap_or_consumer: str | KafkaConsumer,
+    topics: Sequence[str],
+    *,
+    timeout_s: float = 10.0,
+    known: KnownEnds | None = None,
+    known_max_age_s: float = KNOWN_MAX_AGE_S,
+) -> dict[str, dict[int, int]]:
+    """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
+
+    One ListOffsets request and at most one fetch round cover every topic, where a
+    read per topic pays a round trip each (the planner reads Eden and both replay
+    topics before every micro-batch).
+    """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
         owned = True
@@ -267,7 +290,7 @@ def latest_offsets(
         consumer, owned = bootstrap_or_consumer, False
     try:
         return _latest_offsets(
-            consumer, topic, timeout_s, {} if known is None else known, known_max_age_s
+            consumer, topics, timeout_s, {} if known is None else known, known_max_age_s
         )
     finally:
         if owned:
@@ -275,38 +298,44 @@ def latest_offsets(
 
 
 def _latest_offsets(
-    consumer: KafkaConsumer, topic: str, timeout_s: float, known: KnownEnds, max_age_s: float
-) -> dict[int, int]:
-    tps = [TopicPartition(topic, p) for p in partitions_of(consumer, topic)]
+    consumer: KafkaConsumer,
+    topics: Sequence[str],
+    timeout_s: float,
+    known: KnownEnds,
+    max_age_s: float,
+) -> dict[str, dict[int, int]]:
+    tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
-    result = {tp.partition: 0 for tp in tps if not ends.get(tp)}
+    result = {tp: 0 for tp in tps if not ends.get(tp)}
     now = time.monotonic()
     for tp in tps:
         seen = known.get(tp)
         if ends.get(tp) and seen is not None and seen[0] == ends[tp] and now - seen[2] < max_age_s:
-            result[tp.partition] = seen[1]
-    pending = [tp for tp in tps if ends.get(tp) and tp.partition not in result]
-    if not pending:
-        return result
-    consumer.assign(pending)
-    for tp in pending:
-        consumer.seek(tp, ends[tp] - 1)
-    waiting = set(pending)
-    deadline = time.monotonic() + timeout_s
-    while waiting:
-        if time.monotonic() > deadline:
-            raise KafkaReadTimeout(
-                f"latest_offsets({topic!r}): no record fetched from partitions "
-                f"{sorted(tp.partition for tp in waiting)} within {timeout_s} s"
-            )
-        fetched = consumer.poll(timeout_ms=200, max_records=len(pending) * 64)
-        for tp in fetched:
-            if consumer.highwater(tp) is not None:
-                waiting.discard(tp)
-    for tp in pending:
-        result[tp.partition] = consumer.highwater(tp)
-        known[tp] = (ends[tp], result[tp.partition], now)
-    return dict(sorted(result.items()))
+            result[tp] = seen[1]
+    pending = [tp for tp in tps if ends.get(tp) and tp not in result]
+    if pending:
+        consumer.assign(pending)
+        for tp in pending:
+            consumer.seek(tp, ends[tp] - 1)
+        waiting = set(pending)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            if time.monotonic() > deadline:
+                raise KafkaReadTimeout(
+                    "latest_offsets: no record fetched from "
+                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
+                )
+            fetched = consumer.poll(timeout_ms=200, max_records=len(pending) * 64)
+            for tp in fetched:
+                if consumer.highwater(tp) is not None:
+                    waiting.discard(tp)
+        for tp in pending:
+            result[tp] = consumer.highwater(tp)
+            known[tp] = (ends[tp], result[tp], now)
+    out: dict[str, dict[int, int]] = {t: {} for t in topics}
+    for tp in sorted(result):
+        out[tp.topic][tp.partition] = result[tp]
+    return out
 
 
 def read_range(

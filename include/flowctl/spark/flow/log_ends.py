@@ -4,7 +4,8 @@ Exact ends are not free on Tansu (``end_offsets()`` under-reports; see
 :func:`flowctl.adapters.kafka_log.latest_offsets`), and the planner asks for Eden's and
 both replay topics' ends before every batch, so :class:`KafkaEnds` keeps one consumer
 and what it learnt per partition (``known``): a partition whose bound did not move
-costs one ListOffsets request, not a fetch (for up to ``kafka_log.KNOWN_MAX_AGE_S``).
+costs no fetch (for up to ``kafka_log.KNOWN_MAX_AGE_S``), and the three topics are read
+together (one ListOffsets request, at most one fetch round).
 
 The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
 hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
@@ -16,6 +17,7 @@ a consumer with the default hold.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ QUICK_READ_TIMEOUT_S = 1.0
 class LogEnds(Protocol):
     """The Kafka log's end offsets, as the planner reads them."""
 
-    def latest_offsets(self, topic: str) -> dict[int, int]: ...
+    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]: ...
 
     def close(self) -> None: ...
 
@@ -43,14 +45,15 @@ class KafkaEnds:
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
 
-    def latest_offsets(self, topic: str) -> dict[int, int]:
+    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``."""
         from flowctl.adapters import kafka_log
 
         if self.patient:
-            return kafka_log.latest_offsets(self._open(), topic, known=self._known)
+            return kafka_log.latest_offsets_of(self._open(), topics, known=self._known)
         try:
-            return kafka_log.latest_offsets(
-                self._open(), topic, known=self._known, timeout_s=QUICK_READ_TIMEOUT_S
+            return kafka_log.latest_offsets_of(
+                self._open(), topics, known=self._known, timeout_s=QUICK_READ_TIMEOUT_S
             )
         except kafka_log.KafkaReadTimeout as exc:
             log.info(
@@ -61,7 +64,7 @@ class KafkaEnds:
             )
             self.close()
             self.patient = True
-            return kafka_log.latest_offsets(self._open(), topic, known=self._known)
+            return kafka_log.latest_offsets_of(self._open(), topics, known=self._known)
 
     def _open(self) -> Any:
         from flowctl.adapters import kafka_log

@@ -130,6 +130,8 @@ class FlowPlanner(HandoverPlanning):
         self._last_window_log = -1e9
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
+        #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
+        self._replay: dict[tuple[str, int], int] = {}
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
         self._last_timings_log = self.clock.now() - (PLANNING_LOG_EVERY_S - PLANNING_FIRST_LOG_S)
@@ -195,6 +197,10 @@ class FlowPlanner(HandoverPlanning):
     def initial_offset(self) -> dict[str, Any]:
         if self.spout is None:
             self.spout = self.build_spout()
+        try:  # connect the ends' consumer now, not inside the first batch's planning
+            self._read_ends()
+        except Exception as exc:
+            self._warn("reading the log's end offsets", exc)
         return initial_offset(self.settings.topic)
 
     def latest_offset(self, start: Mapping[str, Any]) -> dict[str, Any]:
@@ -214,7 +220,7 @@ class FlowPlanner(HandoverPlanning):
         with timed("durability"):
             self._durability()
         with timed("log_ends"):
-            latest = self.ends.latest_offsets(self.settings.topic)
+            latest = self._read_ends()
         self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
         with timed("backpressure"):
             persist_len = self._mrwq_length()
@@ -274,7 +280,7 @@ class FlowPlanner(HandoverPlanning):
         budget = max(1, int(min(rates["source"], rates["process"]) * elapsed))
         if self.settings.max_rows is not None:
             budget = min(budget, max(1, self.settings.max_rows // self.config.tuple_size))
-        dispatches = self.spout.plan(self._latest, self._replay_ends(), time.time(), budget=budget)
+        dispatches = self.spout.plan(self._latest, self._replay, time.time(), budget=budget)
         self._last_plan_at = now
         return dispatches
 
@@ -413,16 +419,19 @@ class FlowPlanner(HandoverPlanning):
             self._last_levels = levels
         return levels
 
-    def _replay_ends(self) -> dict[tuple[str, int], int]:
-        out: dict[tuple[str, int], int] = {}
-        for topic in (self.topics.replay_a, self.topics.replay_b):
-            try:
-                ends = self.ends.latest_offsets(topic)
-            except Exception as exc:
-                self._warn(f"reading the end offsets of {topic}", exc)
-                return {}
-            out.update({(topic, p): n for p, n in ends.items()})
-        return out
+    def _read_ends(self) -> dict[int, int]:
+        """Eden's end offsets (returned; a failure fails the batch) and the replay
+        topics' (kept for :meth:`_admit`; a failure only leaves them out this batch),
+        read together: one round trip for the three topics instead of three."""
+        eden, replays = self.settings.topic, (self.topics.replay_a, self.topics.replay_b)
+        try:
+            ends = self.ends.latest_offsets_of([eden, *replays])
+        except Exception as exc:
+            self._warn(f"reading the end offsets of {', '.join(replays)}", exc)
+            self._replay = {}
+            return self.ends.latest_offsets_of([eden])[eden]
+        self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
+        return ends[eden]
 
     def spout_state(self, persist_len: int, levels: Mapping[str, int]) -> SpoutState:
         """What the driver reads after each batch (see :class:`SpoutState`)."""
