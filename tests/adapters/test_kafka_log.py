@@ -309,3 +309,27 @@ def test_latest_offsets_of_several_topics_reads_them_together_exactly(
     finally:
         consumer.close()
         producer.close()
+
+
+def test_latest_offsets_of_returns_the_bounds_a_caller_accepts_without_fetching(
+    kafka_bootstrap: str,
+) -> None:
+    topic = _topic(2, kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
+    for i in range(6):
+        producer.send(topic, f"r{i}".encode(), partition=0)
+    producer.flush()
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    asked: list[dict[str, dict[int, int]]] = []
+    try:
+        consumer.assign([])
+        bounds = kafka_log.latest_offsets_of(
+            consumer, [topic], bounds_suffice=lambda b: asked.append(b) is None
+        )
+        assert bounds == asked[0] and consumer.assignment() == set()  # nothing fetched
+        assert bounds[topic][0] <= 6 and bounds[topic][1] == 0  # end_offsets(): a lower bound
+        exact = kafka_log.latest_offsets_of(consumer, [topic], bounds_suffice=lambda b: False)
+        assert exact == {topic: {0: 6, 1: 0}}
+    finally:
+        consumer.close()
+        producer.close()

@@ -9,7 +9,7 @@ reads and writes (:class:`flowctl.spark.flow.lane.LaneIO`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -70,9 +70,19 @@ class FakeEnds:
     def __init__(self, ends: Mapping[str, Mapping[int, int]] | None = None) -> None:
         self.ends: dict[str, dict[int, int]] = {t: dict(e) for t, e in (ends or {}).items()}
         self.closed = False
+        #: Per read, whether the planner would have done with ``end_offsets()``.
+        self.bounds_accepted: list[bool] = []
 
-    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-        return {topic: dict(self.ends.get(topic, {})) for topic in topics}
+    def latest_offsets_of(
+        self,
+        topics: Sequence[str],
+        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+    ) -> dict[str, dict[int, int]]:
+        """Exact ends (a broker whose ``end_offsets()`` is exact); records each question."""
+        ends = {topic: dict(self.ends.get(topic, {})) for topic in topics}
+        if bounds_suffice is not None:
+            self.bounds_accepted.append(bounds_suffice(ends))
+        return ends
 
     def close(self) -> None:
         self.closed = True

@@ -204,3 +204,31 @@ def test_the_planning_cost_is_logged_after_10_s_then_every_30_s(
         planner.clock.advance(5.0)  # type: ignore[attr-defined]
     # a short run (a benchmark's 15 s) still gets its line; then every 30 s
     assert lines == [0, 0, 1, 1, 1, 1, 1, 1, 2]
+
+
+def test_the_planner_does_with_the_ends_lower_bounds_while_more_waits_than_it_can_admit(
+    tmp_path: Path,
+) -> None:
+    """Exact ends cost a fetch on Tansu; they matter only where the cut could reach them."""
+    planner, _, _ = _planner(tmp_path, {0: 10_000, 1: 10_000}, flow="w_init = 4")
+    ends = planner.ends
+    assert isinstance(ends, FakeEnds)
+    end = planner.latest_offset(planner.initial_offset())
+    # initialOffset and the first batch: 20,000 records waiting, room for 2 lanes x 4
+    # tuples x 10 records: the bounds do
+    assert ends.bounds_accepted == [True, True]
+    assert sum(e.tuple.size for p in decode_plan(end, EDEN, "demo") for e in p.entries) == 80
+    ends.ends[EDEN] = {0: 45, 1: 40}  # 85 records: within reach of the free slots after acks
+    _ack_all(planner, end)
+    planner.latest_offset(end)
+    assert ends.bounds_accepted[-1] is False
+
+
+def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
+    feedback = FeedbackStore(planner.store(), planner.settings.ns)
+    for part in decode_plan(plan, EDEN, "demo"):
+        results = tuple(
+            LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
+            for e in part.entries
+        )
+        feedback.put(part.seq, part.lane, LaneFeedback(results).encode())

@@ -276,12 +276,18 @@ def latest_offsets_of(
     timeout_s: float = 10.0,
     known: KnownEnds | None = None,
     known_max_age_s: float = KNOWN_MAX_AGE_S,
+    bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
 
     One ListOffsets request and at most one fetch round cover every topic, where a
     read per topic pays a round trip each (the planner reads Eden and both replay
     topics before every micro-batch).
+
+    ``bounds_suffice``: given ``end_offsets()`` (lower bounds, exact on Apache Kafka),
+    whether the caller can do with them; if it says so, they are returned and no record
+    is fetched (a planner with more records waiting than it can admit needs no exact
+    end).
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -290,7 +296,12 @@ def latest_offsets_of(
         consumer, owned = bootstrap_or_consumer, False
     try:
         return _latest_offsets(
-            consumer, topics, timeout_s, {} if known is None else known, known_max_age_s
+            consumer,
+            topics,
+            timeout_s,
+            {} if known is None else known,
+            known_max_age_s,
+            bounds_suffice,
         )
     finally:
         if owned:
@@ -303,9 +314,16 @@ def _latest_offsets(
     timeout_s: float,
     known: KnownEnds,
     max_age_s: float,
+    bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
 ) -> dict[str, dict[int, int]]:
     tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
+    if bounds_suffice is not None:
+        bounds: dict[str, dict[int, int]] = {t: {} for t in topics}
+        for tp in sorted(tps):
+            bounds[tp.topic][tp.partition] = ends.get(tp) or 0
+        if bounds_suffice(bounds):
+            return bounds
     result = {tp: 0 for tp in tps if not ends.get(tp)}
     now = time.monotonic()
     for tp in tps:

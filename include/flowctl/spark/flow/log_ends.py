@@ -16,8 +16,9 @@ a consumer with the default hold.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,11 @@ QUICK_READ_TIMEOUT_S = 1.0
 class LogEnds(Protocol):
     """The Kafka log's end offsets, as the planner reads them."""
 
-    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]: ...
+    def latest_offsets_of(
+        self,
+        topics: Sequence[str],
+        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+    ) -> dict[str, dict[int, int]]: ...
 
     def close(self) -> None: ...
 
@@ -45,16 +50,22 @@ class KafkaEnds:
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
 
-    def latest_offsets_of(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-        """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``."""
+    def latest_offsets_of(
+        self,
+        topics: Sequence[str],
+        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+    ) -> dict[str, dict[int, int]]:
+        """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
+        (or the lower bounds ``bounds_suffice`` accepts: see ``kafka_log.latest_offsets_of``)."""
         from flowctl.adapters import kafka_log
 
+        read = functools.partial(
+            kafka_log.latest_offsets_of, known=self._known, bounds_suffice=bounds_suffice
+        )
         if self.patient:
-            return kafka_log.latest_offsets_of(self._open(), topics, known=self._known)
+            return read(self._open(), topics)
         try:
-            return kafka_log.latest_offsets_of(
-                self._open(), topics, known=self._known, timeout_s=QUICK_READ_TIMEOUT_S
-            )
+            return read(self._open(), topics, timeout_s=QUICK_READ_TIMEOUT_S)
         except kafka_log.KafkaReadTimeout as exc:
             log.info(
                 "log ends: %s; the broker answers no fetch held %d ms (Tansu on S3?): "
@@ -64,7 +75,7 @@ class KafkaEnds:
             )
             self.close()
             self.patient = True
-            return kafka_log.latest_offsets_of(self._open(), topics, known=self._known)
+            return read(self._open(), topics)
 
     def _open(self) -> Any:
         from flowctl.adapters import kafka_log
