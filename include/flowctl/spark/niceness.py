@@ -6,6 +6,14 @@ batches, which are the end of the replacement's output pause. Once STOPPED is re
 nothing waits for the shutdown, so its threads (the Python driver's and the driver JVM's)
 give way to any other process: niceness 19, per thread (Linux applies ``setpriority`` to
 one thread, and a JVM's GC and shutdown threads exist already).
+
+Thread niceness alone is not enough where the kernel groups tasks by session
+(``kernel.sched_autogroup_enabled``, on by default on desktop and many server kernels):
+CPU is then shared fairly between sessions first, and every topology runs in a session
+of its own (``spark-submit`` starts one), so a niceness-19 blue still got half the
+cores beside green. The session's autogroup is lowered too (``/proc/<pid>/autogroup``),
+which covers every process of blue's session: the JVM, the Python driver, the planner
+and the Python workers.
 """
 
 from __future__ import annotations
@@ -39,6 +47,17 @@ def lower_priority(pid: int, niceness: int = LOWEST) -> int:
     return done
 
 
+def lower_autogroup(pid: int, niceness: int = LOWEST) -> bool:
+    """Set the nice value of ``pid``'s scheduler autogroup (its session's share of the CPU
+    against other sessions); ``False`` where autogroups are off or the write is refused."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(niceness))
+        return True
+    except OSError:
+        return False
+
+
 def jvm_pid(spark: Any) -> int | None:
     """The pid of the SparkSession's driver JVM (``None`` if it cannot be asked)."""
     try:
@@ -48,9 +67,19 @@ def jvm_pid(spark: Any) -> int | None:
 
 
 def yield_shutdown(spark: Any) -> None:
-    """Lower this Python driver's and its JVM's threads before ``spark.stop()``."""
+    """Lower this Python driver's and its JVM's threads, and their session's autogroup,
+    before ``spark.stop()``."""
     threads = lower_priority(os.getpid())
     jvm = jvm_pid(spark)
     if jvm is not None and jvm != os.getpid():
         threads += lower_priority(jvm)
-    log.debug("shutdown at niceness %d (%d thread(s))", LOWEST, threads)
+    # Only a session of the topology's own (spark-submit's JVM leads it): lowering a
+    # shared one would slow whatever else runs in it (a shell, a test run) for good.
+    own_session = os.getsid(0) in {os.getpid(), jvm}
+    group = own_session and lower_autogroup(os.getpid())
+    log.info(
+        "shutdown at niceness %d (%d thread(s)%s)",
+        LOWEST,
+        threads,
+        ", and the session's autogroup" if group else "; session's autogroup unchanged",
+    )
