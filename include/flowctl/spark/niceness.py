@@ -13,7 +13,9 @@ CPU is then shared fairly between sessions first, and every topology runs in a s
 of its own (``spark-submit`` starts one), so a niceness-19 blue still got half the
 cores beside green. The session's autogroup is lowered too (``/proc/<pid>/autogroup``),
 which covers every process of blue's session: the JVM, the Python driver, the planner
-and the Python workers.
+and the Python workers. Only where the session is the topology's own (``flowctl``'s
+submit starts one per topology); Airflow runs its tasks' spark-submit in the worker's
+session, one autogroup for blue and green, where thread niceness already counts.
 """
 
 from __future__ import annotations

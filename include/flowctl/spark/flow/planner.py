@@ -11,11 +11,13 @@ of :mod:`flowctl.spark.flow.channels` and to the database only through
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from flowctl.core.backpressure import BackpressureChain, StageSpec
@@ -130,8 +132,9 @@ class FlowPlanner(HandoverPlanning):
         self._last_window_log = -1e9
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
-        #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
+        #: The replay topics' ends, read with Eden's (:meth:`_read_ends`), on this thread.
         self._replay: dict[tuple[str, int], int] = {}
+        self._ends_pool: ThreadPoolExecutor | None = None
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
         self._last_timings_log = self.clock.now() - (PLANNING_LOG_EVERY_S - PLANNING_FIRST_LOG_S)
@@ -172,6 +175,8 @@ class FlowPlanner(HandoverPlanning):
 
     def close(self) -> None:
         self._log_timings()  # the batches since the last line (a short run has no other)
+        if self._ends_pool is not None:
+            self._ends_pool.shutdown(wait=True)
         self.ends.close()
 
     def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
@@ -198,7 +203,7 @@ class FlowPlanner(HandoverPlanning):
         if self.spout is None:
             self.spout = self.build_spout()
         try:  # connect the ends' consumer now, not inside the first batch's planning
-            self._read_ends()
+            self._read_ends(self._start_reading_ends())
         except Exception as exc:
             self._warn("reading the log's end offsets", exc)
         return initial_offset(self.settings.topic)
@@ -214,13 +219,14 @@ class FlowPlanner(HandoverPlanning):
             self._read_control()
         if self.spout is None:
             self.spout = self.build_spout()
+        reading = self._start_reading_ends()  # on the ends' thread, beside the next two
         with timed("feedback"):
             self._collect_feedback()
             self.spout.expire()
         with timed("durability"):
             self._durability()
         with timed("log_ends"):
-            latest = self._read_ends()
+            latest = self._read_ends(reading)
         self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
         with timed("backpressure"):
             persist_len = self._mrwq_length()
@@ -419,34 +425,43 @@ class FlowPlanner(HandoverPlanning):
             self._last_levels = levels
         return levels
 
-    def _read_ends(self) -> dict[int, int]:
+    def _start_reading_ends(self) -> Future[dict[str, dict[int, int]]]:
+        """Start reading Eden's and both replay topics' end offsets (one round trip for the
+        three) on the ends' own thread: the read waits on the broker while the planner
+        collects the lanes' feedback and the durable offsets (the three are independent).
+
+        The thread touches only the ends' consumer and the immutable figures given here;
+        the spout changes meanwhile, so whether ``end_offsets()`` (lower bounds on Tansu)
+        suffice is decided on what its windows can take at most after this batch's acks.
+        """
+        topics = [self.settings.topic, self.topics.replay_a, self.topics.replay_b]
+        bounds_suffice = None
+        if self.spout is not None:
+            positions = {tp.partition: n for tp, n in self.spout.positions().items()}
+            # a window grows at most to double (at least +1) per round of acks, up to w_max
+            room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
+            bounds_suffice = functools.partial(
+                _bounds_suffice,
+                self.settings.topic,
+                positions,
+                room * self.config.tuple_size,
+            )
+        if self._ends_pool is None:
+            self._ends_pool = ThreadPoolExecutor(1, thread_name_prefix="flowctl-log-ends")
+        return self._ends_pool.submit(self.ends.latest_offsets_of, topics, bounds_suffice)
+
+    def _read_ends(self, reading: Future[dict[str, dict[int, int]]]) -> dict[int, int]:
         """Eden's end offsets (returned; a failure fails the batch) and the replay
-        topics' (kept for :meth:`_admit`; a failure only leaves them out this batch),
-        read together: one round trip for the three topics instead of three."""
+        topics' (kept for :meth:`_admit`; a failure only leaves them out this batch)."""
         eden, replays = self.settings.topic, (self.topics.replay_a, self.topics.replay_b)
         try:
-            ends = self.ends.latest_offsets_of([eden, *replays], self._bounds_suffice)
+            ends = reading.result()
         except Exception as exc:
             self._warn(f"reading the end offsets of {', '.join(replays)}", exc)
             self._replay = {}
             return self.ends.latest_offsets_of([eden])[eden]
         self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
         return ends[eden]
-
-    def _bounds_suffice(self, bounds: dict[str, dict[int, int]]) -> bool:
-        """Whether ``end_offsets()`` (lower bounds on Tansu) serve this batch as well as the
-        exact ends: Eden holds more records below them than every free window slot can
-        take, so the cut stops before the bounds anyway (the exact ends cost a fetch, a
-        third of the planning under load). Records past a bound wait for the next batch,
-        as the rest of the backlog does; nothing is cut beyond the log."""
-        if self.spout is None:
-            return False
-        positions = self.spout.positions()
-        waiting = sum(
-            max(0, end - positions.get(TopicPartition(self.settings.topic, p), 0))
-            for p, end in bounds.get(self.settings.topic, {}).items()
-        )
-        return waiting > 0 and waiting >= self.spout.total_free() * self.config.tuple_size
 
     def spout_state(self, persist_len: int, levels: Mapping[str, int]) -> SpoutState:
         """What the driver reads after each batch (see :class:`SpoutState`)."""
@@ -509,6 +524,18 @@ class FlowPlanner(HandoverPlanning):
                 list(states),
             )
             self._last_windows = sizes
+
+
+def _bounds_suffice(
+    eden: str, positions: Mapping[int, int], most: int, bounds: dict[str, dict[int, int]]
+) -> bool:
+    """Whether ``end_offsets()`` serve a batch as well as the exact ends: Eden holds at
+    least ``most`` records (all its windows can take) below them past the cut
+    ``positions``, so the cut stops before the bounds anyway (an exact end costs a fetch
+    on Tansu, a third of the planning under load). Records past a bound wait for the next
+    batch, as the rest of the backlog does; nothing is cut beyond the log."""
+    waiting = sum(max(0, end - positions.get(p, 0)) for p, end in bounds.get(eden, {}).items())
+    return waiting > 0 and waiting >= most
 
 
 def planner_for(settings: FlowSettings) -> FlowPlanner:
