@@ -202,10 +202,15 @@ class FlowPlanner(HandoverPlanning):
     def initial_offset(self) -> dict[str, Any]:
         if self.spout is None:
             self.spout = self.build_spout()
-        try:  # connect the ends' consumer now, not inside the first batch's planning
+        # Connect to Kafka and memcached now, not inside the first batch's planning.
+        try:
             self._read_ends(self._start_reading_ends())
         except Exception as exc:
             self._warn("reading the log's end offsets", exc)
+        try:
+            self.store().get_json(channels.state_key(self.settings.ns))
+        except Exception as exc:
+            self._warn("reading the spout state from memcached", exc)
         return initial_offset(self.settings.topic)
 
     def latest_offset(self, start: Mapping[str, Any]) -> dict[str, Any]:
