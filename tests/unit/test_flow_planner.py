@@ -232,3 +232,29 @@ def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
             for e in part.entries
         )
         feedback.put(part.seq, part.lane, LaneFeedback(results).encode())
+
+
+class _ReplayTopicsMissing(FakeEnds):
+    """A broker that fails any read naming a replay topic (e.g. not created yet)."""
+
+    def latest_offsets_of(self, topics, bounds_suffice=None):  # type: ignore[no-untyped-def]
+        if len(topics) > 1:
+            raise ValueError(f"topic={topics[1]!r} does not exist (or has no partitions)")
+        return super().latest_offsets_of(topics, bounds_suffice)
+
+
+def test_a_failed_read_of_the_replay_topics_ends_leaves_eden_planned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, state = DictStore(), FakeState()
+    planner = FlowPlanner(
+        flow_settings(tmp_path),
+        store=store,
+        ends=_ReplayTopicsMissing({EDEN: {0: 20}}),
+        state=state,
+        clock=FakeClock(),
+    )
+    with caplog.at_level(logging.WARNING):
+        end = planner.latest_offset(planner.initial_offset())
+    assert sum(e.tuple.size for p in decode_plan(end, EDEN, "demo") for e in p.entries) == 20
+    assert "does not exist" in caplog.text and "together" in caplog.text

@@ -132,8 +132,9 @@ class FlowPlanner(HandoverPlanning):
         self._last_window_log = -1e9
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
-        #: The replay topics' ends, read with Eden's (:meth:`_read_ends`), on this thread.
+        #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
         self._replay: dict[tuple[str, int], int] = {}
+        #: The one thread that reads the ends (:meth:`_start_reading_ends`).
         self._ends_pool: ThreadPoolExecutor | None = None
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
@@ -462,9 +463,9 @@ class FlowPlanner(HandoverPlanning):
         try:
             ends = reading.result()
         except Exception as exc:
-            self._warn(f"reading the end offsets of {', '.join(replays)}", exc)
+            self._warn(f"reading the end offsets of {eden}, {', '.join(replays)} together", exc)
             self._replay = {}
-            return self.ends.latest_offsets_of([eden])[eden]
+            return self.ends.latest_offsets_of([eden])[eden]  # Eden alone; raises if it fails
         self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
         return ends[eden]
 
