@@ -211,7 +211,7 @@ def test_the_planner_does_with_the_ends_lower_bounds_while_more_waits_than_it_ca
 ) -> None:
     """Exact ends cost a fetch on Tansu; they matter only where the cut could reach them."""
     planner, _, _ = _planner(tmp_path, {0: 10_000, 1: 10_000}, flow="w_init = 4")
-    ends = planner.ends
+    ends = planner.ends.source
     assert isinstance(ends, FakeEnds)
     end = planner.latest_offset(planner.initial_offset())
     # initialOffset and the first batch: 20,000 records waiting, room for 2 lanes x 4

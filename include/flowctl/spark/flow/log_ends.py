@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -91,3 +92,53 @@ class KafkaEnds:
         kafka_log.close_quietly(self._consumer)
         self._consumer = None
         self._known.clear()
+
+
+#: ``{topic: {partition: end offset}}``
+Ends = dict[str, dict[int, int]]
+
+
+class BackgroundEnds:
+    """The planner's reads of Eden's and both replay topics' ends, on a thread of their own.
+
+    A read (one round trip for the three topics) waits on the broker while the planner
+    collects the lanes' feedback and the durable offsets: the three are independent. The
+    thread touches only the ends' consumer and the figures given to :meth:`start`.
+    """
+
+    def __init__(self, source: LogEnds, eden: str, replays: Sequence[str]) -> None:
+        self.source = source
+        self.eden = eden
+        self.topics = [eden, *replays]
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, positions: Mapping[int, int] | None = None, most: int = 0) -> Future[Ends]:
+        """Start a read. With ``positions`` (Eden's cut, per partition), ``end_offsets()``
+        is taken as it is while Eden holds at least ``most`` records past the cut below it
+        (:func:`enough_below`); without, every end is exact."""
+        check = None
+        if positions is not None:
+            check = functools.partial(enough_below, self.eden, dict(positions), most)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="flowctl-log-ends")
+        return self._pool.submit(self.source.latest_offsets_of, self.topics, check)
+
+    def read(self, topics: Sequence[str]) -> Ends:
+        """Exact ends of ``topics``, read here and now."""
+        return self.source.latest_offsets_of(topics)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.source.close()
+
+
+def enough_below(eden: str, positions: Mapping[int, int], most: int, bounds: Ends) -> bool:
+    """Whether ``end_offsets()`` serve a batch as well as the exact ends: Eden holds at
+    least ``most`` records (all the windows can take) below them past the cut
+    ``positions``, so the cut stops before the bounds anyway (an exact end costs a fetch
+    on Tansu, a third of the planning under load). Records past a bound wait for the next
+    batch, as the rest of the backlog does; nothing is cut beyond the log."""
+    waiting = sum(max(0, end - positions.get(p, 0)) for p, end in bounds.get(eden, {}).items())
+    return waiting > 0 and waiting >= most

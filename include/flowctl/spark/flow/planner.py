@@ -11,13 +11,12 @@ of :mod:`flowctl.spark.flow.channels` and to the database only through
 
 from __future__ import annotations
 
-import functools
 import logging
 import secrets
 import sys
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from flowctl.core.backpressure import BackpressureChain, StageSpec
@@ -32,7 +31,7 @@ from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, MetricsRow, SpoutState
-from flowctl.spark.flow.log_ends import KafkaEnds, LogEnds
+from flowctl.spark.flow.log_ends import BackgroundEnds, Ends, KafkaEnds, LogEnds
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_handover import HandoverPlanning
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
@@ -98,7 +97,11 @@ class FlowPlanner(HandoverPlanning):
         self.clock = clock if clock is not None else MonotonicClock()
         self.topics = ReplayTopics(self.config.name)
         self._store = store
-        self.ends: LogEnds = ends if ends is not None else KafkaEnds(settings.bootstrap)
+        self.ends = BackgroundEnds(
+            ends if ends is not None else KafkaEnds(settings.bootstrap),
+            settings.topic,
+            (self.topics.replay_a, self.topics.replay_b),
+        )
         self._state = state
         self.spout: Spout | None = None
         self.seq = 0
@@ -134,8 +137,6 @@ class FlowPlanner(HandoverPlanning):
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
         self._replay: dict[tuple[str, int], int] = {}
-        #: The one thread that reads the ends (:meth:`_start_reading_ends`).
-        self._ends_pool: ThreadPoolExecutor | None = None
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
         self._last_timings_log = self.clock.now() - (PLANNING_LOG_EVERY_S - PLANNING_FIRST_LOG_S)
@@ -176,8 +177,6 @@ class FlowPlanner(HandoverPlanning):
 
     def close(self) -> None:
         self._log_timings()  # the batches since the last line (a short run has no other)
-        if self._ends_pool is not None:
-            self._ends_pool.shutdown(wait=True)
         self.ends.close()
 
     def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
@@ -431,32 +430,18 @@ class FlowPlanner(HandoverPlanning):
             self._last_levels = levels
         return levels
 
-    def _start_reading_ends(self) -> Future[dict[str, dict[int, int]]]:
-        """Start reading Eden's and both replay topics' end offsets (one round trip for the
-        three) on the ends' own thread: the read waits on the broker while the planner
-        collects the lanes' feedback and the durable offsets (the three are independent).
+    def _start_reading_ends(self) -> Future[Ends]:
+        """Start reading the three topics' ends (:class:`BackgroundEnds`). The spout changes
+        while they are read, so whether ``end_offsets()`` suffice is decided on what its
+        windows can take at most after this batch's acks."""
+        if self.spout is None:
+            return self.ends.start()
+        positions = {tp.partition: n for tp, n in self.spout.positions().items()}
+        # a window grows at most to double (at least +1) per round of acks, up to w_max
+        room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
+        return self.ends.start(positions, room * self.config.tuple_size)
 
-        The thread touches only the ends' consumer and the immutable figures given here;
-        the spout changes meanwhile, so whether ``end_offsets()`` (lower bounds on Tansu)
-        suffice is decided on what its windows can take at most after this batch's acks.
-        """
-        topics = [self.settings.topic, self.topics.replay_a, self.topics.replay_b]
-        bounds_suffice = None
-        if self.spout is not None:
-            positions = {tp.partition: n for tp, n in self.spout.positions().items()}
-            # a window grows at most to double (at least +1) per round of acks, up to w_max
-            room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
-            bounds_suffice = functools.partial(
-                _bounds_suffice,
-                self.settings.topic,
-                positions,
-                room * self.config.tuple_size,
-            )
-        if self._ends_pool is None:
-            self._ends_pool = ThreadPoolExecutor(1, thread_name_prefix="flowctl-log-ends")
-        return self._ends_pool.submit(self.ends.latest_offsets_of, topics, bounds_suffice)
-
-    def _read_ends(self, reading: Future[dict[str, dict[int, int]]]) -> dict[int, int]:
+    def _read_ends(self, reading: Future[Ends]) -> dict[int, int]:
         """Eden's end offsets (returned; a failure fails the batch) and the replay
         topics' (kept for :meth:`_admit`; a failure only leaves them out this batch)."""
         eden, replays = self.settings.topic, (self.topics.replay_a, self.topics.replay_b)
@@ -465,7 +450,7 @@ class FlowPlanner(HandoverPlanning):
         except Exception as exc:
             self._warn(f"reading the end offsets of {eden}, {', '.join(replays)} together", exc)
             self._replay = {}
-            return self.ends.latest_offsets_of([eden])[eden]  # Eden alone; raises if it fails
+            return self.ends.read([eden])[eden]  # Eden alone; raises if it fails
         self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
         return ends[eden]
 
@@ -530,18 +515,6 @@ class FlowPlanner(HandoverPlanning):
                 list(states),
             )
             self._last_windows = sizes
-
-
-def _bounds_suffice(
-    eden: str, positions: Mapping[int, int], most: int, bounds: dict[str, dict[int, int]]
-) -> bool:
-    """Whether ``end_offsets()`` serve a batch as well as the exact ends: Eden holds at
-    least ``most`` records (all its windows can take) below them past the cut
-    ``positions``, so the cut stops before the bounds anyway (an exact end costs a fetch
-    on Tansu, a third of the planning under load). Records past a bound wait for the next
-    batch, as the rest of the backlog does; nothing is cut beyond the log."""
-    waiting = sum(max(0, end - positions.get(p, 0)) for p, end in bounds.get(eden, {}).items())
-    return waiting > 0 and waiting >= most
 
 
 def planner_for(settings: FlowSettings) -> FlowPlanner:
