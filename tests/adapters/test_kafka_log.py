@@ -324,11 +324,11 @@ def test_latest_offsets_of_returns_the_bounds_a_caller_accepts_without_fetching(
     try:
         consumer.assign([])
         bounds = kafka_log.latest_offsets_of(
-            consumer, [topic], bounds_suffice=lambda b: asked.append(b) is None
+            consumer, [topic], bounds_suffice=lambda t, b: asked.append({t: b}) is None
         )
         assert bounds == asked[0] and consumer.assignment() == set()  # nothing fetched
         assert bounds[topic][0] <= 6 and bounds[topic][1] == 0  # end_offsets(): a lower bound
-        exact = kafka_log.latest_offsets_of(consumer, [topic], bounds_suffice=lambda b: False)
+        exact = kafka_log.latest_offsets_of(consumer, [topic], bounds_suffice=lambda t, b: False)
         assert exact == {topic: {0: 6, 1: 0}}
     finally:
         consumer.close()

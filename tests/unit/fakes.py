@@ -76,12 +76,13 @@ class FakeEnds:
     def latest_offsets_of(
         self,
         topics: Sequence[str],
-        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+        bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     ) -> dict[str, dict[int, int]]:
-        """Exact ends (a broker whose ``end_offsets()`` is exact); records each question."""
+        """Exact ends (a broker whose ``end_offsets()`` is exact); records whether the
+        caller would have done with them, per read, for the first topic (Eden)."""
         ends = {topic: dict(self.ends.get(topic, {})) for topic in topics}
         if bounds_suffice is not None:
-            self.bounds_accepted.append(bounds_suffice(ends))
+            self.bounds_accepted.append(bounds_suffice(topics[0], ends[topics[0]]))
         return ends
 
     def close(self) -> None:

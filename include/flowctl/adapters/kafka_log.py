@@ -276,7 +276,7 @@ def latest_offsets_of(
     timeout_s: float = 10.0,
     known: KnownEnds | None = None,
     known_max_age_s: float = KNOWN_MAX_AGE_S,
-    bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+    bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
 
@@ -284,10 +284,10 @@ def latest_offsets_of(
     read per topic pays a round trip each (the planner reads Eden and both replay
     topics before every micro-batch).
 
-    ``bounds_suffice``: given ``end_offsets()`` (lower bounds, exact on Apache Kafka),
-    whether the caller can do with them; if it says so, they are returned and no record
-    is fetched (a planner with more records waiting than it can admit needs no exact
-    end).
+    ``bounds_suffice(topic, bounds)``: given a topic's ``end_offsets()`` (lower bounds,
+    exact on Apache Kafka), whether the caller can do with them; for a topic where it
+    says so they are returned and none of its records is fetched (a planner with more
+    records waiting than it can admit needs no exact end).
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -314,22 +314,21 @@ def _latest_offsets(
     timeout_s: float,
     known: KnownEnds,
     max_age_s: float,
-    bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+    bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
 ) -> dict[str, dict[int, int]]:
     tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
-    if bounds_suffice is not None:
-        bounds: dict[str, dict[int, int]] = {t: {} for t in topics}
-        for tp in sorted(tps):
-            bounds[tp.topic][tp.partition] = ends.get(tp) or 0
-        if bounds_suffice(bounds):
-            return bounds
     result = {tp: 0 for tp in tps if not ends.get(tp)}
+    if bounds_suffice is not None:
+        for topic in topics:
+            bounds = {tp.partition: ends.get(tp) or 0 for tp in tps if tp.topic == topic}
+            if bounds_suffice(topic, bounds):
+                result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
     now = time.monotonic()
     for tp in tps:
         seen = known.get(tp)
         if ends.get(tp) and seen is not None and seen[0] == ends[tp] and now - seen[2] < max_age_s:
-            result[tp] = seen[1]
+            result[tp] = seen[1]  # exact, and at or past an accepted bound
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
         consumer.assign(pending)

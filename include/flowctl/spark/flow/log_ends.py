@@ -35,7 +35,7 @@ class LogEnds(Protocol):
     def latest_offsets_of(
         self,
         topics: Sequence[str],
-        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+        bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     ) -> dict[str, dict[int, int]]: ...
 
     def close(self) -> None: ...
@@ -54,7 +54,7 @@ class KafkaEnds:
     def latest_offsets_of(
         self,
         topics: Sequence[str],
-        bounds_suffice: Callable[[dict[str, dict[int, int]]], bool] | None = None,
+        bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     ) -> dict[str, dict[int, int]]:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
         (or the lower bounds ``bounds_suffice`` accepts: see ``kafka_log.latest_offsets_of``)."""
@@ -113,9 +113,10 @@ class BackgroundEnds:
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, positions: Mapping[int, int] | None = None, most: int = 0) -> Future[Ends]:
-        """Start a read. With ``positions`` (Eden's cut, per partition), ``end_offsets()``
-        is taken as it is while Eden holds at least ``most`` records past the cut below it
-        (:func:`enough_below`); without, every end is exact."""
+        """Start a read. With ``positions`` (Eden's cut, per partition), Eden's
+        ``end_offsets()`` are taken as they are while Eden holds at least ``most`` records
+        past the cut below them (:func:`enough_below`); the replay topics' ends are always
+        exact (their reader swaps To and From once To is read up to its end)."""
         check = None
         if positions is not None:
             check = functools.partial(enough_below, self.eden, dict(positions), most)
@@ -134,11 +135,17 @@ class BackgroundEnds:
         self.source.close()
 
 
-def enough_below(eden: str, positions: Mapping[int, int], most: int, bounds: Ends) -> bool:
-    """Whether ``end_offsets()`` serve a batch as well as the exact ends: Eden holds at
-    least ``most`` records (all the windows can take) below them past the cut
-    ``positions``, so the cut stops before the bounds anyway (an exact end costs a fetch
-    on Tansu, a third of the planning under load). Records past a bound wait for the next
-    batch, as the rest of the backlog does; nothing is cut beyond the log."""
-    waiting = sum(max(0, end - positions.get(p, 0)) for p, end in bounds.get(eden, {}).items())
+def enough_below(
+    eden: str, positions: Mapping[int, int], most: int, topic: str, bounds: Mapping[int, int]
+) -> bool:
+    """Whether ``topic``'s ``end_offsets()`` serve a batch as well as its exact ends: it is
+    Eden, holds at least ``most`` records (all the windows can take) below them past the
+    cut ``positions``, and no partition's cut is past its bound (a cut inside the last
+    record batch would look like a reset log), so the cut stops before the bounds anyway
+    (an exact end costs a fetch on Tansu, a third of the planning under load). Records
+    past a bound wait for the next batch, as the rest of the backlog does; nothing is cut
+    beyond the log."""
+    if topic != eden or any(end < positions.get(p, 0) for p, end in bounds.items()):
+        return False
+    waiting = sum(end - positions.get(p, 0) for p, end in bounds.items())
     return waiting > 0 and waiting >= most
