@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 #: A read takes about 5 ms on Tansu in memory and on Apache Kafka.
 QUICK_READ_TIMEOUT_S = 1.0
 
+#: ``{topic: {partition: end offset}}``
+Ends = dict[str, dict[int, int]]
+
 
 class LogEnds(Protocol):
     """The Kafka log's end offsets, as the planner reads them."""
@@ -36,7 +39,7 @@ class LogEnds(Protocol):
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
-    ) -> dict[str, dict[int, int]]: ...
+    ) -> Ends: ...
 
     def close(self) -> None: ...
 
@@ -55,7 +58,7 @@ class KafkaEnds:
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
-    ) -> dict[str, dict[int, int]]:
+    ) -> Ends:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
         (or the lower bounds ``bounds_suffice`` accepts: see ``kafka_log.latest_offsets_of``)."""
         from flowctl.adapters import kafka_log
@@ -92,10 +95,6 @@ class KafkaEnds:
         kafka_log.close_quietly(self._consumer)
         self._consumer = None
         self._known.clear()
-
-
-#: ``{topic: {partition: end offset}}``
-Ends = dict[str, dict[int, int]]
 
 
 class BackgroundEnds:
