@@ -18,7 +18,7 @@ import datetime as dt
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -198,9 +198,9 @@ def evaluate(
     if isinstance(topo, str):
         return Evaluation(pipeline, topology_id, None, topo)
     tid = topo.topology_id
-    refusal, last_change_at, last_up_at = _replacement_gate(plane, pipeline, policy.cooldown_s, now)
-    if refusal is not None:
-        return Evaluation(pipeline, tid, None, refusal)
+    gate = _replacement_gate(plane, pipeline, policy.cooldown_s, now)
+    if gate.refusal is not None:
+        return Evaluation(pipeline, tid, None, gate.refusal)
     windows = plane.metrics_windows(tid, limit=policy.history_windows)
     if len(windows) < policy.history_windows:
         return Evaluation(
@@ -210,7 +210,7 @@ def evaluate(
             f"topology {tid} has {len(windows)} of history_windows={policy.history_windows} "
             f"metrics windows",
         )
-    decision = _decide(windows, topo.parallelism, policy, now, last_change_at, last_up_at)
+    decision = _decide(windows, topo.parallelism, policy, now, gate.last_change_at, gate.last_up_at)
     return Evaluation(pipeline, tid, decision, decision.reason)
 
 
@@ -232,12 +232,19 @@ def _the_active_topology(
     return active[0]
 
 
+class _Gate(NamedTuple):
+    """What the pipeline's replacements say before the policy is asked."""
+
+    refusal: str | None  # why not to decide now: a replacement running, or its cooldown
+    last_change_at: float | None  # epoch s the last successful change finished
+    last_up_at: float | None  # epoch s the last successful scale-up finished
+
+
 def _replacement_gate(
     plane: ControlPlane, pipeline: str, cooldown_s: float, now: dt.datetime
-) -> tuple[str | None, float | None, float | None]:
-    """Why not to decide now (a replacement running, or its cooldown), when the last
-    successful change finished and when the last successful scale-up finished (epoch
-    seconds; the adaptive policy's cooldown and scale-down delay)."""
+) -> _Gate:
+    """The gate of :func:`evaluate` (the adaptive policy's cooldown and scale-down delay
+    read ``last_change_at`` and ``last_up_at``)."""
     from flowctl.adapters.replacements import ReplacementLog
 
     events = ReplacementLog(plane.engine).replacements(pipeline, limit=20)
@@ -245,25 +252,22 @@ def _replacement_gate(
     if running:
         e = running[-1]
         why = f"replacement {e.id} ({e.old_topology_id} -> {e.new_topology_id}) is running"
-        return why, None, None
+        return _Gate(why, None, None)
     finished = [e for e in events if e.finished_at is not None]
     if not finished:
-        return None, None, None
+        return _Gate(None, None, None)
     last = max(finished, key=lambda e: e.finished_at)  # type: ignore[arg-type,return-value]
     since = (now - last.finished_at).total_seconds()  # type: ignore[operator]
     if since < cooldown_s:
-        return (
-            f"cooldown: replacement {last.id} finished {since:.0f} s ago "
-            f"< cooldown_s={cooldown_s:g}",
-            None,
-            None,
-        )
+        why = f"cooldown: replacement {last.id} finished {since:.0f} s ago"
+        why += f" < cooldown_s={cooldown_s:g}"
+        return _Gate(why, None, None)
     ups = [e for e in finished if e.outcome == "ok" and e.new_parallelism > e.old_parallelism]
     last_up = max((e.finished_at for e in ups), default=None)  # type: ignore[type-var]
     up_at = None if last_up is None else last_up.timestamp()
     if last.outcome == "ok":
-        return None, last.finished_at.timestamp(), up_at  # type: ignore[union-attr]
-    return None, None, up_at
+        return _Gate(None, last.finished_at.timestamp(), up_at)  # type: ignore[union-attr]
+    return _Gate(None, None, up_at)
 
 
 def _decide(
