@@ -617,6 +617,54 @@ def job_python_processes(job: Job) -> dict[str, int]:
     return found
 
 
+#: Roles of the machine's processes for :func:`cpu_shares`, by a piece of their command
+#: line, first match wins: the job's parts, the services it uses, the profiler.
+CPU_ROLES: tuple[tuple[str, str], ...] = (
+    ("pyspark.daemon", "lanes (Spark Python workers)"),
+    ("streaming_source_runner", "planner (source runner)"),
+    ("spark_jobs/", "driver (Python)"),
+    ("SparkSubmit", "driver (JVM)"),
+    ("tansu", "broker (Tansu)"),
+    ("memcached", "memcached"),
+    ("py-spy", "profiler"),
+)
+
+
+def _cpu_ticks() -> dict[int, tuple[str, int]]:
+    """``{pid: (role, utime + stime ticks)}`` of every process now."""
+    out: dict[int, tuple[str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            role = next((r for key, r in CPU_ROLES if key in cmd), "other")
+            out[int(entry.name)] = (role, int(fields[11]) + int(fields[12]))
+    return out
+
+
+def cpu_shares(seconds: float) -> dict[str, Any]:
+    """Where the machine's CPU went over the next ``seconds``, by role (:data:`CPU_ROLES`).
+
+    Every process's user + system time is read from ``/proc`` before and after (a
+    process that ends in between is not counted); shares are of all cores' time, so they
+    say how much of the machine each part of the job takes.
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    before, t0 = _cpu_ticks(), time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = _cpu_ticks(), time.monotonic() - t0
+    used: Counter[str] = Counter()
+    for pid, (role, ticks) in after.items():
+        used[role] += ticks - before.get(pid, (role, 0))[1]
+    capacity = elapsed * (os.cpu_count() or 1)
+    shares = {role: round(ticks / hz / capacity, 3) for role, ticks in used.most_common()}
+    return {"seconds": round(elapsed, 1), "cores": os.cpu_count(), "shares": shares,
+            "busy": round(sum(used.values()) / hz / capacity, 3)}  # fmt: skip
+
+
 def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]:
     """Sample the job's driver and Spark Python workers with py-spy for ``seconds``.
 

@@ -1,13 +1,17 @@
 """Where the flow-controlled job spends its time: py-spy on the driver and the Spark workers.
 
 Runs the throughput experiment's flow-controlled job alone (same data and settings as
-``bench/throughput.py``) and, from the end of its first micro-batch, samples its
-Python driver and its Spark Python workers with py-spy for ``--seconds``.
+``bench/throughput.py``) and, from the end of its first micro-batch, first reads for
+``--cpu-seconds`` where the machine's CPU goes, by process role (lanes, planner, driver
+Python and JVM, broker, memcached, other: ``/proc``, no profiler running), then samples
+its Python driver and its Spark Python workers with py-spy for ``--seconds``. Give it
+enough ``--records`` to last both (the job drains them at tens of thousands per second).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/pyspy_profile.py [--lanes 4]
+    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/pyspy_profile.py \
+        [--lanes 4] [--records 900000]
 
-Writes bench/results/profile.json (top frames per process, by own time and by
-inclusive time); the raw stacks stay in bench/results/logs/.
+Writes bench/results/profile.json (CPU shares; top frames per process, by own time and
+by inclusive time); the raw stacks stay in bench/results/logs/.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from _common import (
     RESULTS,
     Job,
+    cpu_shares,
     drain_run,
     platform_up,
     produce,
@@ -45,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuple-size", type=int, help="records per tuple (default: shipped)")
     p.add_argument("--w-init", type=int, help="initial window, tuples (default: shipped)")
     p.add_argument("--w-max", type=int, help="largest window, tuples (default: shipped)")
-    p.add_argument("--seconds", type=float, default=8.0, help="seconds of sampling")
+    p.add_argument("--seconds", type=float, default=8.0, help="seconds of py-spy sampling")
+    p.add_argument("--cpu-seconds", type=float, default=5.0, help="seconds of CPU shares")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     logs = RESULTS / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     profile: dict[str, Any] = {}
+    cpu: dict[str, Any] = {}
 
     def sample(job: Job) -> None:
+        cpu.update(cpu_shares(args.cpu_seconds))
         profile.update(py_spy(job, args.seconds, logs, f"profile-flow-{args.lanes}"))
 
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -79,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             "metric": "py-spy samples of the flow-controlled job (not a comparison)",
             "records_per_s": rate,
             "params": vars(args),
+            "cpu": cpu,
             "profile": profile,
             "run": info,
         },
     )
+    print(f"== CPU over {cpu['seconds']} s, {cpu['cores']} cores, busy {cpu['busy']:.0%}")
+    for role, share in cpu["shares"].items():
+        print(f"  {share:6.1%}  {role}")
     for kind, data in profile.items():
         print(f"== {kind}: {data['samples']} samples")
         for frame, share in data["top_leaf"]:
