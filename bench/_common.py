@@ -622,8 +622,8 @@ def job_python_processes(job: Job) -> dict[str, int]:
 CPU_ROLES: tuple[tuple[str, str], ...] = (
     ("pyspark.daemon", "lanes (Spark Python workers)"),
     ("streaming_source_runner", "planner (source runner)"),
+    ("SparkSubmit", "driver (JVM)"),  # before the script's path, which its command line holds
     ("spark_jobs/", "driver (Python)"),
-    ("SparkSubmit", "driver (JVM)"),
     ("tansu", "broker (Tansu)"),
     ("memcached", "memcached"),
     ("py-spy", "profiler"),
