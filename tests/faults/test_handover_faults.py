@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -285,7 +286,11 @@ def test_a_warm_standby_takes_over_with_the_lanes_given_at_activation(
     log = spare.log()
     assert "4 lane(s) from activation on (started with 1)" in log, spare.log_tail()
     assert "4 lane(s) from now on (was 1)" in log, spare.log_tail()
-    assert "spout built from blue's frontier: 4 lane(s)" in log, spare.log_tail()
+    # Its spout is rebuilt with the 4 lanes: from blue's frontier, or from the database
+    # when blue was already stopped and swept before the standby's next plan read the
+    # control key (a short replacement, 0.3 s in one CI run; planner_handover.build_spout).
+    built = re.search(r"spout built from (blue's frontier|the database): 4 lane\(s\)", log)
+    assert built, spare.log_tail()
     check(run, "a warm standby taken by an overlapped handover, 1 -> 4 lanes", spark, tallies)
 
 
