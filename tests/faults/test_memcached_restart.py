@@ -29,12 +29,13 @@ def test_memcached_restarted(
     run.produce(2_000)
     job = run.submit("faultmemc-blue-1", 2)
     with run.feeding():
-        wait_for(
-            lambda: mrwq_length(run.flow.settings, run.name) > 0,
-            timeout_s=180,
-            job=job,
-            what="results waiting in the MRWQ",
-        )
+        # Mid-stream, past the first 2,000 records, and at a moment items wait in the MRWQ
+        # (a flush at each batch's end leaves them there for milliseconds): the restart
+        # loses them, and the flusher's head is far above the new queue's tail.
+        wait_for(lambda: run.counted() >= 2_500, timeout_s=180, job=job, what="2,500 counted")
+        deadline = time.monotonic() + 60
+        while mrwq_length(run.flow.settings, run.name) == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
         _session_services.stop("memcached")
         time.sleep(1.0)
         _session_services.start("memcached", "memcached_port")

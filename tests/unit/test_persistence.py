@@ -231,6 +231,25 @@ def test_a_store_restart_is_a_gap_even_if_new_writes_pass_the_head() -> None:
     assert set(sink.rows) == {"a"}
 
 
+def test_a_poll_reports_a_store_restart_while_the_new_tail_is_below_the_head() -> None:
+    _, store, sink, writer, flusher = setup(max_length=100)
+    for t in ("t1", "t2", "t3"):
+        writer.append(t, [(t, 1)])
+    flusher.flush()  # head = 4
+    writer.append("t4", [("d", 1)])
+    store.restart()  # t4's item is lost
+    writer.append("t5", [("e", 1)])  # seq 1 under a new epoch, below the head
+    assert flusher.length() is None  # not "0 queued": the queue is not the one it reads
+    result = flusher.poll()
+    assert result is not None and result.gap is not None and result.gap.seq == 4
+    assert "epoch changed" in result.gap.reason
+    assert set(sink.rows) == {"t1", "t2", "t3"}
+    assert flusher.resync() == range(1, 2)  # the new queue's item, dispatched again
+    assert "wc:item:1" not in store.data
+    writer.append("t4", [("d", 1)])
+    assert flusher.poll(batch_ended=True).durable_tuple_ids == ("t4",)  # type: ignore[union-attr]
+
+
 def test_a_lost_counter_rotates_the_epoch_and_is_reported() -> None:
     _, store, _, writer, flusher = setup()
     writer.append("t1", [("a", 1)])

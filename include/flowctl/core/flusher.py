@@ -177,9 +177,21 @@ class MrwqFlusher:
         return None
 
     def length(self) -> int | None:
-        """Items queued and not flushed, by the counter; ``None`` if the counter is gone."""
-        tail = self._store.incr(control_keys(self.namespace)[1], 0)
-        return None if tail is None else max(0, tail - self.head + 1)
+        """Items queued and not flushed, by the counter; ``None`` when the counter cannot
+        tell: it is gone, or the queue is not the one this flusher reads (the next flush
+        reports the gap).
+
+        The epoch is read with the counter because after a store restart the writers
+        re-create the queue, and its new tail stays below ``head`` for a while: by the
+        counter alone that queue looks empty, and the lost items would wait for the new
+        tail to pass the old head (forever, once the input stops).
+        """
+        if self.epoch is None:
+            return None
+        epoch, tail, _ = self._control()
+        if tail is None or self._check_control(epoch, tail) is not None:
+            return None
+        return max(0, tail - self.head + 1)
 
     def poll(self, batch_ended: bool = False) -> FlushResult | None:
         """Flush if the policy says so (or to report a lost counter); else ``None``.
@@ -303,9 +315,11 @@ class MrwqFlusher:
         tail = self._store.incr(tail_key, 0)
         if raw is None or tail is None:
             raise RuntimeError(f"{self.namespace}: store unavailable during resync")
-        start = self.gap.seq if self.gap is not None else self.head
+        epoch = raw.decode()
+        # A new epoch is a new queue (a store restart): everything in it so far is skipped.
+        start = 1 if epoch != self.epoch else (self.gap.seq if self.gap else self.head)
         skipped = range(start, tail + 1)
-        self.epoch = raw.decode()
+        self.epoch = epoch
         self.head = tail + 1
         self.gap = None
         self._missing = None
