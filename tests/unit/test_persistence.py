@@ -250,6 +250,37 @@ def test_a_poll_reports_a_store_restart_while_the_new_tail_is_below_the_head() -
     assert flusher.poll(batch_ended=True).durable_tuple_ids == ("t4",)  # type: ignore[union-attr]
 
 
+def test_resync_moves_to_a_new_epoch_so_the_position_never_vouches_for_a_skipped_item() -> None:
+    _, store, sink, writer, flusher = setup(gap_grace_s=0.0)
+    writer.append("t1", [("a", 1)])
+    writer.append("t2", [("b", 1)])
+    labelled = (writer.epoch, 2)  # what the lane reports for t2: its item's epoch and seq
+    del store.data["wc:item:1"]
+    assert flusher.flush().gap is not None
+    assert flusher.resync() == range(1, 3)
+    # head is past t2's item, which was never written: only the epoch tells them apart
+    assert flusher.head > labelled[1] and flusher.epoch != labelled[0]
+    writer.append("t3", [("c", 1)])
+    assert writer.epoch == flusher.epoch
+    assert flusher.flush().durable_tuple_ids == ("t3",)
+    assert set(sink.rows) == {"c"}
+
+
+def test_an_item_stored_under_the_old_epoch_after_a_resync_is_a_gap() -> None:
+    _, store, _, writer, flusher = setup(gap_grace_s=0.0)
+    writer.append("t1", [("a", 1)])
+    del store.data["wc:item:1"]
+    assert flusher.flush().gap is not None
+    old = writer.epoch
+    flusher.resync()
+    racing = MrwqWriter(store, "wc")
+    racing._epoch = lambda: old  # type: ignore[method-assign]  # read just before the resync
+    racing.append("t2", [("b", 1)])
+    result = flusher.flush()
+    assert result.gap is not None and result.gap.reason == "item from another queue epoch"
+    assert result.durable_tuple_ids == ()
+
+
 def test_a_lost_counter_rotates_the_epoch_and_is_reported() -> None:
     _, store, _, writer, flusher = setup()
     writer.append("t1", [("a", 1)])

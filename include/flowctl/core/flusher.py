@@ -304,30 +304,42 @@ class MrwqFlusher:
         _log.error("%s: %s", self.namespace, gap)
 
     def resync(self) -> range:
-        """After the replay from the durable checkpoint: start again at the queue's end.
+        """After the replay from the durable checkpoint: start again at the queue's end,
+        under a new epoch.
 
-        Adopts the store's current epoch (a new one if it has none), skips everything up
-        to the current tail (the replay re-produces it) and returns the skipped range.
+        Skips everything up to the current tail (the replay re-produces it) and returns the
+        skipped range. The new epoch is what keeps the skipped items from counting as
+        flushed: a replayed record is durable when its item's epoch is the flusher's and
+        ``head`` is past it (the durable ack), and ``head`` now passes items that were
+        never written to the sink. An item a writer stores under the old epoch after this
+        is a gap of its own.
         """
         epoch_key, tail_key, head_key = control_keys(self.namespace)
-        create_queue(self._store, self.namespace, self.new_token())
+        create_queue(self._store, self.namespace, self.new_token())  # a counter, after a restart
         raw = self._store.get_many([epoch_key]).get(epoch_key)
         tail = self._store.incr(tail_key, 0)
         if raw is None or tail is None:
             raise RuntimeError(f"{self.namespace}: store unavailable during resync")
-        epoch = raw.decode()
-        # A new epoch is a new queue (a store restart): everything in it so far is skipped.
-        start = 1 if epoch != self.epoch else (self.gap.seq if self.gap else self.head)
+        # Another epoch is another queue (the store restarted): all of it so far is skipped.
+        start = 1 if raw.decode() != self.epoch else (self.gap.seq if self.gap else self.head)
         skipped = range(start, tail + 1)
-        self.epoch = epoch
+        token = self.new_token()
+        if self._store.set_many({epoch_key: token.encode(), head_key: str(tail + 1).encode()}):
+            raise RuntimeError(f"{self.namespace}: could not store the new epoch during resync")
+        self.epoch = token
         self.head = tail + 1
         self.gap = None
         self._missing = None
         self._last_flush_at = self._clock.now()
-        self._store.set_many({head_key: str(self.head).encode()})
         if skipped:
             self._store.delete_many([item_key(self.namespace, s) for s in skipped])
-        _log.warning("%s: resynced at seq %d, skipped %s", self.namespace, self.head, skipped)
+        _log.warning(
+            "%s: resynced at seq %d under epoch %s, skipped %s",
+            self.namespace,
+            self.head,
+            token,
+            skipped,
+        )
         return skipped
 
     def snapshot(self) -> FlusherSnapshot:

@@ -234,7 +234,9 @@ class MrwqWriter:
 
     ``append_many([(tuple_id, [(key, value), ...]), ...])`` takes one block of sequence
     numbers for the whole call (one ``incr``) and stores every item (one ``set_many``). It
-    returns the sequence numbers used. If anything fails it raises
+    returns the sequence numbers used, and :attr:`epoch` is the epoch those items carry
+    (the tuples' durable ack compares it with the flusher's: reading the epoch key again
+    after the append could name a newer one). If anything fails it raises
     :class:`MrwqWriteError`: the caller must fail those tuples, never ack them.
     """
 
@@ -244,6 +246,7 @@ class MrwqWriter:
         self._store = store
         self.namespace = check_namespace(namespace)
         self.new_token = new_token
+        self.epoch: str | None = None
 
     def _epoch(self) -> str:
         epoch_key = control_keys(self.namespace)[0]
@@ -312,4 +315,5 @@ class MrwqWriter:
                 f"{self.namespace}: {len(failed)} of {len(mapping)} item(s) not stored "
                 f"(seq {first}..{last}); the flusher will report the gap"
             )
+        self.epoch = epoch
         return range(first, last + 1)

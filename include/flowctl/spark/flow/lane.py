@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.isolation import isolate, verdict
-from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result, read_epoch
+from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result
 from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, decode_envelope
 from flowctl.core.replay import encode_envelope as encode_routed
 from flowctl.core.spout_contract import LaneResult, Outcome
@@ -354,8 +354,9 @@ def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
         return
     flat = [(d, item) for d in items for item in (d.item, *d.nested)]
     try:
-        appended = MrwqWriter(store, ns).append_many([item for _, item in flat])  # type: ignore[misc]
-        epoch = read_epoch(store, ns)
+        writer = MrwqWriter(store, ns)
+        appended = writer.append_many([item for _, item in flat])  # type: ignore[misc]
+        epoch = writer.epoch
     except Exception as exc:
         for d in items:
             d.outcome, d.error = Outcome.FAILED, f"MRWQ write failed: {exc}"
