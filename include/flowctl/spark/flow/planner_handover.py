@@ -152,8 +152,9 @@ class HandoverPlanning:
 
     def _check_epoch(self, epoch: str | None) -> None:
         """An overlapped green does not run the flusher, so it never hears of a gap from
-        it; a new flusher epoch (memcached restarted) tells it items may be lost: it
-        rebuilds from the database, owning every range not durable (blue's included)."""
+        it; a new flusher epoch (memcached restarted, or blue's flusher resynced after a
+        gap) tells it items may be lost: it rebuilds from the database, owning every range
+        not durable (blue's included)."""
         seen, self._epoch = self._epoch, epoch or self._epoch
         if self.frontier is None or seen is None or epoch is None or epoch == seen:
             return
