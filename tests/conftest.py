@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 from collections.abc import Iterator
@@ -23,6 +24,13 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
 from flowctl.services.process import free_port
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """kafka-python's network thread is a daemon that outlives the session; what it logs
+    then (brokers the tests stopped) would be written to streams pytest has closed."""
+    logging.getLogger("kafka").setLevel(logging.CRITICAL + 1)
+
 
 POSTGRES_ENV = "FLOWCTL_TEST_POSTGRES_URL"
 POSTGRES_DEFAULT = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
