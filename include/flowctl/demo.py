@@ -23,6 +23,7 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.airflow import AirflowService, admin_password, airflow_bin, airflow_env
 from flowctl.services.base import ServiceError
+from flowctl.services.stopping import stop_topologies
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
@@ -195,33 +196,6 @@ def _close_stale_runs(settings: Settings, say: Say) -> None:
     note = "closed by `flowctl demo up`: Airflow had stopped while this run was open"
     for dag_id, run_id in close_runs(settings, wait_s=0.0, note=note):
         say(f"marked stale run {dag_id} / {run_id} failed")
-
-
-def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None:
-    """Send ``stop`` to every running topology and wait until they end."""
-    from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
-    from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
-
-    try:
-        plane = ControlPlane(settings.resolved_database_url)
-        plane.ensure_schema()
-    except Exception as exc:
-        say(f"control plane unreachable ({exc}); skipping clean topology stop")
-        return
-    running = []
-    for path in sorted(PIPELINES_DIR.glob("*.toml")):
-        name = load_pipeline_config(path).name
-        for topo in plane.topologies(name):
-            if topo.state not in TERMINAL_STATES:
-                plane.send_signal(topo.topology_id, "stop")
-                running.append(topo.topology_id)
-                say(f"sent stop to topology {topo.topology_id}")
-    deadline = time.monotonic() + timeout
-    while running and time.monotonic() < deadline:
-        running = [t for t in running if plane.get_topology(t).state not in TERMINAL_STATES]
-        time.sleep(1.0)
-    for topology_id in running:
-        say(f"topology {topology_id} did not stop within {timeout:.0f} s")
 
 
 def down(settings: Settings, say: Say = print) -> None:

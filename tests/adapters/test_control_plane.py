@@ -277,3 +277,20 @@ def test_registration_waits_for_a_silent_heartbeat_to_go_stale(plane: ControlPla
     _active(plane, "wc-blue-1")  # registered just now, never beats again (killed)
     assert plane.register_topology("wc-blue-2", "wordcount", "blue", 2).state == "STARTING"
     assert plane.get_topology("wc-blue-1").state == "ACTIVE"
+
+
+def test_live_topologies_are_the_beating_ones_of_every_pipeline(plane: ControlPlane) -> None:
+    _active(plane, "wc-blue-1")
+    plane.register_topology("logs-blue-1", "logetl", "blue", 2)
+    plane.heartbeat("logs-blue-1")  # STARTING and beating
+    plane.register_topology("clicks-blue-1", "clickstream", "blue", 2)
+    plane.heartbeat("clicks-blue-1")
+    plane.set_state("clicks-blue-1", "STOPPED")
+    t = schema.topologies
+    with plane.engine.begin() as conn:  # wc's driver was SIGKILLed a minute ago
+        conn.execute(
+            t.update()
+            .where(t.c.topology_id == "wc-blue-1")
+            .values(heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1))
+        )
+    assert [x.topology_id for x in plane.live_topologies()] == ["logs-blue-1"]

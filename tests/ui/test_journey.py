@@ -29,6 +29,7 @@ from flowctl.services import manager
 from flowctl.services.airflow import ADMIN_USER, AirflowService, admin_password
 from flowctl.services.airflow_runs import AirflowApi, close_runs
 from flowctl.services.process import free_port
+from flowctl.services.stopping import stop_topologies
 from tests.ui.browser import chromium
 
 pytestmark = [
@@ -254,7 +255,7 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         assert response.status == 401, response.text()
 
     # `flowctl demo down`'s first steps: no DAG run may stay open once Airflow stops.
-    demo.stop_topologies(platform, say=lambda _: None)
+    stop_topologies(platform, say=lambda _: None)
     close_runs(platform, wait_s=60.0, note="closed by the journey test's teardown")
     assert api.open_runs() == []
     if refused is not None:

@@ -337,6 +337,21 @@ class ControlPlane:
         )
         return [Topology(**row._mapping) for row in rows]
 
+    def live_topologies(self) -> list[Topology]:
+        """Every pipeline's topologies that are not in a terminal state and whose driver
+        beat within :data:`LIVE_HEARTBEAT_S` (a killed driver's row stays behind), oldest
+        first."""
+        t = schema.topologies
+        query = sa.select(t).where(t.c.state.not_in(TERMINAL_STATES)).order_by(t.c.created_at)
+        rows = self._tx("listing live topologies", lambda conn: conn.execute(query).all())
+        now = utcnow()
+        return [
+            Topology(**row._mapping)
+            for row in rows
+            if row.heartbeat_at is not None
+            and (now - row.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
+        ]
+
     # -- control signals --------------------------------------------------------------------
 
     def send_signal(self, topology_id: str, kind: str) -> int:

@@ -384,9 +384,14 @@ def all_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
 
 
 def down(layout: ClusterLayout) -> list[str]:
-    """Stop every process of the cluster, Airflow first; the databases stay."""
+    """Stop the live topologies by their ``stop`` signal, then every process of the cluster,
+    Airflow first; the databases stay."""
+    from flowctl.services.stopping import stop_topologies
+
     t0 = time.monotonic()
-    messages = [d.down() for d in reversed(all_daemons(layout))]
+    messages: list[str] = []
+    stop_topologies(layout.settings, messages.append, timeout=60.0)
+    messages += [d.down() for d in reversed(all_daemons(layout))]
     messages += manager.down(layout.settings)
     messages.append(f"cluster down in {time.monotonic() - t0:.1f} s")
     return messages
