@@ -56,7 +56,6 @@ __all__ = [
     "new_token",
     "parse_outcome_key",
     "queue_length",
-    "read_epoch",
 ]
 
 _log = logging.getLogger(__name__)
@@ -148,13 +147,6 @@ def head_key(ns: str) -> str:
 def item_key(ns: str, seq: int) -> str:
     """The key of the item with sequence number ``seq``."""
     return f"{ns}:item:{seq}"
-
-
-def read_epoch(store: Store, ns: str) -> str | None:
-    """The queue's current epoch token (``None``: no queue, e.g. after a store restart)."""
-    epoch_key = control_keys(ns)[0]
-    raw = store.get_many([epoch_key]).get(epoch_key)
-    return None if raw is None else raw.decode(errors="replace")
 
 
 def queue_length(store: Store, ns: str) -> int | None:
