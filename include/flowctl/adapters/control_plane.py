@@ -84,6 +84,11 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
+def _beating(heartbeat_at: dt.datetime | None, now: dt.datetime) -> bool:
+    """Whether a driver that last beat at ``heartbeat_at`` counts as alive at ``now``."""
+    return heartbeat_at is not None and (now - heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
+
+
 def _admission_conflict(conn: sa.Connection, pipeline: str, topology_id: str) -> str | None:
     """Why ``topology_id`` may not register now (a live ACTIVE twin), or None."""
     t, r = schema.topologies, schema.replacement_events
@@ -95,8 +100,7 @@ def _admission_conflict(conn: sa.Connection, pipeline: str, topology_id: str) ->
                 t.c.pipeline == pipeline, t.c.state == "ACTIVE"
             )
         )
-        if row.heartbeat_at is not None
-        and (now - row.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
+        if _beating(row.heartbeat_at, now)
     ]
     if not live:
         return None
@@ -302,12 +306,7 @@ class ControlPlane(MetricsWindowRows):
         query = sa.select(t).where(t.c.state.not_in(TERMINAL_STATES)).order_by(t.c.created_at)
         rows = self._tx("listing live topologies", lambda conn: conn.execute(query).all())
         now = utcnow()
-        return [
-            Topology(**row._mapping)
-            for row in rows
-            if row.heartbeat_at is not None
-            and (now - row.heartbeat_at).total_seconds() < LIVE_HEARTBEAT_S
-        ]
+        return [Topology(**row._mapping) for row in rows if _beating(row.heartbeat_at, now)]
 
     # -- control signals --------------------------------------------------------------------
 
