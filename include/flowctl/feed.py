@@ -35,12 +35,13 @@ def feed(settings: Settings, pipeline: str, rate: int, stop: threading.Event) ->
     from flowctl.pipelines.config import load_pipeline_config
     from flowctl.textgen import zipf_lines
 
-    topic = load_pipeline_config(pipeline).eden_topic
+    config = load_pipeline_config(pipeline)
+    topic = config.eden_topic
     seed = int(time.time())
     while not stop.is_set():
         started = time.monotonic()
         lines = zipf_lines(rate, seed=seed, vocab_seed=DEMO_SEED)
-        kafka_log.produce(settings.kafka_bootstrap, topic, lines)
+        kafka_log.produce(settings.kafka_bootstrap, topic, lines, compression=config.compression)
         seed += 1
         stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
 

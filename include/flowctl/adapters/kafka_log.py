@@ -21,15 +21,19 @@ import logging
 import sys
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
-from flowctl.adapters.retry import RetriesExhausted, retry_call
+# Producing lives in its own module; its names stay importable from here, where every
+# caller has always found them.
+from flowctl.adapters.kafka_produce import KafkaProduceError as KafkaProduceError
+from flowctl.adapters.kafka_produce import produce as produce
+from flowctl.adapters.retry import retry_call
 
 log = logging.getLogger(__name__)
 # kafka-python logs every connect, API-version probe and metadata refresh at INFO (about 50
@@ -48,12 +52,17 @@ class KafkaReadTimeout(TimeoutError):
     """An offset-range read made no progress for ``timeout_s``: the broker or range is bad."""
 
 
-class KafkaProduceError(RuntimeError):
-    """Records could not be produced after all retries."""
-
-
 class KafkaUnavailable(ConnectionError):
     """A health check found no Kafka broker answering, or a failed metadata request."""
+
+
+#: The isolation level of every consumer of the platform (lanes, the planner's end offsets,
+#: reconcile, ``flowctl stream counts``): records of aborted transactions never reach a
+#: definition, and a broker that implements transactions reports the last stable offset as
+#: the end. Transaction markers are offsets no consumer is handed: gaps in the log. The
+#: embedded Tansu does not report aborted ranges, so it hands aborted records over anyway
+#: (docs/flow-control.md, "What is read").
+ISOLATION_LEVEL = "read_committed"
 
 
 def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
@@ -62,6 +71,7 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "group_id": None,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
+        "isolation_level": ISOLATION_LEVEL,
         # A corrupted record batch is refused (CorruptRecordError), never counted; the
         # crc32c C extension (a dependency) keeps the check cheap (bench/crc.py).
         "check_crcs": True,
@@ -343,8 +353,12 @@ def _latest_offsets(
                     f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
                 )
             fetched = consumer.poll(timeout_ms=200, max_records=len(pending) * 64)
-            for tp in fetched:
-                if consumer.highwater(tp) is not None:
+            for tp in list(waiting):
+                # A fetch was parsed (its highwater is fresh) when it returned a record, or
+                # when the position moved past the seek without one: the partition's last
+                # record is a transaction marker, which no consumer is handed.
+                parsed = tp in fetched or consumer.position(tp) > ends[tp] - 1
+                if parsed and consumer.highwater(tp) is not None:
                     waiting.discard(tp)
         for tp in pending:
             result[tp] = consumer.highwater(tp)
@@ -407,118 +421,3 @@ def read_range(
                 f"for {timeout_s} s (stuck at offset {position}); is the broker up and is "
                 f"the range below the partition's latest offset?"
             )
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    values: Iterable[bytes | str | tuple[bytes | str, int]],
-    *,
-    on_progress: Callable[[int], None] | None = None,
-    progress_every: int = 10_000,
-    attempts: int = 6,
-) -> int:
-    """Produce ``values`` to ``topic`` and return how many were acknowledged.
-
-    Strings are UTF-8 encoded. Each record carries the producer's wall-clock
-    timestamp (end-to-end latency is measured from it), unless the value comes as
-    ``(value, timestamp_ms)``: a generator that simulates a feed over time
-    (clickstream's, whose lateness is judged by the arrival in the log) sets each
-    record's Kafka timestamp itself. Records are sent in
-    chunks of ``progress_every``; a chunk's failed sends are retried with
-    backoff up to ``attempts`` times, then :class:`KafkaProduceError` is raised
-    naming how many were lost so far. ``on_progress(count)`` is called after
-    every flushed chunk. Ends with a flush: when this returns, every record is
-    acknowledged.
-    """
-    if progress_every < 1:
-        raise ValueError(f"progress_every={progress_every!r} must be >= 1")
-    producer = retry_call(
-        lambda: KafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks=1,
-            # Idempotence needs acks=all; said explicitly, kafka-python does not warn
-            # "Idempotence will be disabled" at every producer.
-            enable_idempotence=False,
-            linger_ms=5,
-            batch_size=256 * 1024,
-            retries=3,
-        ),
-        what=f"connecting a producer to {bootstrap}",
-        retry_on=(KafkaError, OSError),
-    )
-    sent = 0
-    try:
-        chunk: list[tuple[bytes, int | None]] = []
-        for index, value in enumerate(values):
-            chunk.append(_timed(index, value))
-            if len(chunk) >= progress_every:
-                sent += _send_chunk(producer, topic, chunk, attempts)
-                chunk = []
-                if on_progress is not None:
-                    on_progress(sent)
-        if chunk:
-            sent += _send_chunk(producer, topic, chunk, attempts)
-            if on_progress is not None:
-                on_progress(sent)
-    finally:
-        producer.close()
-    return sent
-
-
-def _timed(index: int, value: object) -> tuple[bytes, int | None]:
-    """A value and its timestamp (``None``: stamp it when sent)."""
-    if isinstance(value, tuple):
-        if len(value) != 2 or isinstance(value[1], bool) or not isinstance(value[1], int):
-            raise TypeError(f"values[{index}]={value!r} must be (value, timestamp_ms: int)")
-        if value[1] < 0:
-            raise ValueError(f"values[{index}]: timestamp_ms={value[1]!r} must be >= 0")
-        return _as_bytes(index, value[0]), value[1]
-    return _as_bytes(index, value), None
-
-
-def _as_bytes(index: int, value: object) -> bytes:
-    """A record value as bytes; anything but text or bytes is refused (never ``bytes(5)``)."""
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"values[{index}]={value!r} must be bytes or str, not {type(value).__name__}")
-
-
-def _send_chunk(
-    producer: KafkaProducer, topic: str, chunk: list[tuple[bytes, int | None]], attempts: int
-) -> int:
-    """Send and flush ``chunk``; resend only the failed records (same timestamps), with backoff."""
-    todo = chunk
-
-    def attempt() -> None:
-        nonlocal todo
-        futures = [
-            (
-                (value, ts),
-                producer.send(
-                    topic, value=value, timestamp_ms=int(time.time() * 1000) if ts is None else ts
-                ),
-            )
-            for value, ts in todo
-        ]
-        producer.flush()
-        failed = [value for value, future in futures if future.failed()]
-        if failed:
-            errors = {repr(future.exception) for _, future in futures if future.failed()}
-            todo = failed
-            raise KafkaProduceError(
-                f"{len(failed)} of {len(futures)} records to {topic!r} failed: {sorted(errors)[:3]}"
-            )
-
-    try:
-        retry_call(
-            attempt,
-            what=f"producing {len(chunk)} records to {topic!r}",
-            retry_on=(KafkaProduceError, KafkaError),
-            attempts=attempts,
-        )
-    except RetriesExhausted as exc:
-        raise KafkaProduceError(f"{exc} ({len(todo)} of this chunk not acknowledged)") from exc
-    return len(chunk)

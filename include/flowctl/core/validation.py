@@ -95,6 +95,24 @@ def choice(field: str, value: Any, allowed: Sequence[T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
+#: The record-batch compression codecs a platform producer may write (``none``: uncompressed).
+#: Every one of them is also read, whoever wrote it: kafka-python decodes them with the
+#: codec libraries the project depends on (docs/flow-control.md, "What is read").
+COMPRESSION_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: The codec of a producer told none: what bench/codecs.py measured best for the flow job
+#: (bench/README.md, "Codecs").
+DEFAULT_COMPRESSION = "none"
+
+
+def compression(field: str, value: Any) -> str:
+    """A producer's codec name, one of :data:`COMPRESSION_CODECS` (text is stripped and
+    lower-cased: ``LZ4`` is ``lz4``); anything else names the field and the value."""
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name not in COMPRESSION_CODECS:
+        raise InvalidValue(field, value, f"must be one of {', '.join(COMPRESSION_CODECS)}")
+    return str(name)
+
+
 def integer_from_text(
     field: str, text: Any, *, lo: int | None = None, hi: int | None = None
 ) -> int:

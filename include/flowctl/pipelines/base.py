@@ -58,9 +58,20 @@ class PoisonRecord(ValueError):
         self.offset = offset
 
 
+#: A record's headers as Kafka carries them: ``(name, value)`` pairs in the producer's order,
+#: a name possibly repeated, a value possibly null. A tuple of tuples: immutable, picklable.
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
 @dataclass(frozen=True)
 class Record:
-    """One Kafka record as the lanes hand it to a pipeline."""
+    """One Kafka record as the lanes hand it to a pipeline, whoever produced it.
+
+    ``value`` is ``None`` for a tombstone (a record with a null value, the delete marker of
+    a compacted topic) and ``b""`` for an empty value: a definition chooses what each means
+    (skip it, or raise :class:`PoisonRecord` with a reason) and its ``reference`` must
+    agree. ``key`` and ``headers`` are as produced (``None`` and ``()`` when absent).
+    """
 
     topic: str
     partition: int
@@ -68,6 +79,22 @@ class Record:
     timestamp_ms: int | None
     value: bytes | None
     key: bytes | None = None
+    headers: Headers = ()
+
+    @classmethod
+    def of(cls, consumed: Any) -> Record:
+        """The record of a Kafka client's consumed record (kafka-python's ``ConsumerRecord``:
+        ``topic``, ``partition``, ``offset``, ``timestamp``, ``value``, ``key``,
+        ``headers``): the one place that copies its fields, for the lanes and reconcile."""
+        return cls(
+            consumed.topic,
+            consumed.partition,
+            consumed.offset,
+            consumed.timestamp,
+            consumed.value,
+            consumed.key,
+            tuple((name, value) for name, value in consumed.headers or ()),
+        )
 
 
 class PipelineDefinition(Protocol):

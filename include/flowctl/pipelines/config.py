@@ -20,7 +20,14 @@ from typing import Any
 
 from flowctl.config import PROJECT_ROOT
 from flowctl.core.sink_rules import SinkSpec, parse_sink
-from flowctl.core.validation import InvalidValue, choice, integer, number
+from flowctl.core.validation import (
+    DEFAULT_COMPRESSION,
+    InvalidValue,
+    choice,
+    compression,
+    integer,
+    number,
+)
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
 
 #: Where a bare pipeline name is looked up.
@@ -158,6 +165,9 @@ class PipelineConfig:
     #: The ``[params]`` section: the pipeline's own settings, handed to its definition
     #: module's ``configure(params)`` (see :meth:`pipeline_definition`).
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: ``topics.compression``: the codec the platform's producers write to this pipeline's
+    #: topics (ingest, the feed, the lanes' replay and DLQ records).
+    compression: str = DEFAULT_COMPRESSION
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -203,7 +213,7 @@ class PipelineConfig:
 
 _KNOWN = {
     "": {"name", "definition", "topics", "stream", "scaling", "flow", "sink", "params"},
-    "topics": {"eden", "partitions"},
+    "topics": {"eden", "partitions", "compression"},
     "stream": {
         "parallelism",
         "min_parallelism",
@@ -291,6 +301,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     if not isinstance(eden, str) or not _TOPIC.match(eden):
         raise fail("topics.eden", eden, "must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
     partitions = count(topics, "topics", "partitions", 4, 1)
+    codec = compression("topics.compression", topics.get("compression", DEFAULT_COMPRESSION))
     parallelism = count(stream, "stream", "parallelism", 2, 1)
     min_p = count(stream, "stream", "min_parallelism", 1, 1)
     max_p = count(stream, "stream", "max_parallelism", max(16, parallelism), 1)
@@ -322,6 +333,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         flow=flow,
         sink=sink,
         params=params,
+        compression=codec,
     )
 
 

@@ -45,6 +45,8 @@ log = logging.getLogger("flowctl.reconcile")
 
 #: Outcome classes of a record (see the module docstring).
 COUNTED, DLQ, PENDING, NOT_DURABLE = "counted", "dlq", "pending_replay", "not_durable"
+#: Offsets without a record (transaction markers, compaction): counted apart, never read.
+GAP = "gap"
 
 
 class ReconcileMismatch(AssertionError):
@@ -208,9 +210,14 @@ def _reference_of_chunks(
                 outcome = classify.outcome(r.offset)
                 tally[outcome] = tally.get(outcome, 0) + 1
                 if outcome == COUNTED:
-                    records.append(Record(r.topic, r.partition, r.offset, r.timestamp, r.value))
+                    records.append(Record.of(r))
                 elif outcome == DLQ and len(dlq) < 20:
                     dlq.append(f"{chunk.topic}/{chunk.partition}/{r.offset}")
+            # Offsets of the chunk no record came from: transaction markers, compacted-away
+            # records (docs/flow-control.md, "What is read"); nothing to count, but said.
+            gaps = chunk.end - chunk.start - sum(tally.values())
+            if gaps:
+                tally[GAP] = gaps
             yield "tally", tally
             yield "dlq", dlq
             if collect_records:

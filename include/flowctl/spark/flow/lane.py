@@ -122,7 +122,8 @@ class KafkaLaneIO:
     def produce(self, topic: str, values: Sequence[bytes]) -> None:
         from flowctl.adapters import kafka_log
 
-        kafka_log.produce(self.settings.bootstrap, topic, list(values))
+        codec = load_config(self.settings.config_path).compression
+        kafka_log.produce(self.settings.bootstrap, topic, list(values), compression=codec)
 
 
 def run_lane(
@@ -196,9 +197,7 @@ def process_tuples(
         elif isinstance(raw, Exception):
             done.append(TupleDone(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
         elif not entry.replay:
-            records = [
-                Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw
-            ]
+            records = [Record.of(r) for r in raw]
             done.append(eden_tuple(entry, records, process, backflow, started, combine))
         elif (t.topic, t.partition) in held:
             done.append(TupleDone(entry, Outcome.HELD, 0, 0.0, not_before=time.time()))
@@ -413,7 +412,7 @@ def warm_up(
         raw = io.read(part.entries)[entry.tuple.id]
         if isinstance(raw, Exception):
             raise raw
-        records = [Record(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key) for r in raw]
+        records = [Record.of(r) for r in raw]
         run_with_deadline(definition.process, records, timeout_s, part.lane)
     except Exception as exc:  # a poison record or a slow read: the warm-up did its job
         error = describe(exc)
