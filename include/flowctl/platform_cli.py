@@ -16,8 +16,10 @@ import sys
 from collections.abc import Callable
 
 from flowctl.core.validation import (
+    COMPRESSION_CODECS,
     InvalidValue,
     argparse_type,
+    compression,
     integer_from_text,
     number_from_text,
 )
@@ -82,6 +84,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --file: leave out empty lines (by default each is a record)",
     )
     ingest.add_argument("--seed", type=int, default=7, help="seed of the synthetic text (7)")
+    ingest.add_argument(
+        "--compression",
+        type=argparse_type(compression),
+        default=None,
+        help=f"codec of the record batches, one of {', '.join(COMPRESSION_CODECS)} "
+        "(default: the pipeline's topics.compression)",
+    )
     add_settings_arguments(ingest, nested=True)
     ingest.set_defaults(func=_ingest)
 
@@ -190,6 +199,7 @@ def _ingest(args: argparse.Namespace) -> int:
             seed=args.seed,
             path=args.file,
             skip_empty=args.skip_empty,
+            compression=args.compression,
         )
     except ValueError as exc:
         raise ServiceError(str(exc)) from None

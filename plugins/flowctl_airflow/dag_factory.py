@@ -44,8 +44,9 @@ from airflow.sdk import DAG, BaseOperator, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 from flowctl.core.validation import allowed_parallelisms
+from flowctl.ingest import INGEST_FIELDS, INGEST_PARAMS
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
-from flowctl_airflow.operators.ingest import SOURCES, IngestOperator
+from flowctl_airflow.operators.ingest import IngestOperator
 from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
 from flowctl_airflow.operators.rescale import DIRECTIONS, RescaleOperator
 from flowctl_airflow.operators.stream import COLOURS, FlowctlStreamOperator
@@ -107,58 +108,30 @@ def ingest_dag(config: PipelineConfig) -> DAG:
             f"Loads lines into `{config.eden_topic}`: `source=synthetic` generates "
             "`lines` lines of the pipeline's seeded demo data (the same seed gives the same "
             "lines); `source=file` loads the file at `path` (on the worker), one record per "
-            "line, the bytes as they are (`skip_empty` leaves out empty lines). The form can "
-            "be triggered as it is: synthetic data needs nothing else."
+            "line, the bytes as they are (`skip_empty` leaves out empty lines). `compression` "
+            "picks the record batches' codec (empty: the pipeline's `topics.compression`). "
+            "The form can be triggered as it is: synthetic data needs nothing else."
         ),
         max_active_runs=None,
         params={
-            "source": Param(
-                "synthetic",
-                type="string",
-                enum=list(SOURCES),
-                values_display={"synthetic": "synthetic demo data", "file": "a file"},
-                title="Source",
-                description="where the lines come from",
-            ),
-            "lines": Param(
-                100_000,
-                type="integer",
-                minimum=1,
-                title="Lines",
-                description="how many synthetic lines (source = synthetic)",
-                section="Synthetic data",
-            ),
-            "seed": Param(
-                7,
-                type="integer",
-                title="Seed",
-                description="the same seed gives the same lines (source = synthetic)",
-                section="Synthetic data",
-            ),
-            "path": Param(
-                None,
-                type=["null", "string"],
-                title="Path",
-                description="the file to load, on the worker (needed only for source = file)",
-                section="File",
-            ),
-            "skip_empty": Param(
-                False,
-                type="boolean",
-                title="Skip empty lines",
-                description="leave out empty lines (by default each line is a record)",
-                section="File",
-            ),
+            p.name: Param(
+                p.default,
+                title=p.title,
+                description=p.description,
+                **({"section": p.section} if p.section else {}),
+                **p.schema,
+            )
+            for p in INGEST_PARAMS
         },
     ) as dag:
         IngestOperator(
             task_id="produce",
             pipeline=config.name,
-            source="{{ params.source }}",
-            lines="{{ params.lines }}",
-            seed="{{ params.seed }}",
-            path="{{ params.path or '' }}",
-            skip_empty="{{ params.skip_empty }}",
+            # an empty form field (null) renders as '', which the request reads as unset
+            **{
+                name: f"{{{{ params.{name} if params.{name} is not none else '' }}}}"
+                for name in INGEST_FIELDS
+            },
         )
     return dag
 

@@ -1,0 +1,116 @@
+"""The topology over the log the world writes: librdkafka producers, every codec, transactions.
+
+One topology run (two cores: one run covers every case). Before it starts (backlog) and
+while it runs (live), librdkafka (confluent-kafka) writes into the wordcount copy's Eden:
+every codec (none, gzip, snappy, lz4, zstd), idempotent and not, keyed records with
+headers, tombstones and empty values among them, and committed transactions, whose
+markers are offsets without a record inside tuples and at the end of the log. The
+counts must be exact, the checkpoint must reach the log's end over the markers, and
+reconcile must find no difference, counting every record and naming the markers gaps.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowctl.adapters import kafka_log
+from flowctl.pipelines.wordcount import count_values
+from tests.librdkafka import CODECS, Rec, produce
+from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+NAME = "foreign"
+EDEN = f"{NAME}.eden"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A local Spark session for the reconcile batch."""
+    import os
+
+    from flowctl.spark.job import build_session
+
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
+    session = build_session("flowctl-test-foreign-reconcile")
+    session.sparkContext.setLogLevel("WARN")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _records(n: int, seed: int, tag: str) -> list[Rec]:
+    """Keyed lines with headers; every 9th a tombstone, every 13th an empty value."""
+    out = []
+    for i, line in enumerate(lines(n, seed, prefix=f"{tag} ")):
+        value = None if i % 9 == 4 else b"" if i % 13 == 6 else line.encode()
+        headers = (("producer", b"librdkafka"), ("seq", str(i).encode()), ("empty", None))
+        out.append(Rec(value, key=f"user-{i % 17}".encode(), headers=headers if i % 3 else ()))
+    return out
+
+
+def _write_round(bootstrap: str, seed: int) -> list[Rec]:
+    """Every codec, idempotent and not, then committed transactions of 15 records."""
+    written: list[Rec] = []
+    for c, codec in enumerate(CODECS):
+        for idempotent in (False, True):
+            batch = _records(120, seed + 10 * c + idempotent, f"{codec}{int(idempotent)}")
+            produce(bootstrap, EDEN, batch, compression=codec, idempotent=idempotent)
+            written += batch
+    txn = _records(150, seed + 99, "txn")
+    produce(
+        bootstrap,
+        EDEN,
+        txn,
+        compression="zstd",
+        transactional_id=f"flowctl-test-{secrets.token_hex(4)}",
+        per_transaction=15,
+    )
+    return written + txn
+
+
+def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
+    flow: Flow, tmp_path: Path, spark: Any
+) -> None:
+    from flowctl.spark.reconcile import COUNTED, GAP, describe, reconcile
+
+    config = flow_config(tmp_path, NAME, partitions=2, tuple_size=20)
+    bootstrap = flow.settings.kafka_bootstrap
+    kafka_log.ensure_topics(bootstrap, {EDEN: 2})
+    written = _write_round(bootstrap, seed=1)  # the backlog
+    expected = dict(count_values(r.value for r in written))
+    job = flow.submit(config, f"{NAME}-blue-1", 2)
+    wait_for(lambda: counted(flow, NAME) == expected, timeout_s=240, job=job, what="the backlog")
+    written += _write_round(bootstrap, seed=2)  # live
+    expected = dict(count_values(r.value for r in written))
+    wait_for(lambda: counted(flow, NAME) == expected, timeout_s=180, job=job, what="live records")
+    latest = kafka_log.latest_offsets(bootstrap, EDEN)
+    gaps = sum(latest.values()) - len(written)
+    assert gaps >= 20, latest  # two rounds of 10 transactions: a marker per partition touched
+    wait_for(
+        lambda: flow.plane.committed_offsets(NAME, EDEN) == latest,
+        timeout_s=60,
+        job=job,
+        what="the checkpoint at the log's end, over the trailing markers",
+    )
+    flow.stop(job, f"{NAME}-blue-1")
+    assert counted(flow, NAME) == expected
+    windows = flow.plane.metrics_windows(f"{NAME}-blue-1")
+    assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
+    report = reconcile(
+        spark,
+        pipeline_config=str(config),
+        database_url=flow.database_url,
+        bootstrap=bootstrap,
+        chunk_records=700,
+    )
+    text = describe(report)
+    assert report.ok, text
+    assert report.records == {COUNTED: len(written), GAP: gaps}, text
+    print(f"foreign producers: {len(written)} records in, {gaps} markers, reconcile: {text}")
