@@ -45,11 +45,23 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-def _records(n: int, seed: int, tag: str) -> list[Rec]:
-    """Keyed lines with headers; every 9th a tombstone, every 13th an empty value."""
+def _tag(n: int) -> str:
+    """A word of its own for record ``n`` (letters only): counted once per record."""
+    letters = ""
+    while True:
+        n, digit = divmod(n, 26)
+        letters += chr(ord("a") + digit)
+        if not n:
+            return f"rec{letters}"
+
+
+def _records(n: int, seed: int) -> list[Rec]:
+    """Keyed lines with headers, each with its tag word; every 9th a tombstone, every 13th
+    an empty value."""
     out = []
-    for i, line in enumerate(lines(n, seed, prefix=f"{tag} ")):
-        value = None if i % 9 == 4 else b"" if i % 13 == 6 else line.encode()
+    for i, line in enumerate(lines(n, seed)):
+        text = f"{line} {_tag(seed * 1000 + i)}"
+        value = None if i % 9 == 4 else b"" if i % 13 == 6 else text.encode()
         headers = (("producer", b"librdkafka"), ("seq", str(i).encode()), ("empty", None))
         out.append(Rec(value, key=f"user-{i % 17}".encode(), headers=headers if i % 3 else ()))
     return out
@@ -60,10 +72,10 @@ def _write_round(bootstrap: str, seed: int) -> list[Rec]:
     written: list[Rec] = []
     for c, codec in enumerate(CODECS):
         for idempotent in (False, True):
-            batch = _records(120, seed + 10 * c + idempotent, f"{codec}{int(idempotent)}")
+            batch = _records(120, 100 * seed + 10 * c + idempotent)
             produce(bootstrap, EDEN, batch, compression=codec, idempotent=idempotent)
             written += batch
-    txn = _records(150, seed + 99, "txn")
+    txn = _records(150, 100 * seed + 99)
     produce(
         bootstrap,
         EDEN,
@@ -100,7 +112,12 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
         what="the checkpoint at the log's end, over the trailing markers",
     )
     flow.stop(job, f"{NAME}-blue-1")
-    assert counted(flow, NAME) == expected
+    stored = counted(flow, NAME)
+    assert stored == expected
+    tags = [r.value.rsplit(b" ", 1)[1].decode() for r in written if r.value]
+    lost = sum(1 for t in tags if stored.get(t, 0) == 0)
+    duplicated = sum(stored.get(t, 0) - 1 for t in tags if stored.get(t, 0) > 1)
+    assert (lost, duplicated) == (0, 0)
     windows = flow.plane.metrics_windows(f"{NAME}-blue-1")
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
     report = reconcile(
@@ -113,4 +130,8 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     text = describe(report)
     assert report.ok, text
     assert report.records == {COUNTED: len(written), GAP: gaps}, text
-    print(f"foreign producers: {len(written)} records in, {gaps} markers, reconcile: {text}")
+    empty = len(written) - len(tags)
+    print(
+        f"foreign producers: {len(written)} records in ({empty} tombstones or empty), "
+        f"{len(tags)} tagged lines counted once each, {gaps} markers; {text}"
+    )

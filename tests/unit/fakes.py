@@ -119,6 +119,7 @@ class KafkaRecord(NamedTuple):
     timestamp: int | None
     value: bytes | None
     key: bytes | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
 
 
 class FakeLaneIO:
@@ -128,6 +129,8 @@ class FakeLaneIO:
         self.store = store if store is not None else DictStore()
         self.log: dict[tuple[str, int], list[bytes]] = {}
         self.stamps: dict[tuple[str, int], list[int | None]] = {}  # Kafka timestamps
+        #: each record's (key, headers) as a Kafka client yields them
+        self.extras: dict[tuple[str, int], list[tuple[bytes | None, list[Any] | None]]] = {}
         self.produced: dict[str, list[bytes]] = {}
         self.fail_reads: set[tuple[str, int]] = set()
         self.fail_produce = False
@@ -136,12 +139,15 @@ class FakeLaneIO:
         self,
         topic: str,
         partition: int,
-        values: Sequence[bytes],
+        values: Sequence[bytes | None],
         timestamps: Sequence[int | None] | None = None,
+        extras: Sequence[tuple[bytes | None, list[Any] | None]] | None = None,
     ) -> None:
-        self.log.setdefault((topic, partition), []).extend(values)
+        self.log.setdefault((topic, partition), []).extend(values)  # type: ignore[arg-type]
         stamps = list(timestamps) if timestamps is not None else [None] * len(values)
         self.stamps.setdefault((topic, partition), []).extend(stamps)
+        more = list(extras) if extras is not None else [(None, None)] * len(values)
+        self.extras.setdefault((topic, partition), []).extend(more)
 
     def read(self, entries: Sequence[Any]) -> dict[str, list[Any] | Exception]:
         out: dict[str, list[Any] | Exception] = {}
@@ -152,8 +158,9 @@ class FakeLaneIO:
                 continue
             values = self.log.get((t.topic, t.partition), [])
             stamps = self.stamps.get((t.topic, t.partition), [])
+            extras = self.extras.get((t.topic, t.partition), [])
             out[t.id] = [
-                KafkaRecord(t.topic, t.partition, o, stamps[o], values[o])
+                KafkaRecord(t.topic, t.partition, o, stamps[o], values[o], *extras[o])
                 for o in range(t.start, min(t.end, len(values)))
             ]
         return out

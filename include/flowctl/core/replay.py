@@ -23,9 +23,6 @@ read position reaching the end, kept per topic across swaps.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .backoff import BackoffPolicy
+from .envelope import Envelope, EnvelopeError, Headers, decode_envelope, encode_envelope
 
 __all__ = [
     "DLQ_SUFFIX",
@@ -59,7 +57,6 @@ DLQ_SUFFIX = ".dlq"
 
 _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 _MAX_TOPIC_LEN = 249  # Kafka's limit
-ENVELOPE_VERSION = 1
 MAX_ERROR_CHARS = 2000  # keeps a replayed record small even with a long traceback
 
 
@@ -139,139 +136,6 @@ class ReplayTopics:
         return (self.eden, self.replay_a, self.replay_b, self.dlq)
 
 
-# --- the envelope ---------------------------------------------------------------------------
-
-
-class EnvelopeError(ValueError):
-    """A replay-topic record is not a valid envelope; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A failed record on its way back: origin, payload, attempts, last error, not-before.
-
-    ``topic/partition/offset`` are the record's position in Eden (kept through every
-    replay, so the DLQ says where it came from). ``attempt`` counts failed processing
-    attempts so far. ``not_before`` is in the platform's shared time base (epoch seconds
-    in production: executors and driver compare it), before which it is not replayed.
-    ``timestamp_ms`` is the Eden record's Kafka timestamp (its arrival in the log), kept
-    because re-producing the record stamps it anew: a definition that judges records by
-    their arrival (clickstream's allowed lateness) must see the same time on every attempt.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    payload: bytes
-    attempt: int
-    error: str
-    not_before: float
-    key: bytes | None = None
-    timestamp_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.topic, str) or not self.topic:
-            raise EnvelopeError(
-                f"envelope field 'topic' must be a non-empty str, got {self.topic!r}"
-            )
-        for name, minimum in (("partition", 0), ("offset", 0), ("attempt", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise EnvelopeError(
-                    f"envelope field {name!r} must be an int >= {minimum}, got {value!r}"
-                )
-        if not isinstance(self.payload, bytes):
-            raise EnvelopeError(
-                f"envelope field 'payload' must be bytes, got {type(self.payload).__name__}"
-            )
-        if self.key is not None and not isinstance(self.key, bytes):
-            raise EnvelopeError(
-                f"envelope field 'key' must be bytes or None, got {type(self.key).__name__}"
-            )
-        if not isinstance(self.error, str):
-            raise EnvelopeError(f"envelope field 'error' must be a str, got {self.error!r}")
-        ts = self.timestamp_ms
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-            raise EnvelopeError(
-                f"envelope field 'timestamp_ms' must be an int >= 0 or None, got {ts!r}"
-            )
-        nb = self.not_before
-        if isinstance(nb, bool) or not isinstance(nb, int | float) or not math.isfinite(nb):
-            raise EnvelopeError(f"envelope field 'not_before' must be a finite number, got {nb!r}")
-
-    def eligible(self, now: float) -> bool:
-        """May this record be replayed at ``now``?"""
-        return now >= self.not_before
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON types only; bytes as base64 text; ``timestamp_ms`` only when known."""
-        data = {
-            "v": ENVELOPE_VERSION,
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "key": None if self.key is None else base64.b64encode(self.key).decode("ascii"),
-            "payload": base64.b64encode(self.payload).decode("ascii"),
-            "attempt": self.attempt,
-            "error": self.error,
-            "not_before": self.not_before,
-        }
-        if self.timestamp_ms is not None:
-            data["timestamp_ms"] = self.timestamp_ms
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Envelope:
-        if not isinstance(data, Mapping):
-            raise EnvelopeError(f"envelope must be a JSON object, got {type(data).__name__}")
-        fields = ("v", "topic", "partition", "offset", "payload", "attempt", "error", "not_before")
-        missing = [f for f in fields if f not in data]
-        if missing:
-            raise EnvelopeError(f"envelope is missing field(s) {missing}")
-        if data["v"] != ENVELOPE_VERSION:
-            raise EnvelopeError(f"envelope field 'v' must be {ENVELOPE_VERSION}, got {data['v']!r}")
-        return cls(
-            topic=data["topic"],
-            partition=data["partition"],
-            offset=data["offset"],
-            payload=_b64("payload", data["payload"]),
-            key=None if data.get("key") is None else _b64("key", data["key"]),
-            attempt=data["attempt"],
-            error=data["error"],
-            not_before=data["not_before"],
-            timestamp_ms=data.get("timestamp_ms"),  # absent in envelopes written before it
-        )
-
-
-def _b64(field: str, text: Any) -> bytes:
-    if not isinstance(text, str):
-        raise EnvelopeError(f"envelope field {field!r} must be base64 text, got {text!r}")
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise EnvelopeError(f"envelope field {field!r} is not valid base64: {text[:40]!r}") from exc
-
-
-def encode_envelope(envelope: Envelope) -> bytes:
-    """The record value written to a replay or DLQ topic: compact UTF-8 JSON."""
-    return json.dumps(envelope.to_dict(), separators=(",", ":"), allow_nan=False).encode()
-
-
-def decode_envelope(data: bytes) -> Envelope:
-    """Parse a replay-topic record value; :class:`EnvelopeError` names what is wrong."""
-    if not isinstance(data, bytes | bytearray):
-        raise EnvelopeError(f"envelope must be bytes, got {type(data).__name__}")
-    try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EnvelopeError(f"envelope is not UTF-8 JSON: {exc}") from exc
-    except RecursionError:
-        raise EnvelopeError(
-            f"envelope is nested too deeply to be JSON of an envelope ({len(data)} bytes)"
-        ) from None
-    return Envelope.from_dict(parsed)
-
-
 # --- backflow ---------------------------------------------------------------------------------
 
 
@@ -319,6 +183,7 @@ class Backflow:
                 now,
                 base.key,
                 base.timestamp_ms,
+                base.headers,
             )
             return Routed(self.topics.dlq, dead, True)
         again = Envelope(
@@ -331,6 +196,7 @@ class Backflow:
             now + wait,
             base.key,
             base.timestamp_ms,
+            base.headers,
         )
         return Routed(from_topic, again, False)
 
@@ -339,20 +205,22 @@ class Backflow:
         *,
         partition: int,
         offset: int,
-        payload: bytes,
+        payload: bytes | None,
         key: bytes | None,
         error: str,
         now: float,
         from_topic: str,
         timestamp_ms: int | None = None,
+        headers: Headers = (),
     ) -> Routed:
         """A record read from Eden failed or timed out: its first failed attempt.
 
-        ``timestamp_ms``: the record's Kafka timestamp, carried to every replay.
+        ``timestamp_ms``, ``headers``: the record's own, carried to every replay
+        (``payload`` ``None``: a tombstone).
         """
         _check_time("now", now)
         first = Envelope(
-            self.topics.eden, partition, offset, payload, 1, error, now, key, timestamp_ms
+            self.topics.eden, partition, offset, payload, 1, error, now, key, timestamp_ms, headers
         )
         return self._route(first, error, now, from_topic)
 
@@ -371,6 +239,7 @@ class Backflow:
             now,
             envelope.key,
             envelope.timestamp_ms,
+            envelope.headers,
         )
         return self._route(counted, error, now, from_topic)
 

@@ -311,7 +311,9 @@ def replay_record(
         time.sleep(wait)
     original = TupleRange(env.topic, env.partition, env.offset, env.offset + 1)
     # the original arrival time: a re-produced record carries a new Kafka timestamp
-    record = Record(env.topic, env.partition, env.offset, env.timestamp_ms, env.payload, env.key)
+    record = Record(
+        env.topic, env.partition, env.offset, env.timestamp_ms, env.payload, env.key, env.headers
+    )
     try:
         result = process([record])
     except Exception as exc:

@@ -65,10 +65,19 @@ def route_isolated(
     routed: list[Routed] = []
     for route in verdict.routes:
         r = records[route.index]
-        payload = r.value if r.value is not None else b""
+        payload = r.value  # None for a tombstone: it stays one in the DLQ and on replay
         if route.dead:
             dead = Envelope(
-                topic, r.partition, r.offset, payload, 1, route.reason, now, r.key, _stamp(r)
+                topic,
+                r.partition,
+                r.offset,
+                payload,
+                1,
+                route.reason,
+                now,
+                r.key,
+                _stamp(r),
+                r.headers,
             )
             routed.append(Routed(backflow.topics.dlq, dead, True))
             continue
@@ -82,6 +91,7 @@ def route_isolated(
                 now=now,
                 from_topic=from_topic,
                 timestamp_ms=_stamp(r),
+                headers=r.headers,
             )
         )
     return routed
@@ -109,6 +119,7 @@ def route_replay_failure(
             now,
             env.key,
             env.timestamp_ms,
+            env.headers,
         )
         routed = Routed(backflow.topics.dlq, dead, True)
     else:
