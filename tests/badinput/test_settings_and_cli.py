@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from flowctl import cli
 from flowctl.config import ConfigError, Settings
+from flowctl.core.validation import COMPRESSION_CODECS
 from flowctl.ingest import MAX_SYNTHETIC_LINES
 from flowctl.pipelines.config import PIPELINES_DIR
 from flowctl.services import manager
@@ -185,6 +186,28 @@ def test_ingest_with_a_non_integer_count_exits_2_naming_the_flag(
     if _integer(value) is not None:
         return
     _exits_2_naming(capsys, ["ingest", f"--home={home}", f"{flag}={value}"], flag, repr(value))
+
+
+@PROPERTY
+@given(value=argv_text)
+def test_ingest_with_an_unknown_codec_exits_2_naming_the_flag_and_value(
+    capsys: pytest.CaptureFixture[str], home: str, value: str
+) -> None:
+    if value.strip().lower() in COMPRESSION_CODECS:
+        return
+    _exits_2_naming(capsys, ["ingest", f"--home={home}", f"--compression={value}"],
+                    "--compression", repr(value))  # fmt: skip
+
+
+def test_an_ingest_request_with_an_unknown_codec_names_the_field_and_value() -> None:
+    from flowctl.ingest import IngestRequest
+
+    assert IngestRequest.parse(pipeline="wordcount", compression=" LZ4").compression == "lz4"
+    assert IngestRequest.parse(pipeline="wordcount", compression="").compression is None
+    with pytest.raises(ValueError, match=r"^compression='brotli' must be one of none, gzip"):
+        IngestRequest.parse(pipeline="wordcount", compression="brotli")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['codec'\]"):
+        IngestRequest.parse(pipeline="wordcount", codec="lz4")
 
 
 @PROPERTY

@@ -115,3 +115,28 @@ def test_every_form_field_of_every_dag_has_a_title_and_a_description() -> None:
             param = dag.params.get_param(name)
             assert param.schema.get("title"), (dag_id, name)
             assert param.description, (dag_id, name)
+
+
+def test_the_ingest_form_and_operator_come_from_one_definition_and_pass_compression() -> None:
+    """INGEST_PARAMS is the one spelling of the ingest parameters: the form's entries, the
+    operator's templated fields, and a chosen codec reaching the request (an untouched
+    form's null: the pipeline's topics.compression)."""
+    from flowctl.ingest import INGEST_FIELDS, INGEST_PARAMS, IngestRequest
+
+    dag = _dags()["ingest_wordcount"]
+    assert list(dag.params) == list(INGEST_FIELDS)
+    for p in INGEST_PARAMS:
+        assert dag.params.get_param(p.name).value == p.default, p.name
+    (task,) = dag.tasks
+    assert tuple(task.template_fields) == ("pipeline", *INGEST_FIELDS)
+    for form, wanted in ((None, None), ("zstd", "zstd")):
+        params = copy.deepcopy(dag.params)
+        params.update({"compression": form})
+        resolved = params.validate()
+        # what the operator's template renders: the value, or '' for a null
+        rendered = {k: "" if v is None else str(v) for k, v in resolved.items()}
+        request = IngestRequest.parse(pipeline="wordcount", **rendered)
+        assert request.compression == wanted
+    params = copy.deepcopy(dag.params)
+    with pytest.raises(ValueError, match="'brotli' is not one of"):
+        params.update({"compression": "brotli"})

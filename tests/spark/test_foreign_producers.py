@@ -11,6 +11,7 @@ reconcile must find no difference, counting every record and naming the markers 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +30,10 @@ NAME = "foreign"
 EDEN = f"{NAME}.eden"
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """A local Spark session for the reconcile batch."""
+@contextlib.contextmanager
+def _spark() -> Iterator[Any]:
+    """A local Spark session for the reconcile batch, started once the topology has
+    stopped (two JVMs at once would share the machine's two cores)."""
     import os
 
     from flowctl.spark.job import build_session
@@ -88,7 +90,7 @@ def _write_round(bootstrap: str, seed: int) -> list[Rec]:
 
 
 def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
-    flow: Flow, tmp_path: Path, spark: Any
+    flow: Flow, tmp_path: Path
 ) -> None:
     from flowctl.spark.reconcile import COUNTED, GAP, describe, reconcile
 
@@ -120,13 +122,14 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     assert (lost, duplicated) == (0, 0)
     windows = flow.plane.metrics_windows(f"{NAME}-blue-1")
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
-    report = reconcile(
-        spark,
-        pipeline_config=str(config),
-        database_url=flow.database_url,
-        bootstrap=bootstrap,
-        chunk_records=700,
-    )
+    with _spark() as spark:
+        report = reconcile(
+            spark,
+            pipeline_config=str(config),
+            database_url=flow.database_url,
+            bootstrap=bootstrap,
+            chunk_records=700,
+        )
     text = describe(report)
     assert report.ok, text
     assert report.records == {COUNTED: len(written), GAP: gaps}, text
