@@ -13,6 +13,11 @@ whose quirks shape this module:
   ``assign`` + ``seek`` and no group.
 - CreatePartitions is unsupported: :func:`ensure_topics` creates missing topics
   and reports (never changes) the partition count of existing ones.
+
+Every consumer here reads committed records only (:data:`ISOLATION_LEVEL`), whoever
+wrote the log; offsets without a record (transaction markers, compaction) are gaps
+that :func:`read_range` and :func:`latest_offsets` move over. Producing is
+:mod:`flowctl.adapters.kafka_produce` (its names are importable from here too).
 """
 
 from __future__ import annotations
@@ -259,7 +264,8 @@ def latest_offsets(
 
     ``end_offsets()`` is only a lower bound on Tansu, so for each non-empty
     partition this seeks to ``end_offsets - 1``, polls until every such
-    partition returned a record, and reads ``highwater``. Raises
+    partition returned a record (or moved past its last offset, a transaction marker:
+    no record to return), and reads ``highwater``. Raises
     :class:`KafkaReadTimeout` if that takes longer than ``timeout_s``.
     A consumer passed in is reassigned (its previous assignment is dropped).
 
