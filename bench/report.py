@@ -25,6 +25,7 @@ EXPERIMENTS = (
     "autoscale_live",
     "poison",
     "crc",
+    "codecs",
     "cluster",
 )
 
