@@ -5,7 +5,8 @@ A record's value is one click event, a JSON object::
     {"user": "u0042", "page": "/products", "ts": "2026-01-01T00:00:12.345+00:00"}
 
 ``ts`` is the event time (when the user clicked, ISO 8601 with a zone); other fields are
-ignored. Windows are tumbling, ``window_s`` long (60 s: per minute), aligned on the epoch,
+ignored; a tombstone (no value) or an empty value is not a click event: it goes to the DLQ
+with its reason. Windows are tumbling, ``window_s`` long (60 s: per minute), aligned on the epoch,
 and by *event time*: a click belongs to the window ``[start, start + window_s)`` holding
 ``ts``, whenever it reaches the log.
 

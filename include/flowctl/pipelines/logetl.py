@@ -14,7 +14,9 @@ whose reason names the field and the value (``bad timestamp '32/Foo/2020:...'``)
 no retry can fix a malformed line, so the topology sends it to the DLQ at
 once, where an operator can read why. Parsing never raises anything else, for
 any bytes (a property test holds it to that), so a malformed line can never be
-mistaken for a transient failure and retried ``max_attempts`` times.
+mistaken for a transient failure and retried ``max_attempts`` times. A record
+without a value (a tombstone) is not a log line either (``empty record (no
+value)``), nor is an empty value (``empty line``): both go to the DLQ as read.
 
 Enrichment, computed once here so every consumer of ``log_events`` agrees:
 
