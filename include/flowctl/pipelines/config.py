@@ -254,13 +254,17 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise PipelineConfigError(f"{path}: not valid TOML: {exc}") from exc
+        raise PipelineConfigError(f"pipeline config {path}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
-        raise PipelineConfigError(f"{path}: not valid TOML (not UTF-8): {exc}") from None
+        raise PipelineConfigError(
+            f"pipeline config {path}: not valid TOML (not UTF-8): {exc}"
+        ) from None
+    except OSError as exc:  # a file that cannot be read (permissions, a special file)
+        raise PipelineConfigError(f"pipeline config {path}: cannot be read: {exc}") from None
     try:
         return _parse(raw, path)
     except InvalidValue as exc:  # every check below names the field and the value
-        raise PipelineConfigError(f"{path}: {exc}") from None
+        raise PipelineConfigError(f"pipeline config {path}: {exc}") from None
 
 
 def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
