@@ -28,19 +28,19 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowctl.adapters import kafka_log
-from flowctl.adapters.control_plane import ControlPlane
-from flowctl.config import PROJECT_ROOT, Settings
-from flowctl.pipelines.derive import derive_config
-from flowctl.services import manager
-from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port, process_tree
-from flowctl.spark.submit import (
+from bench.lib.derive import derive_config
+from bench.lib.submit import (
     VENV_BIN,
     LocalJob,
     job_env,
     submit_stream,
 )
+from flowctl.adapters import kafka_log
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.services import manager
+from flowctl.services.base import PortInUseError
+from flowctl.services.process import free_port, process_tree
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -287,7 +287,7 @@ def submit_from_tree(
 ) -> Job:
     """``spark-submit`` ``tree``'s word-count stream job, ``tree``'s package first on the
     driver's and the workers' path (they inherit the environment)."""
-    from flowctl.spark.submit import spark_submit
+    from bench.lib.submit import spark_submit
 
     paths = {"PYTHONPATH": f"{tree / 'include'}:{tree}"}
     args = ["--pipeline-config", str(config), "--topology-id", topology_id]
@@ -558,7 +558,7 @@ def drain_run(
     not apply: its settings are the ones it shipped with), on a database of its own (the
     same broker and memcached).
     """
-    from flowctl.spark.rate_lines import rate_topic
+    from bench.lib.rate_lines import rate_topic
 
     name = unique_name(label)
     settings = dict(stream or {})
@@ -608,7 +608,8 @@ def job_python_processes(job: Job) -> dict[str, int]:
     for pid in reversed(process_tree(job.process.pid)):
         with contextlib.suppress(OSError):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if "spark_jobs/" in cmd and "python" in cmd and "java" not in cmd.split()[0]:
+            is_script = "spark_jobs/" in cmd or "bench/jobs/" in cmd  # stream or baseline job
+            if is_script and "python" in cmd and "java" not in cmd.split()[0]:
                 found.setdefault("driver", pid)
             elif "streaming_source_runner" in cmd:
                 found.setdefault("planner", pid)
@@ -624,6 +625,7 @@ CPU_ROLES: tuple[tuple[str, str], ...] = (
     ("streaming_source_runner", "planner (source runner)"),
     ("SparkSubmit", "driver (JVM)"),  # before the script's path, which its command line holds
     ("spark_jobs/", "driver (Python)"),
+    ("bench/jobs/", "driver (Python)"),  # the baseline job
     ("tansu", "broker (Tansu)"),
     ("memcached", "memcached"),
     ("py-spy", "profiler"),

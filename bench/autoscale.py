@@ -20,7 +20,7 @@ the DAG's cooldown also holds the paper policy.
 Stable: from some window on, to the end of the run, capacity >= arrival (no failures,
 no growing backlog). Metric: decisions (applied changes) after the step until stable.
 
-    .venv/bin/python bench/autoscale.py [--windows 60] [--step 4] [--lane-rate 1700]
+    .venv/bin/python -m bench.autoscale [--windows 60] [--step 4] [--lane-rate 1700]
 
 Repeated over ``--repeats`` noise seeds (the spread of decisions per policy). Writes
 bench/results/autoscale.json and autoscale.png; exits 1 if the target (adaptive stable
@@ -36,10 +36,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, pyplot, ratio, save_figure, write_result
-
+from bench._common import RESULTS, pyplot, ratio, save_figure, write_result
+from bench.lib.autoscaler import Autoscaler
 from flowctl.core.adaptive_scaling import AdaptiveConfig
-from flowctl.core.autoscaler import Autoscaler
 from flowctl.core.clock import FakeClock
 from flowctl.core.scaling import WindowStats
 from flowctl.pipelines.config import load_pipeline_config

@@ -23,7 +23,7 @@ a new level every ``--noise-every`` s). Figures per policy:
   ``cooldown_s`` + one metrics window of its replacement finishing (target, adaptive: 0);
 - ``exact``: stored word counts equal the produced lines' counts after the drain.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/autoscale_live.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.autoscale_live \\
         [--rate 800] [--noisy-minutes 30] [--policies paper,adaptive]
 
 Writes bench/results/autoscale_live.json; exits 1 if the adaptive policy misses a target.
@@ -44,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     BENCH,
     RESULTS,
     Job,
@@ -60,7 +60,6 @@ from _common import (
     unique_name,
     write_result,
 )
-
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.config import load_pipeline_config
@@ -69,7 +68,7 @@ from flowctl.textgen import zipf_lines
 
 sys.path.insert(0, str(PROJECT_ROOT / "plugins"))  # as Airflow loads its plugins folder
 
-from flowctl_airflow.operators.direct_replace import DirectReplace, standby_args
+from bench.lib.direct_replace import DirectReplace, standby_args
 from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
 
 #: The sensor's ``metrics_window_s``-long windows; short so a run sees many decisions.

@@ -14,7 +14,7 @@ Then the replacement pause on the cluster: ``bench/replacement.py``'s two method
 per worker each, so they run side by side). The lane slowdown of replacement.py is not
 injected: its environment reaches only Python workers the driver starts.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/cluster.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.cluster \\
         [--records 200000] [--lanes 2] [--rounds 2] [--rate 2500] [--seconds 90]
 
 Writes bench/results/cluster.json: records/s after the first batch, the ratio cluster /
@@ -34,9 +34,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import drain_run, platform_up, produce, random_lines, ratio, unique_name, write_result
-from replacement import one_method
-
+from bench._common import (
+    drain_run,
+    platform_up,
+    produce,
+    random_lines,
+    ratio,
+    unique_name,
+    write_result,
+)
+from bench.replacement import one_method
 from flowctl.services.cluster import ClusterDaemon, ship_code, spark_daemons
 from flowctl.services.cluster_layout import ClusterLayout
 from flowctl.services.process import free_port

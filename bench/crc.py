@@ -11,7 +11,7 @@ no database) then reads all of it three ways, each ``--rounds`` times in turn:
 - ``checked``: ``check_crcs=True`` with the C extension (what flowctl ships);
 - ``checked-pure-python``: ``check_crcs=True`` with kafka-python's pure-Python CRC.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/crc.py [--records 300000]
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.crc [--records 300000]
 
 Writes bench/results/crc.json; exits 1 if the shipped reader is below 0.9x the
 unchecked one (the check must cost little) or the C extension is not in use.
@@ -25,7 +25,7 @@ import statistics
 import sys
 from collections.abc import Iterator
 
-from _common import (
+from bench._common import (
     platform_up,
     produce,
     random_lines,

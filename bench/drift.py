@@ -21,7 +21,7 @@ metrics windows):
 - ``rate_after / rate_before``: records/s made durable over ``--after`` seconds after the
   slowdown vs ``--before`` seconds before it (target >= 0.9).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/drift.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.drift \\
         [--records 450000] [--ms-per-record 0.5] [--slow-factor 4] [--slow 30]
 
 Writes bench/results/drift.json; exits 1 if ``current`` misses a target.
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     BENCH,
     Job,
     Platform,
@@ -53,7 +53,6 @@ from _common import (
     unique_name,
     write_result,
 )
-
 from flowctl.config import PROJECT_ROOT
 
 RULES: dict[str, dict[str, object]] = {

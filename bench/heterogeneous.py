@@ -13,7 +13,7 @@ each job drains all of it under a pipeline of its own:
 
 Metric: records/s made durable after the first micro-batch.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/heterogeneous.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.heterogeneous \
         [--records 60000] [--lanes 2] [--ms-per-record 0.2] [--slow-factor 4]
 
 Writes bench/results/heterogeneous.json and heterogeneous.png; exits 1 if the target
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     BENCH,
     RESULTS,
     drain_run,
@@ -41,7 +41,6 @@ from _common import (
     unique_name,
     write_result,
 )
-
 from flowctl.config import PROJECT_ROOT
 
 TARGET = 1.3

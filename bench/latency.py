@@ -8,7 +8,7 @@ offsets, polled every 50 ms by the same code for both jobs). Each job first
 clears a small warm-up (its 4-7 s first micro-batch is not measured), then the
 same number of lines at the same rate is produced for it.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/latency.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.latency \
         [--rate 2000] [--seconds 40] [--lanes 2]
 
 Writes bench/results/latency.json and latency.png; exits 1 if a target is missed
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
     OffsetLatency,
     Platform,
@@ -45,7 +45,6 @@ from _common import (
     unique_name,
     write_result,
 )
-
 from flowctl.adapters import kafka_log
 from flowctl.textgen import zipf_lines
 

@@ -19,7 +19,7 @@ admit what the lanes finish within ``latency_target_s``, while the baseline admi
 fixed ``max_records_per_batch`` whatever the lanes' speed. Each curve is reported per
 ``--window`` seconds of durable time (p50, p99, records).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/overload.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.overload \
         [--seconds 120] [--lanes 2] [--ms 0.5] [--overload 2]
 
 Writes bench/results/overload.json and overload.png; exits 1 if the target is missed:
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     BENCH,
     RESULTS,
     OffsetLatency,
@@ -57,8 +57,7 @@ from _common import (
     unique_name,
     write_result,
 )
-from latency import WARMUP, timestamped_lines
-
+from bench.latency import WARMUP, timestamped_lines
 from flowctl.adapters import kafka_log
 from flowctl.config import PROJECT_ROOT
 

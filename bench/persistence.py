@@ -17,7 +17,7 @@ default) <= 0.2x the direct writes'. The durable latency (send -> offset durable
 database) is bounded by the database for both and is reported, not targeted: its p99 in
 the last window and its slope over time (ms per s, least squares).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/persistence.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.persistence \
         [--ms-per-row 2] [--rate 1500] [--seconds 120] [--lanes 2]
 
 Writes bench/results/persistence.json and persistence.png; exits 1 if the target is
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _common import BENCH, RESULTS, percentile, platform_up, ratio, write_result
-from latency import for_json, measure, plot_latency
 
+from bench._common import BENCH, RESULTS, percentile, platform_up, ratio, write_result
+from bench.latency import for_json, measure, plot_latency
 from flowctl.config import PROJECT_ROOT
 
 TARGET = 0.2

@@ -19,7 +19,7 @@ Both run in the same invocation on one platform: this tree (``candidate``, or th
 with ``git archive`` into a temporary directory and run from there (its
 ``spark_jobs/stream.py``, its package first on ``PYTHONPATH``).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/poison.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.poison \\
         [--rate 300] [--before 40] [--storm 30] [--after 30] [--lanes 2]
 
 Writes bench/results/poison.json and poison.png; exits 1 if the candidate misses a target.
@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _common import (
+
+from bench._common import (
     RESULTS,
     Job,
     Platform,
@@ -53,11 +54,10 @@ from _common import (
     unique_name,
     write_result,
 )
-
+from bench.lib.submit import spark_submit
 from flowctl import loggen
 from flowctl.adapters import kafka_log, schema
 from flowctl.config import PROJECT_ROOT
-from flowctl.spark.submit import spark_submit
 
 BASE = "3b2f8e8"
 WARMUP = 500

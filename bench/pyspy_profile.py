@@ -7,7 +7,7 @@ Python and JVM, broker, memcached, other: ``/proc``, no profiler running), then 
 its Python driver and its Spark Python workers with py-spy for ``--seconds``. Give it
 enough ``--records`` to last both (the job drains them at tens of thousands per second).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/pyspy_profile.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.pyspy_profile \
         [--lanes 4] [--records 900000]
 
 Writes bench/results/profile.json (CPU shares; top frames per process, by own time and
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
     Job,
     cpu_shares,

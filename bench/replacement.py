@@ -38,7 +38,7 @@ Figures of every run (all in the JSON; the summary holds the medians):
   spark-submit``) and, from a 0.1 s watch of the control plane, when each state was
   first seen (s after the decision).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/replacement.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.replacement \\
         [--runs 5] [--methods overlap,sequential,stop_restart] [--rate 2500] \\
         [--standby warm|cold]
 
@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     BENCH,
     RESULTS,
     Job,
@@ -77,7 +77,6 @@ from _common import (
     unique_name,
     write_result,
 )
-
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.wordcount import count_words

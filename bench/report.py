@@ -1,6 +1,6 @@
 """Print the markdown table of the latest results (bench/results/<experiment>.json).
 
-    .venv/bin/python bench/report.py
+    .venv/bin/python -m bench.report
 
 One row per experiment: candidate vs baseline value, ratio, target, met or not, date and
 the command that produced it. Experiments without a result file are listed as not yet
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _common import RESULTS
+from bench._common import RESULTS
 
 EXPERIMENTS = (
     "throughput",

@@ -8,7 +8,7 @@ continuous (Storm-like) and micro-batch (Spark-like) modes; prints a table,
 and writes bench/results/simulate.json and bench/results/simulate.png (each
 lane's window over time, and throughput over time per policy).
 
-    .venv/bin/python bench/simulate.py [--lanes 4] [--slow-factor 4] [--tuples 4000]
+    .venv/bin/python -m bench.simulate [--lanes 4] [--slow-factor 4] [--tuples 4000]
         [--modes continuous,microbatch] [--scenarios heterogeneous,...] [--seed 1]
 
 Everything is simulated time: the numbers do not depend on this machine.

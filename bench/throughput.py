@@ -8,9 +8,9 @@ results), so every candidate sees the same data in the same run:
 - ``flow``: the flow-controlled topology (``spark_jobs/wordcount_stream.py``, the
   shipped ``[flow]`` settings);
 - ``baseline``: plain Structured Streaming with direct writes
-  (``spark_jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
+  (``bench/jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
 - ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
-  source instead of Kafka (``--source rate``, :mod:`flowctl.spark.rate_lines`): Spark's
+  source instead of Kafka (``--source rate``, :mod:`bench.lib.rate_lines`): Spark's
   per-batch machinery plus the word-count sink, no Kafka; its first ``--records``
   generated records are timed;
 - ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC checks
@@ -26,7 +26,7 @@ count: the flow job vs each ceiling, the planner's cost per micro-batch (the dri
 log's "planning per batch" lines: p50, p99 and max in ms, and by phase) and each Spark
 run's last "Spark micro-batches ... ms p50/p99" line (where a batch's time goes).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/throughput.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.throughput \
         [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8]
 
 Writes bench/results/throughput.json and throughput.png; exits 1 if the target
@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (
+from bench._common import (
     RESULTS,
     drain_run,
     export_tree,

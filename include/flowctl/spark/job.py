@@ -12,8 +12,8 @@
   of "Signals and states" (``--standby`` -> READY, ``activate``,
   ``deactivate``/``drain`` -> DRAINING -> DRAINED, ``stop``);
 - :class:`StreamJob` when it is ``plain``: the word count straight from the records into
-  the database in ``foreachBatch`` (no windows, no MRWQ); the baseline job of
-  :mod:`flowctl.spark.baseline` builds on it.
+  the database in ``foreachBatch`` (no windows, no MRWQ); the benchmarks' baseline job
+  (``bench/lib/baseline.py``) builds on it.
 
 Either way the job loads the pipeline config, ensures the schema and topics, registers
 the topology (STARTING), starts the query, loops (heartbeat, signals, progress lines)
