@@ -15,6 +15,8 @@ import shlex
 import sys
 from collections.abc import Callable
 
+from flowctl.cli_settings import add_settings_arguments, settings_from_args
+from flowctl.config import Settings
 from flowctl.core.validation import (
     InvalidValue,
     argparse_type,
@@ -51,8 +53,6 @@ def _seconds(text: str) -> float:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from flowctl.cli import add_settings_arguments
-
     airflow = subparsers.add_parser("airflow", help="the embedded Airflow (standalone)")
     actions = airflow.add_subparsers(dest="airflow_command", required=True, metavar="ACTION")
     for name, func, text in (
@@ -131,9 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_settings_arguments(sub, nested=True)
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flowctl.cli import settings_from_args
-
+def _settings(args: argparse.Namespace) -> Settings:
     return settings_from_args(args)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from flowctl.core.validation import allowed_parallelisms, flag_from_text
-from flowctl_airflow.operators.replacement_state import (
+from flowctl_airflow.replacement_state import (
     NEXT_STANDBY_RUN_PREFIX,
     Progress,
     next_standby_conf,
