@@ -45,19 +45,23 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    BENCH,
-    RESULTS,
     Job,
     Platform,
     committed_total,
     pipeline_config,
     platform_up,
-    pyplot,
-    save_figure,
     save_log,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    experiment_parser,
+    pyplot,
+    run_experiment,
+    save_figure,
     write_result,
 )
 from flowctl.adapters import kafka_log, results
@@ -379,8 +383,8 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=3)
     p.add_argument("--rate", type=float, default=800.0, help="base records/s")
     p.add_argument("--ms-per-record", type=float, default=0.5)
     p.add_argument("--warm", type=float, default=120.0, help="s at the base rate first")
@@ -393,8 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--drain", type=float, default=240.0, help="s to drain after the load")
     p.add_argument("--policies", default="paper,adaptive")
-    p.add_argument("--seed", type=int, default=3)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     runs: dict[str, dict[str, Any]] = {}
     summary: dict[str, Any] = {}
@@ -435,6 +441,10 @@ def save(runs: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str,
     write_result("autoscale_live", summary)
     plot(runs, RESULTS / "autoscale_live.png")
     return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

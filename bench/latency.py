@@ -28,21 +28,25 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    RESULTS,
     OffsetLatency,
     Platform,
     committed_total,
-    percentile,
     pipeline_config,
     platform_up,
-    pyplot,
-    ratio,
-    save_figure,
     save_log,
     settings_of,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    RESULTS,
+    experiment_parser,
+    percentile,
+    pyplot,
+    ratio,
+    run_experiment,
+    save_figure,
     write_result,
 )
 from flowctl.adapters import kafka_log
@@ -194,12 +198,11 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, object]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=2)
     p.add_argument("--rate", type=float, default=2000.0, help="records/s produced")
     p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load per job")
     p.add_argument("--lanes", type=int, default=2)
-    p.add_argument("--seed", type=int, default=2)
     p.add_argument(
         "--set",
         action="append",
@@ -213,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=("baseline", "flow"),
         help="run one job and print its figures (trying settings; no result is written)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
 
     runs: dict[str, dict[str, Any]] = {}
@@ -272,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     plot_latency(RESULTS / "latency.png", runs, f"Word count at {args.rate:.0f} records/s")
     print(f"p99 flow {flow['p99_ms']} ms vs baseline {base['p99_ms']} ms: ratio {p99_ratio}")
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

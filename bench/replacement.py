@@ -62,19 +62,24 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    BENCH,
-    RESULTS,
     Job,
     Platform,
     committed_total,
     pipeline_config,
     platform_up,
-    pyplot,
-    save_figure,
     save_log,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    BadArgument,
+    experiment_parser,
+    pyplot,
+    run_experiment,
+    save_figure,
     write_result,
 )
 from flowctl.adapters import kafka_log, results
@@ -509,8 +514,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=5)
     p.add_argument("--runs", type=int, default=5, help="runs per method (interleaved)")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--rate", type=float, default=2500.0, help="records/s produced")
@@ -523,7 +528,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to-lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to drain after load")
-    p.add_argument("--seed", type=int, default=5)
     p.add_argument(
         "--standby",
         choices=("warm", "cold"),
@@ -531,11 +535,14 @@ def main(argv: list[str] | None = None) -> int:
         help="blue-green methods: take a warm standby started before the load (warm) or "
         "start green at the decision (cold)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         if m not in METHODS:
-            p.error(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
+            raise BadArgument(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
 
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -605,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
         print(method, {k: v["median"] for k, v in fig.items()})
     print("checks", checks)
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":
