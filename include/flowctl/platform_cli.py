@@ -14,6 +14,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from flowctl.cli_settings import add_settings_arguments, settings_from_args
 from flowctl.config import Settings
@@ -23,7 +24,10 @@ from flowctl.core.validation import (
     integer_from_text,
     number_from_text,
 )
-from flowctl.services.base import ServiceError
+from flowctl.services.base import ServiceError, ServiceStatus
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
 
 #: An argparse type: an integer >= 1 (``'0' must be >= 1``).
 _positive = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
@@ -52,7 +56,7 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} {why}") from None
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     airflow = subparsers.add_parser("airflow", help="the embedded Airflow (standalone)")
     actions = airflow.add_subparsers(dest="airflow_command", required=True, metavar="ACTION")
     for name, func, text in (
@@ -155,7 +159,7 @@ def _airflow_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _format_status(status) -> str:  # type: ignore[no-untyped-def]
+def _format_status(status: ServiceStatus) -> str:
     return f"airflow: {status.state} {status.address} pid={status.pid or '-'} {status.detail}"
 
 
@@ -206,7 +210,7 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plane(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _plane(args: argparse.Namespace) -> ControlPlane:
     from flowctl.adapters.control_plane import ControlPlane
 
     plane = ControlPlane(_settings(args).resolved_database_url)

@@ -13,7 +13,7 @@ from flowctl.services.base import ServiceStatus
 COLUMNS = ("service", "state", "pid", "address", "detail")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``services`` and its sub-commands to the ``flowctl`` parser."""
     parser = subparsers.add_parser(
         "services",

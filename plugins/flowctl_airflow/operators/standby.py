@@ -111,7 +111,7 @@ class StandbySteps:
             p.next_standby = conf["topology_id"]
             self._finished = True  # the replacement is done: nothing left for on_kill
             self._trigger_stream_run(
-                self._context or {},  # type: ignore[arg-type]
+                self._context or {},
                 dag_id=p.stream_dag_id,
                 run_id=f"{NEXT_STANDBY_RUN_PREFIX}{p.event_id}__{p.next_standby}",
                 conf=conf,
