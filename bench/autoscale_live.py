@@ -47,7 +47,6 @@ from typing import Any
 from bench._common import (
     Job,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
     save_log,
@@ -64,6 +63,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import committed_total
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.config import load_pipeline_config

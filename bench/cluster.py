@@ -34,8 +34,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench._common import drain_run, platform_up, produce, random_lines, unique_name
+from bench._common import platform_up, produce, random_lines, unique_name
 from bench._experiment import experiment_parser, ratio, run_experiment, write_result
+from bench._measure import drain_run
 from bench.replacement import one_method
 from flowctl.services.cluster import ClusterDaemon, ship_code, spark_daemons
 from flowctl.services.cluster_layout import ClusterLayout

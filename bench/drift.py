@@ -41,8 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Job, Platform, drain_run, platform_up, produce, random_lines, unique_name
+from bench._common import Job, Platform, platform_up, produce, random_lines, unique_name
 from bench._experiment import BENCH, experiment_parser, ratio, run_experiment, write_result
+from bench._measure import drain_run
 from flowctl.config import PROJECT_ROOT
 
 RULES: dict[str, dict[str, object]] = {

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench._common import drain_run, platform_up, produce, random_lines, unique_name
+from bench._common import platform_up, produce, random_lines, unique_name
 from bench._experiment import (
     BENCH,
     RESULTS,
@@ -39,6 +39,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import drain_run
 from flowctl.config import PROJECT_ROOT
 
 TARGET = 1.3

@@ -28,9 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    OffsetLatency,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
     save_log,
@@ -49,6 +47,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import OffsetLatency, committed_total
 from flowctl.adapters import kafka_log
 from flowctl.textgen import zipf_lines
 

@@ -39,9 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    OffsetLatency,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
     save_log,
@@ -62,6 +60,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import OffsetLatency, committed_total
 from bench.latency import WARMUP, timestamped_lines
 from flowctl.adapters import kafka_log
 from flowctl.config import PROJECT_ROOT

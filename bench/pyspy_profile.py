@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench._common import Job, drain_run, platform_up, produce, random_lines, unique_name
+from bench._common import Job, platform_up, produce, random_lines, unique_name
 from bench._experiment import RESULTS, experiment_parser, run_experiment, write_result
+from bench._measure import drain_run
 from bench._profile import cpu_shares, py_spy
 
 

@@ -64,7 +64,6 @@ from typing import Any
 from bench._common import (
     Job,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
     save_log,
@@ -82,6 +81,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import committed_total
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.wordcount import count_words

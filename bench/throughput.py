@@ -43,15 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import (
-    drain_run,
-    export_tree,
-    platform_up,
-    produce,
-    random_lines,
-    read_loop,
-    unique_name,
-)
+from bench._common import export_tree, platform_up, produce, random_lines, read_loop, unique_name
 from bench._experiment import (
     RESULTS,
     exit_code,
@@ -62,6 +54,7 @@ from bench._experiment import (
     save_figure,
     write_result,
 )
+from bench._measure import drain_run
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
