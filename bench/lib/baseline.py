@@ -239,7 +239,7 @@ class BaselineJob(StreamJob):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/wordcount_baseline.py``: returns the exit code."""
+    """Entry point of ``bench/jobs/wordcount_baseline.py``: returns the exit code."""
     args = parse_baseline_args(argv)
     configure_logging()
     try:
