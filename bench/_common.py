@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: services, pipeline configs, jobs, measurements, results.
+"""Shared pieces of the benchmarks: the private platform, pipeline configs, data, jobs.
 
 Every experiment runs on its own platform: Tansu and memcached on free ports under a
 temporary home (never the default ports), a fresh SQLite database, a pipeline config
@@ -11,40 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
-import json
-import os
-import platform
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowctl.adapters import kafka_log
-from flowctl.adapters.control_plane import ControlPlane
-from flowctl.config import PROJECT_ROOT, Settings
-from flowctl.pipelines.derive import derive_config
-from flowctl.services import manager
-from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port, process_tree
-from flowctl.spark.submit import (
-    VENV_BIN,
+from bench._experiment import RESULTS
+from bench.lib.derive import derive_config
+from bench.lib.submit import (
     LocalJob,
     job_env,
     submit_stream,
 )
-
-BENCH = Path(__file__).resolve().parent
-RESULTS = BENCH / "results"
-
+from flowctl.adapters import kafka_log
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.config import PROJECT_ROOT, Settings
+from flowctl.services import manager
+from flowctl.services.base import PortInUseError
+from flowctl.services.process import free_port
 
 # -- services -----------------------------------------------------------------------------
 
@@ -287,7 +277,7 @@ def submit_from_tree(
 ) -> Job:
     """``spark-submit`` ``tree``'s word-count stream job, ``tree``'s package first on the
     driver's and the workers' path (they inherit the environment)."""
-    from flowctl.spark.submit import spark_submit
+    from bench.lib.submit import spark_submit
 
     paths = {"PYTHONPATH": f"{tree / 'include'}:{tree}"}
     args = ["--pipeline-config", str(config), "--topology-id", topology_id]
@@ -312,405 +302,3 @@ def save_log(job: Job, name: str) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         shutil.copy(job.log_path, logs / f"{name}.log")
-
-
-# -- measurements ---------------------------------------------------------------------------
-
-
-def committed_total(plat: Platform, pipeline: str, topic: str) -> int:
-    """Records durable in the database: the sum of the pipeline's committed offsets."""
-    try:
-        return sum(plat.plane.committed_offsets(pipeline, topic).values())
-    except Exception:  # schema not there yet, or SQLite busy for a moment
-        return -1
-
-
-@dataclasses.dataclass
-class Progress:
-    """``(monotonic time, durable records)`` samples of a run."""
-
-    samples: list[tuple[float, int]]
-
-    def throughput_after_first_batch(self, total: int) -> tuple[float | None, dict[str, Any]]:
-        """Records/s from the first durable progress (the first batch) to the last record."""
-        nonzero = [(t, n) for t, n in self.samples if n > 0]
-        done = [(t, n) for t, n in self.samples if n >= total]
-        if not nonzero or not done:
-            return None, {"complete": bool(done)}
-        t0, n0 = nonzero[0]
-        t1, _ = done[0]
-        if t1 <= t0:
-            return None, {"complete": True, "first_batch_records": n0}
-        return (total - n0) / (t1 - t0), {
-            "complete": True,
-            "first_batch_records": n0,
-            "measured_records": total - n0,
-            "measured_s": round(t1 - t0, 3),
-        }
-
-
-def watch_progress(
-    plat: Platform,
-    job: Job,
-    pipeline: str,
-    topic: str,
-    total: int,
-    *,
-    timeout_s: float,
-    interval_s: float = 0.2,
-    on_first_batch: Callable[[Job], None] | None = None,
-) -> Progress:
-    """Sample the durable record count until ``total`` is reached, the job dies or time is up."""
-    samples: list[tuple[float, int]] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        n = committed_total(plat, pipeline, topic)
-        samples.append((time.monotonic(), n))
-        if on_first_batch is not None and n > 0:
-            threading.Thread(target=on_first_batch, args=(job,), daemon=True).start()
-            on_first_batch = None
-        if n >= total or not job.alive():
-            break
-        time.sleep(interval_s)
-    return Progress(samples)
-
-
-class OffsetLatency:
-    """End-to-end latency per record: producer send time -> its offset durable in the DB.
-
-    A steady producer thread sends ``rate`` records/s and keeps each record's send time
-    by ``(partition, offset)``; a poller reads the committed offsets every ``poll_s``
-    and stamps every record below a newly committed offset with the poll's time. Both
-    jobs are measured by the same code, so the poll resolution (``poll_s``) is the same
-    error on both sides.
-    """
-
-    def __init__(self, plat: Platform, pipeline: str, topic: str, poll_s: float = 0.05) -> None:
-        self.plat = plat
-        self.pipeline = pipeline
-        self.topic = topic
-        self.poll_s = poll_s
-        self.sent: dict[tuple[int, int], float] = {}
-        self.latencies: list[tuple[float, float]] = []  # (durable at, latency s)
-        self.durable: dict[tuple[int, int], float] = {}  # (partition, offset) -> durable at
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._committed: dict[int, int] = {}
-
-    def produce_steady(self, values: Sequence[bytes], rate: float, stamp: bool = True) -> int:
-        """Send ``values`` at ``rate`` records/s (in 20 ms slices); returns records acknowledged.
-
-        With ``stamp`` each line starts with its send time (digits are not words).
-        """
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=self.plat.bootstrap, acks=1, linger_ms=2)
-        futures = []
-        start = time.time()
-        for i, value in enumerate(values):
-            due = start + i / rate
-            delay = due - time.time()
-            if delay > 0.02:
-                time.sleep(delay)
-            sent_at = time.time()
-            if stamp:
-                value = f"{sent_at:.3f} ".encode() + value
-            fut = producer.send(self.topic, value)
-            futures.append((fut, sent_at))
-            if i % 200 == 0:
-                self._collect(futures)
-                futures = []
-        producer.flush()
-        self._collect(futures)
-        producer.close()
-        return len(self.sent)
-
-    def _collect(self, futures: list[tuple[Any, float]]) -> None:
-        for fut, sent_at in futures:
-            md = fut.get(timeout=30)
-            with self._lock:
-                self.sent[(md.partition, md.offset)] = sent_at
-
-    def poll_until(self, total: int | None, timeout_s: float, job: Job) -> None:
-        """Poll until ``total`` sent records are durable (``None``: until the timeout), the
-        timeout passes or the job exits. ``durable`` keeps every offset's durable time."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and job.alive():
-            try:
-                committed = self.plat.plane.committed_offsets(self.pipeline, self.topic)
-            except Exception:
-                committed = {}
-            now = time.time()
-            with self._lock:
-                for p, n in committed.items():
-                    before = self._committed.get(p, 0)
-                    for off in range(before, n):
-                        self.durable[(p, off)] = now
-                        sent_at = self.sent.get((p, off))
-                        if sent_at is not None:
-                            self.latencies.append((now, now - sent_at))
-                    if n > before:
-                        self._committed[p] = n
-                if total is not None and len(self.latencies) >= total:
-                    return
-            time.sleep(self.poll_s)
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend (benchmarks run without a display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Lay out, write at the size every benchmark uses, and free the figure."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
-    return s[k]
-
-
-# -- results --------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    import pyspark
-
-    mem_gb = None
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
-    return {
-        "cores": os.cpu_count(),
-        "memory_gb": mem_gb,
-        "python": platform.python_version(),
-        "spark": pyspark.__version__,
-        "platform": platform.platform(),
-    }
-
-
-def command_line() -> str:
-    rel = Path(sys.argv[0]).resolve().relative_to(PROJECT_ROOT)
-    return " ".join([".venv/bin/python", str(rel), *sys.argv[1:]])
-
-
-def write_result(experiment: str, result: dict[str, Any]) -> Path:
-    """bench/results/<experiment>.json with the common fields first."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {
-        "experiment": experiment,
-        **result,
-        "command": command_line(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-    }
-    path = RESULTS / f"{experiment}.json"
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    return path
-
-
-def ratio(candidate: float | None, baseline: float | None) -> float | None:
-    if candidate is None or baseline is None or baseline == 0:
-        return None
-    return round(candidate / baseline, 3)
-
-
-def drain_run(
-    plat: Platform,
-    work: Path,
-    topic: str,
-    total: int,
-    lanes: int,
-    *,
-    label: str,
-    baseline: bool,
-    partitions: int = 4,
-    batch: int | None = None,
-    stream: Mapping[str, object] | None = None,
-    flow: Mapping[str, object] | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = 240.0,
-    on_first_batch: Callable[[Job], None] | None = None,
-    master: str = "local[2]",
-    rate_source: bool = False,
-    tree: Path | None = None,
-) -> tuple[float | None, dict[str, Any]]:
-    """One job reads all of ``topic`` under a pipeline of its own; records/s after batch 1.
-
-    ``rate_source``: the baseline reads Spark's rate source instead (``--source rate``)
-    and its first ``total`` records are timed, by their offsets under ``<topic>.rate``.
-    ``tree``: the flow job of another project tree (:func:`export_tree`), with that
-    tree's shipped word-count config and package (``stream``, ``flow`` and ``batch`` do
-    not apply: its settings are the ones it shipped with), on a database of its own (the
-    same broker and memcached).
-    """
-    from flowctl.spark.rate_lines import rate_topic
-
-    name = unique_name(label)
-    settings = dict(stream or {})
-    if batch is not None:
-        settings["max_records_per_batch"] = batch
-    if tree is not None:
-        # its own database: an old tree refuses one of this tree's schema version
-        plat = dataclasses.replace(plat, work_dir=work / f"{name}-db")
-        plat.work_dir.mkdir()
-        config = old_tree_config(tree, work, name, topic)
-        job = submit_from_tree(plat, tree, config, f"{name}-1", lanes, env=env, master=master)
-    else:
-        config = pipeline_config(work, name, partitions=partitions, stream=settings, flow=flow)
-        text = config.read_text().replace(f'eden = "{name}.eden"', f'eden = "{topic}"')
-        config.write_text(text)
-        extra = ["--source", "rate"] if rate_source else []
-        job = submit(
-            plat, config, f"{name}-1", lanes, baseline=baseline, extra=extra, env=env, master=master
-        )
-    measured = rate_topic(topic) if rate_source else topic
-    try:
-        progress = watch_progress(
-            plat, job, name, measured, total, timeout_s=timeout_s, on_first_batch=on_first_batch
-        )
-    finally:
-        code = stop(plat, job)
-        save_log(job, label)
-    rate, info = progress.throughput_after_first_batch(total)
-    info["exit_code"] = code
-    info["pipeline"] = name
-    info["settings"] = settings_of(config)
-    t0 = progress.samples[0][0] if progress.samples else 0.0
-    info["series"] = [(round(t - t0, 2), n) for t, n in progress.samples]
-    info["series_t0"] = t0  # time.monotonic() of the series' 0 (for events timed by a caller)
-    return (None if rate is None else round(rate)), info
-
-
-# -- profiling ------------------------------------------------------------------------------
-
-
-def job_python_processes(job: Job) -> dict[str, int]:
-    """``{"driver": pid, "daemon": pid, "planner": pid}`` among the job's descendants (when
-    found): the driver's Python, the lanes' worker daemon and the source runner (the
-    planner), which Spark starts as a daemon of its own module, so it must not be taken
-    for the lanes' daemon."""
-    found: dict[str, int] = {}
-    for pid in reversed(process_tree(job.process.pid)):
-        with contextlib.suppress(OSError):
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if "spark_jobs/" in cmd and "python" in cmd and "java" not in cmd.split()[0]:
-                found.setdefault("driver", pid)
-            elif "streaming_source_runner" in cmd:
-                found.setdefault("planner", pid)
-            elif "pyspark.daemon" in cmd:
-                found.setdefault("daemon", pid)
-    return found
-
-
-#: Roles of the machine's processes for :func:`cpu_shares`, by a piece of their command
-#: line, first match wins: the job's parts, the services it uses, the profiler.
-CPU_ROLES: tuple[tuple[str, str], ...] = (
-    ("pyspark.daemon", "lanes (Spark Python workers)"),
-    ("streaming_source_runner", "planner (source runner)"),
-    ("SparkSubmit", "driver (JVM)"),  # before the script's path, which its command line holds
-    ("spark_jobs/", "driver (Python)"),
-    ("tansu", "broker (Tansu)"),
-    ("memcached", "memcached"),
-    ("py-spy", "profiler"),
-)
-
-
-def _cpu_ticks() -> dict[int, tuple[str, int]]:
-    """``{pid: (role, utime + stime ticks)}`` of every process now."""
-    out: dict[int, tuple[str, int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            role = next((r for key, r in CPU_ROLES if key in cmd), "other")
-            out[int(entry.name)] = (role, int(fields[11]) + int(fields[12]))
-    return out
-
-
-def cpu_shares(seconds: float) -> dict[str, Any]:
-    """Where the machine's CPU went over the next ``seconds``, by role (:data:`CPU_ROLES`).
-
-    Every process's user + system time is read from ``/proc`` before and after (a
-    process that ends in between is not counted); shares are of all cores' time, so they
-    say how much of the machine each part of the job takes.
-    """
-    hz = os.sysconf("SC_CLK_TCK")
-    before, t0 = _cpu_ticks(), time.monotonic()
-    time.sleep(seconds)
-    after, elapsed = _cpu_ticks(), time.monotonic() - t0
-    used: Counter[str] = Counter()
-    for pid, (role, ticks) in after.items():
-        used[role] += ticks - before.get(pid, (role, 0))[1]
-    capacity = elapsed * (os.cpu_count() or 1)
-    shares = {role: round(ticks / hz / capacity, 3) for role, ticks in used.most_common()}
-    return {"seconds": round(elapsed, 1), "cores": os.cpu_count(), "shares": shares,
-            "busy": round(sum(used.values()) / hz / capacity, 3)}  # fmt: skip
-
-
-def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]:
-    """Sample the job's driver and Spark Python workers with py-spy for ``seconds``.
-
-    Returns, per process kind, the number of samples and the top leaf frames (where
-    the time is spent) and top frames by inclusive share; raw stacks stay in
-    ``out_dir``.
-    """
-    pids = job_python_processes(job)
-    procs = {}
-    for kind, pid in pids.items():
-        raw = out_dir / f"{name}-{kind}.txt"
-        cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration"]
-        cmd += [str(int(seconds)), "--format", "raw", "--output", str(raw), "--nonblocking"]
-        if kind != "driver":  # a daemon forks its workers
-            cmd.append("--subprocesses")
-        procs[kind] = (
-            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT),
-            raw,
-        )
-    summary: dict[str, Any] = {}
-    for kind, (proc, raw) in procs.items():
-        proc.wait(timeout=seconds + 60)
-        summary[kind] = {"pid": pids[kind], **summarize_stacks(raw)}
-    return summary
-
-
-def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
-    leaf: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
-    total = 0
-    with contextlib.suppress(OSError):
-        for line in raw.read_text().splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not stack or not count.isdigit():
-                continue
-            n = int(count)
-            frames = [f for f in stack.split(";") if f]
-            if not frames:
-                continue
-            total += n
-            leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
-            for f in set(frames):
-                inclusive[f] = inclusive.get(f, 0) + n
-
-    def ranked(d: dict[str, int]) -> list[list[Any]]:
-        rows = sorted(d.items(), key=lambda kv: -kv[1])[:top]
-        return [[f, round(n / total, 3)] for f, n in rows] if total else []
-
-    return {"samples": total, "top_leaf": ranked(leaf), "top_inclusive": ranked(inclusive)}

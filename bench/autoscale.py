@@ -20,7 +20,7 @@ the DAG's cooldown also holds the paper policy.
 Stable: from some window on, to the end of the run, capacity >= arrival (no failures,
 no growing backlog). Metric: decisions (applied changes) after the step until stable.
 
-    .venv/bin/python bench/autoscale.py [--windows 60] [--step 4] [--lane-rate 1700]
+    .venv/bin/python -m bench.autoscale [--windows 60] [--step 4] [--lane-rate 1700]
 
 Repeated over ``--repeats`` noise seeds (the spread of decisions per policy). Writes
 bench/results/autoscale.json and autoscale.png; exits 1 if the target (adaptive stable
@@ -36,10 +36,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, pyplot, ratio, save_figure, write_result
-
+from bench._experiment import (
+    RESULTS,
+    experiment_parser,
+    pyplot,
+    ratio,
+    run_experiment,
+    save_figure,
+    write_result,
+)
+from bench.lib.autoscaler import Autoscaler
 from flowctl.core.adaptive_scaling import AdaptiveConfig
-from flowctl.core.autoscaler import Autoscaler
 from flowctl.core.clock import FakeClock
 from flowctl.core.scaling import WindowStats
 from flowctl.pipelines.config import load_pipeline_config
@@ -171,8 +178,8 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], step_at: int) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=6)
     p.add_argument("--windows", type=int, default=60)
     p.add_argument("--window", type=float, default=10.0, help="seconds per metrics window")
     p.add_argument("--step-at", type=int, default=8)
@@ -183,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuple-size", type=int, default=100)
     p.add_argument("--trigger", type=float, default=1.0)
     p.add_argument("--noise", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=6)
     p.add_argument("--repeats", type=int, default=20, help="noise seeds for the spread")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     lane_rate, source = (args.lane_rate, "--lane-rate") if args.lane_rate else (None, "")
     if lane_rate is None:
         lane_rate, source = measured_lane_rate()
@@ -232,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     write_result("autoscale", summary)
     plot(RESULTS / "autoscale.png", runs, args.step_at)
     return 0 if meets else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

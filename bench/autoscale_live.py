@@ -23,7 +23,7 @@ a new level every ``--noise-every`` s). Figures per policy:
   ``cooldown_s`` + one metrics window of its replacement finishing (target, adaptive: 0);
 - ``exact``: stored word counts equal the produced lines' counts after the drain.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/autoscale_live.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.autoscale_live \\
         [--rate 800] [--noisy-minutes 30] [--policies paper,adaptive]
 
 Writes bench/results/autoscale_live.json; exits 1 if the adaptive policy misses a target.
@@ -44,23 +44,26 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    BENCH,
-    RESULTS,
+from bench._common import (
     Job,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
-    pyplot,
-    save_figure,
     save_log,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    experiment_parser,
+    pyplot,
+    run_experiment,
+    save_figure,
     write_result,
 )
-
+from bench._measure import committed_total
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.config import load_pipeline_config
@@ -69,7 +72,7 @@ from flowctl.textgen import zipf_lines
 
 sys.path.insert(0, str(PROJECT_ROOT / "plugins"))  # as Airflow loads its plugins folder
 
-from flowctl_airflow.operators.direct_replace import DirectReplace, standby_args
+from bench.lib.direct_replace import DirectReplace, standby_args
 from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
 
 #: The sensor's ``metrics_window_s``-long windows; short so a run sees many decisions.
@@ -380,8 +383,8 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=3)
     p.add_argument("--rate", type=float, default=800.0, help="base records/s")
     p.add_argument("--ms-per-record", type=float, default=0.5)
     p.add_argument("--warm", type=float, default=120.0, help="s at the base rate first")
@@ -394,8 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--drain", type=float, default=240.0, help="s to drain after the load")
     p.add_argument("--policies", default="paper,adaptive")
-    p.add_argument("--seed", type=int, default=3)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     runs: dict[str, dict[str, Any]] = {}
     summary: dict[str, Any] = {}
@@ -436,6 +441,10 @@ def save(runs: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str,
     write_result("autoscale_live", summary)
     plot(runs, RESULTS / "autoscale_live.png")
     return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

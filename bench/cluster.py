@@ -14,7 +14,7 @@ Then the replacement pause on the cluster: ``bench/replacement.py``'s two method
 per worker each, so they run side by side). The lane slowdown of replacement.py is not
 injected: its environment reaches only Python workers the driver starts.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/cluster.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.cluster \\
         [--records 200000] [--lanes 2] [--rounds 2] [--rate 2500] [--seconds 90]
 
 Writes bench/results/cluster.json: records/s after the first batch, the ratio cluster /
@@ -34,9 +34,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import drain_run, platform_up, produce, random_lines, ratio, unique_name, write_result
-from replacement import one_method
-
+from bench._common import platform_up, produce, random_lines, unique_name
+from bench._experiment import experiment_parser, ratio, run_experiment, write_result
+from bench._measure import drain_run
+from bench.replacement import one_method
 from flowctl.services.cluster import ClusterDaemon, ship_code, spark_daemons
 from flowctl.services.cluster_layout import ClusterLayout
 from flowctl.services.process import free_port
@@ -64,15 +65,17 @@ def spark_cluster(home: Path) -> Iterator[ClusterLayout]:
                 daemon.down()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=7)
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rate", type=float, default=2500.0, help="records/s in the replacement")
     p.add_argument("--seconds", type=float, default=90.0, help="seconds of load, replacement")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     replacement_args = argparse.Namespace(
         rate=args.rate, seconds=args.seconds, switch_after=15.0, ms_per_record=0.0,
         from_lanes=1, to_lanes=2, partitions=4, timeout=180.0, seed=args.seed,
@@ -162,6 +165,10 @@ def replacement_summary(runs: dict[str, dict]) -> dict[str, object]:
         "words_duplicated": {k: r.get("words_duplicated") for k, r in runs.items()},
         "runs": runs,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ compared with their mean.
 
 Metric: records/s made durable after the first micro-batch (``_common.drain_run``).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/codecs.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.codecs \
         [--records 300000] [--lanes 2]
 
 Writes bench/results/codecs.json (with the commit it ran on); exits 1 if a codec is
@@ -20,49 +20,32 @@ below 0.8x uncompressed (issue 25, item 7).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from _common import (
-    drain_run,
-    platform_up,
-    random_lines,
-    ratio,
-    unique_name,
-    write_result,
-)
-
+from bench._common import platform_up, random_lines, unique_name
+from bench._experiment import experiment_parser, ratio, run_experiment, write_result
+from bench._measure import drain_run
 from flowctl.adapters import kafka_log
-from flowctl.config import PROJECT_ROOT
 from flowctl.core.validation import COMPRESSION_CODECS
 
 #: Issue 25: every codec at least this fraction of uncompressed.
 TARGET = 0.8
 
 
-def git_commit() -> dict[str, object]:
-    """The commit the run measured, and whether the tree had uncommitted changes."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=1)
     p.add_argument("--records", type=int, default=300_000, help="records per codec")
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args(argv)
-    revision = git_commit()
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     codecs = [c for c in COMPRESSION_CODECS if c != "none"]
     order = ["none", *codecs, "none"]
 
@@ -106,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     meets = all(v is not None and v >= TARGET for v in ratios.values())
     worst = min(ratios, key=lambda c: ratios[c] if ratios[c] is not None else -1.0)
     summary = {
-        **revision,
         "metric": "records/s durable, first micro-batch excluded, flow job",
         "unit": "records/s",
         "candidate": "the flow job reading a topic written with each codec",
@@ -130,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     for codec in codecs:
         print(f"| {codec} | {per_codec[codec]} | {ratios[codec]} |")
     return 0 if meets else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

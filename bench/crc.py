@@ -11,7 +11,7 @@ no database) then reads all of it three ways, each ``--rounds`` times in turn:
 - ``checked``: ``check_crcs=True`` with the C extension (what flowctl ships);
 - ``checked-pure-python``: ``check_crcs=True`` with kafka-python's pure-Python CRC.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/crc.py [--records 300000]
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.crc [--records 300000]
 
 Writes bench/results/crc.json; exits 1 if the shipped reader is below 0.9x the
 unchecked one (the check must cost little) or the C extension is not in use.
@@ -25,15 +25,8 @@ import statistics
 import sys
 from collections.abc import Iterator
 
-from _common import (
-    platform_up,
-    produce,
-    random_lines,
-    ratio,
-    read_loop,
-    unique_name,
-    write_result,
-)
+from bench._common import platform_up, produce, random_lines, read_loop, unique_name
+from bench._experiment import experiment_parser, ratio, run_experiment, write_result
 
 #: The shipped reader keeps at least this share of the unchecked reader's records/s.
 TARGET = 0.9
@@ -58,13 +51,15 @@ def c_extension_in_use() -> bool:
     return util._crc32c is not util.crc32c_py
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=1)
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3, help="reads of each kind, interleaved")
-    p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     rates: dict[str, list[float]] = {"unchecked": [], "checked": [], "checked-pure-python": []}
     with platform_up() as plat:
@@ -106,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     for kind, value in median.items():
         print(f"| {kind} | {value} | {ratio(value, median['unchecked'])} |")
     return 0 if meets else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

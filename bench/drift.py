@@ -21,7 +21,7 @@ metrics windows):
 - ``rate_after / rate_before``: records/s made durable over ``--after`` seconds after the
   slowdown vs ``--before`` seconds before it (target >= 0.9).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/drift.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.drift \\
         [--records 450000] [--ms-per-record 0.5] [--slow-factor 4] [--slow 30]
 
 Writes bench/results/drift.json; exits 1 if ``current`` misses a target.
@@ -41,19 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    BENCH,
-    Job,
-    Platform,
-    drain_run,
-    platform_up,
-    produce,
-    random_lines,
-    ratio,
-    unique_name,
-    write_result,
-)
-
+from bench._common import Job, Platform, platform_up, produce, random_lines, unique_name
+from bench._experiment import BENCH, experiment_parser, ratio, run_experiment, write_result
+from bench._measure import drain_run
 from flowctl.config import PROJECT_ROOT
 
 RULES: dict[str, dict[str, object]] = {
@@ -210,8 +200,8 @@ def meets(run: dict[str, Any], target_s: float) -> bool:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=11)
     p.add_argument("--records", type=int, default=450_000)
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
@@ -223,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow", type=float, default=30.0, help="s the lane stays slow")
     p.add_argument("--after", type=float, default=30.0, help="s measured after it")
     p.add_argument("--timeout", type=float, default=400.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=11)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     runs: dict[str, dict[str, Any]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -260,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_result("drift", summary)
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ each job drains all of it under a pipeline of its own:
 
 Metric: records/s made durable after the first micro-batch.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/heterogeneous.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.heterogeneous \
         [--records 60000] [--lanes 2] [--ms-per-record 0.2] [--slow-factor 4]
 
 Writes bench/results/heterogeneous.json and heterogeneous.png; exits 1 if the target
@@ -28,20 +28,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import platform_up, produce, random_lines, unique_name
+from bench._experiment import (
     BENCH,
     RESULTS,
-    drain_run,
-    platform_up,
-    produce,
+    experiment_parser,
     pyplot,
-    random_lines,
     ratio,
+    run_experiment,
     save_figure,
-    unique_name,
     write_result,
 )
-
+from bench._measure import drain_run
 from flowctl.config import PROJECT_ROOT
 
 TARGET = 1.3
@@ -64,8 +62,8 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=4)
     p.add_argument("--records", type=int, default=60_000)
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
@@ -77,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w-init", type=int, default=6, help="flow: initial window, tuples")
     p.add_argument("--latency-target", type=float, default=1.0, help="flow: seconds")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=4)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     env = {
         "FLOWCTL_BENCH_LANE_DELAY": f"{args.ms_per_record},0,{args.slow_factor}",
@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"least_loaded {summary['ratio']}x, round_robin {summary['round_robin_ratio']}x")
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ offsets, polled every 50 ms by the same code for both jobs). Each job first
 clears a small warm-up (its 4-7 s first micro-batch is not measured), then the
 same number of lines at the same rate is produced for it.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/latency.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.latency \
         [--rate 2000] [--seconds 40] [--lanes 2]
 
 Writes bench/results/latency.json and latency.png; exits 1 if a target is missed
@@ -27,25 +27,27 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    RESULTS,
-    OffsetLatency,
+from bench._common import (
     Platform,
-    committed_total,
-    percentile,
     pipeline_config,
     platform_up,
-    pyplot,
-    ratio,
-    save_figure,
     save_log,
     settings_of,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    RESULTS,
+    experiment_parser,
+    percentile,
+    pyplot,
+    ratio,
+    run_experiment,
+    save_figure,
     write_result,
 )
-
+from bench._measure import OffsetLatency, committed_total
 from flowctl.adapters import kafka_log
 from flowctl.textgen import zipf_lines
 
@@ -195,12 +197,11 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, object]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=2)
     p.add_argument("--rate", type=float, default=2000.0, help="records/s produced")
     p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load per job")
     p.add_argument("--lanes", type=int, default=2)
-    p.add_argument("--seed", type=int, default=2)
     p.add_argument(
         "--set",
         action="append",
@@ -214,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=("baseline", "flow"),
         help="run one job and print its figures (trying settings; no result is written)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
 
     runs: dict[str, dict[str, Any]] = {}
@@ -273,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     plot_latency(RESULTS / "latency.png", runs, f"Word count at {args.rate:.0f} records/s")
     print(f"p99 flow {flow['p99_ms']} ms vs baseline {base['p99_ms']} ms: ratio {p99_ratio}")
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ admit what the lanes finish within ``latency_target_s``, while the baseline admi
 fixed ``max_records_per_batch`` whatever the lanes' speed. Each curve is reported per
 ``--window`` seconds of durable time (p50, p99, records).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/overload.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.overload \
         [--seconds 120] [--lanes 2] [--ms 0.5] [--overload 2]
 
 Writes bench/results/overload.json and overload.png; exits 1 if the target is missed:
@@ -38,27 +38,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    BENCH,
-    RESULTS,
-    OffsetLatency,
+from bench._common import (
     Platform,
-    committed_total,
-    percentile,
     pipeline_config,
     platform_up,
-    pyplot,
-    ratio,
-    save_figure,
     save_log,
     settings_of,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    BadArgument,
+    experiment_parser,
+    percentile,
+    pyplot,
+    ratio,
+    run_experiment,
+    save_figure,
     write_result,
 )
-from latency import WARMUP, timestamped_lines
-
+from bench._measure import OffsetLatency, committed_total
+from bench.latency import WARMUP, timestamped_lines
 from flowctl.adapters import kafka_log
 from flowctl.config import PROJECT_ROOT
 
@@ -239,20 +242,22 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], title: str) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=5)
     p.add_argument("--seconds", type=float, default=120.0, help="seconds of overload per job")
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--ms", type=float, default=0.5, help="sleep per record counted, ms")
     p.add_argument("--overload", type=float, default=2.0, help="input rate / nominal capacity")
     p.add_argument("--window", type=float, default=10.0, help="seconds per curve point")
-    p.add_argument("--seed", type=int, default=5)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     for field in ("seconds", "ms", "overload", "window"):
         if getattr(args, field) <= 0:
-            p.error(f"--{field}={getattr(args, field)!r} must be > 0")
+            raise BadArgument(f"--{field}={getattr(args, field)!r} must be > 0")
     if args.lanes < 1:
-        p.error(f"--lanes={args.lanes!r} must be >= 1")
+        raise BadArgument(f"--lanes={args.lanes!r} must be >= 1")
 
     runs: dict[str, dict[str, Any]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -306,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"in-system p99 flow {second} ms vs baseline {base_second} ms; flow growth {growth}")
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

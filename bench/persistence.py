@@ -17,7 +17,7 @@ default) <= 0.2x the direct writes'. The durable latency (send -> offset durable
 database) is bounded by the database for both and is reported, not targeted: its p99 in
 the last window and its slope over time (ms per s, least squares).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/persistence.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.persistence \
         [--ms-per-row 2] [--rate 1500] [--seconds 120] [--lanes 2]
 
 Writes bench/results/persistence.json and persistence.png; exits 1 if the target is
@@ -34,9 +34,18 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _common import BENCH, RESULTS, percentile, platform_up, ratio, write_result
-from latency import for_json, measure, plot_latency
 
+from bench._common import platform_up
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    experiment_parser,
+    percentile,
+    ratio,
+    run_experiment,
+    write_result,
+)
+from bench.latency import for_json, measure, plot_latency
 from flowctl.config import PROJECT_ROOT
 
 TARGET = 0.2
@@ -90,16 +99,18 @@ def processing_p99(windows: list[Any], load_end_epoch: float, window_s: float) -
     return round(max(tail), 1) if tail else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=3)
     p.add_argument("--ms-per-row", type=float, default=2.0, help="sleep per row written")
     p.add_argument("--rate", type=float, default=1500.0, help="records/s produced")
     p.add_argument("--seconds", type=float, default=120.0, help="seconds of steady load per job")
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--window", type=float, default=20.0, help="seconds of the last window")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to drain after the load")
-    p.add_argument("--seed", type=int, default=3)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
 
     env = {
         "FLOWCTL_BENCH_SLOW_SQLITE": "1",
@@ -175,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['durable_last_window_p99_ms']}; slopes {summary['slope_ms_per_s']}"
     )
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Both run in the same invocation on one platform: this tree (``candidate``, or th
 with ``git archive`` into a temporary directory and run from there (its
 ``spark_jobs/stream.py``, its package first on ``PYTHONPATH``).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/poison.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.poison \\
         [--rate 300] [--before 40] [--storm 30] [--after 30] [--lanes 2]
 
 Writes bench/results/poison.json and poison.png; exits 1 if the candidate misses a target.
@@ -38,26 +38,31 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _common import (
-    RESULTS,
+
+from bench._common import (
     Job,
     Platform,
     pipeline_config,
     platform_up,
-    pyplot,
-    ratio,
-    save_figure,
     save_log,
     settings_of,
     stop,
     unique_name,
+)
+from bench._experiment import (
+    RESULTS,
+    BadArgument,
+    experiment_parser,
+    pyplot,
+    ratio,
+    run_experiment,
+    save_figure,
     write_result,
 )
-
+from bench.lib.submit import spark_submit
 from flowctl import loggen
 from flowctl.adapters import kafka_log, schema
 from flowctl.config import PROJECT_ROOT
-from flowctl.spark.submit import spark_submit
 
 BASE = "3b2f8e8"
 WARMUP = 500
@@ -268,8 +273,8 @@ def plot(path: Path, runs: dict[str, dict[str, Any]], args: Any) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=11)
     p.add_argument("--rate", type=float, default=300.0, help="good lines per second")
     p.add_argument("--bad-share", type=float, default=0.2, help="malformed share in the storm")
     p.add_argument("--before", type=float, default=40.0, help="seconds of good lines first")
@@ -284,19 +289,25 @@ def main(argv: list[str] | None = None) -> int:
         default=PROJECT_ROOT,
         help="project tree the candidate job runs from (default: this one)",
     )
-    p.add_argument("--seed", type=int, default=11)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     for field in ("rate", "storm", "after", "drain_timeout"):
         if getattr(args, field) <= 0:
-            p.error(f"--{field.replace('_', '-')}={getattr(args, field)!r} must be > 0")
+            raise BadArgument(f"--{field.replace('_', '-')}={getattr(args, field)!r} must be > 0")
     if args.before <= SKIP_S:
-        p.error(f"--before={args.before!r} must be > {SKIP_S:g} (the first seconds are skipped)")
+        raise BadArgument(
+            f"--before={args.before!r} must be > {SKIP_S:g} (the first seconds are skipped)"
+        )
     if not 0 < args.bad_share < 1:
-        p.error(f"--bad-share={args.bad_share!r} must lie in (0, 1)")
+        raise BadArgument(f"--bad-share={args.bad_share!r} must lie in (0, 1)")
     if args.lanes < 1:
-        p.error(f"--lanes={args.lanes!r} must be >= 1")
+        raise BadArgument(f"--lanes={args.lanes!r} must be >= 1")
     if not (args.candidate_tree / "spark_jobs" / "stream.py").is_file():
-        p.error(f"--candidate-tree={str(args.candidate_tree)!r} has no spark_jobs/stream.py")
+        raise BadArgument(
+            f"--candidate-tree={str(args.candidate_tree)!r} has no spark_jobs/stream.py"
+        )
 
     runs: dict[str, dict[str, Any]] = {}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -345,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         f"candidate {cand['drain_s']} s vs main {base['drain_s']} s"
     )
     return 0 if meets else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Python and JVM, broker, memcached, other: ``/proc``, no profiler running), then 
 its Python driver and its Spark Python workers with py-spy for ``--seconds``. Give it
 enough ``--records`` to last both (the job drains them at tens of thousands per second).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/pyspy_profile.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.pyspy_profile \
         [--lanes 4] [--records 900000]
 
 Writes bench/results/profile.json (CPU shares; top frames per process, by own time and
@@ -22,18 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    RESULTS,
-    Job,
-    cpu_shares,
-    drain_run,
-    platform_up,
-    produce,
-    py_spy,
-    random_lines,
-    unique_name,
-    write_result,
-)
+from bench._common import Job, platform_up, produce, random_lines, unique_name
+from bench._experiment import RESULTS, experiment_parser, run_experiment, write_result
+from bench._measure import drain_run
+from bench._profile import cpu_shares, py_spy
 
 
 def given(settings: dict[str, int | None]) -> dict[str, int]:
@@ -41,8 +33,8 @@ def given(settings: dict[str, int | None]) -> dict[str, int]:
     return {k: v for k, v in settings.items() if v is not None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=1)
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--lanes", type=int, default=4)
     p.add_argument("--partitions", type=int, default=4)
@@ -52,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w-max", type=int, help="largest window, tuples (default: shipped)")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of py-spy sampling")
     p.add_argument("--cpu-seconds", type=float, default=5.0, help="seconds of CPU shares")
-    p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     logs = RESULTS / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     profile: dict[str, Any] = {}
@@ -100,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         for frame, share in data["top_leaf"]:
             print(f"  {share:6.1%}  {frame}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ Figures of every run (all in the JSON; the summary holds the medians):
   spark-submit``) and, from a 0.1 s watch of the control plane, when each state was
   first seen (s after the decision).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/replacement.py \\
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.replacement \\
         [--runs 5] [--methods overlap,sequential,stop_restart] [--rate 2500] \\
         [--standby warm|cold]
 
@@ -61,23 +61,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    BENCH,
-    RESULTS,
+from bench._common import (
     Job,
     Platform,
-    committed_total,
     pipeline_config,
     platform_up,
-    pyplot,
-    save_figure,
     save_log,
     stop,
     submit,
     unique_name,
+)
+from bench._experiment import (
+    BENCH,
+    RESULTS,
+    BadArgument,
+    experiment_parser,
+    pyplot,
+    run_experiment,
+    save_figure,
     write_result,
 )
-
+from bench._measure import committed_total
 from flowctl.adapters import kafka_log, results
 from flowctl.config import PROJECT_ROOT
 from flowctl.pipelines.wordcount import count_words
@@ -510,8 +514,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=5)
     p.add_argument("--runs", type=int, default=5, help="runs per method (interleaved)")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--rate", type=float, default=2500.0, help="records/s produced")
@@ -524,7 +528,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to-lanes", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to drain after load")
-    p.add_argument("--seed", type=int, default=5)
     p.add_argument(
         "--standby",
         choices=("warm", "cold"),
@@ -532,11 +535,14 @@ def main(argv: list[str] | None = None) -> int:
         help="blue-green methods: take a warm standby started before the load (warm) or "
         "start green at the decision (cold)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         if m not in METHODS:
-            p.error(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
+            raise BadArgument(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
 
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
@@ -606,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
         print(method, {k: v["median"] for k, v in fig.items()})
     print("checks", checks)
     return 0 if summary["meets_target"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

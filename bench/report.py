@@ -1,10 +1,12 @@
 """Print the markdown table of the latest results (bench/results/<experiment>.json).
 
-    .venv/bin/python bench/report.py
+    .venv/bin/python -m bench.report
 
-One row per experiment: candidate vs baseline value, ratio, target, met or not, date and
-the command that produced it. Experiments without a result file are listed as not yet
-measured.
+One row per experiment: candidate vs baseline value, ratio, target, met or not, date,
+commit (``-`` for a file written before results recorded it; ``+`` after it: the work
+tree had changes) and the command that produced it. Experiments without a result file
+are listed as not yet measured; older trees' results in ``bench/results/archive/`` are
+not read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _common import RESULTS
+from bench._experiment import RESULTS
 
 EXPERIMENTS = (
     "throughput",
@@ -38,13 +40,23 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _commit(result: dict[str, object]) -> str:
+    commit = result.get("commit")
+    if not isinstance(commit, str):
+        return "-"
+    return commit[:7] + ("+" if result.get("tree_modified") else "")
+
+
 def main() -> int:
-    print("| experiment | metric | candidate | baseline | ratio | target | met | date | command |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| experiment | metric | candidate | baseline | ratio | target | met | date | commit "
+        "| command |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in EXPERIMENTS:
         path = RESULTS / f"{name}.json"
         if not path.exists():
-            print(f"| {name} | not yet measured | | | | | | | |")
+            print(f"| {name} | not yet measured | | | | | | | | |")
             continue
         d = json.loads(path.read_text())
         met = "yes" if d.get("meets_target") else "**no**"
@@ -54,7 +66,7 @@ def main() -> int:
         print(
             f"| {name} | {d['metric']}{unit} | {_fmt(d.get('candidate_value'))} | "
             f"{_fmt(d.get('baseline_value'))} | {_fmt(d.get('ratio'))} | {d['target']} | "
-            f"{met} | {d['date'][:16]} | `{d['command']}` |"
+            f"{met} | {d['date'][:16]} | {_commit(d)} | `{d['command']}` |"
         )
     return 0
 

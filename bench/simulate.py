@@ -8,7 +8,7 @@ continuous (Storm-like) and micro-batch (Spark-like) modes; prints a table,
 and writes bench/results/simulate.json and bench/results/simulate.png (each
 lane's window over time, and throughput over time per policy).
 
-    .venv/bin/python bench/simulate.py [--lanes 4] [--slow-factor 4] [--tuples 4000]
+    .venv/bin/python -m bench.simulate [--lanes 4] [--slow-factor 4] [--tuples 4000]
         [--modes continuous,microbatch] [--scenarios heterogeneous,...] [--seed 1]
 
 Everything is simulated time: the numbers do not depend on this machine.
@@ -22,12 +22,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench._experiment import RESULTS, experiment_parser, provenance, run_experiment
 from flowctl.sim.engine import SimResult, simulate
 from flowctl.sim.model import MODES, POLICIES
 from flowctl.sim.report import markdown_table, rows, text_table, to_json
 from flowctl.sim.scenarios import SCENARIOS, Knobs, build
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 1.3
 TARGET_SETTLE_ROUNDS = 20
 
@@ -40,8 +40,8 @@ def _csv(value: str, allowed: tuple[str, ...] | list[str], what: str) -> list[st
     return items
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=1)
     p.add_argument("--lanes", type=int, default=4, help="number of lanes P (>= 2)")
     p.add_argument("--speed", type=float, default=1000.0, help="records/s of a normal lane")
     p.add_argument(
@@ -50,7 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tuples", type=int, default=4000, help="workload in tuples")
     p.add_argument("--tuple-size", type=int, default=100, help="records per tuple")
     p.add_argument("--threshold", type=float, default=1.0, help="fixed rt threshold, seconds")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--modes",
         type=lambda v: _csv(v, MODES, "--modes"),
@@ -65,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    return p.parse_args(argv)
+    return p
 
 
 def run_all(args: argparse.Namespace) -> list[tuple[str, SimResult]]:
@@ -156,8 +155,7 @@ def plot(results: list[tuple[str, SimResult]], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     results = run_all(args)
     table = rows(results)
     print(markdown_table(table) if args.markdown else text_table(table))
@@ -170,11 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "targets": checks,
         "results": [to_json(mode, r) for mode, r in results],
+        **provenance(),
     }
     (args.out_dir / "simulate.json").write_text(json.dumps(payload, separators=(",", ":")))
     plot(results, args.out_dir / "simulate.png")
     print(f"\nwrote {args.out_dir / 'simulate.json'} and {args.out_dir / 'simulate.png'}")
     return 0 if all("MISSED" not in line for line in checks) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ results), so every candidate sees the same data in the same run:
 - ``flow``: the flow-controlled topology (``spark_jobs/wordcount_stream.py``, the
   shipped ``[flow]`` settings);
 - ``baseline``: plain Structured Streaming with direct writes
-  (``spark_jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
+  (``bench/jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
 - ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
-  source instead of Kafka (``--source rate``, :mod:`flowctl.spark.rate_lines`): Spark's
+  source instead of Kafka (``--source rate``, :mod:`bench.lib.rate_lines`): Spark's
   per-batch machinery plus the word-count sink, no Kafka; its first ``--records``
   generated records are timed;
 - ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC checks
@@ -26,7 +26,7 @@ count: the flow job vs each ceiling, the planner's cost per micro-batch (the dri
 log's "planning per batch" lines: p50, p99 and max in ms, and by phase) and each Spark
 run's last "Spark micro-batches ... ms p50/p99" line (where a batch's time goes).
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python bench/throughput.py \
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.throughput \
         [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8]
 
 Writes bench/results/throughput.json and throughput.png; exits 1 if the target
@@ -41,21 +41,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from _common import (
+from bench._common import export_tree, platform_up, produce, random_lines, read_loop, unique_name
+from bench._experiment import (
     RESULTS,
-    drain_run,
-    export_tree,
-    platform_up,
-    produce,
+    exit_code,
+    experiment_parser,
     pyplot,
-    random_lines,
     ratio,
-    read_loop,
+    run_experiment,
     save_figure,
-    unique_name,
     write_result,
 )
+from bench._measure import drain_run
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
@@ -138,8 +137,8 @@ def plot(path: Path, lanes: list[int], cases: list[dict], upper: float) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = experiment_parser(__doc__, seed=1)
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--lanes", default="1,2,4", help="comma-separated lane counts")
     p.add_argument("--partitions", type=int, default=4)
@@ -148,16 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuple-size", type=int, help="flow: records per tuple (default: shipped)")
     p.add_argument("--w-init", type=int, help="flow: initial window, tuples (default: shipped)")
     p.add_argument("--w-max", type=int, help="flow: largest window, tuples (default: shipped)")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--base", default=BASE, help='old commit whose flow job runs too ("": none)')
     p.add_argument(
         "--base-tree",
         type=Path,
         help="--base already exported there (to run from a tree that is not a git checkout)",
     )
-    args = p.parse_args(argv)
-    lanes = [int(v) for v in args.lanes.split(",")]
+    return p
 
+
+def _measure(args: argparse.Namespace, lanes: list[int]) -> tuple[list[dict[str, Any]], float]:
+    """Every job kind at every lane count on one platform and one topic: the cases, and the
+    kafka-python read loop's records/s (the ceiling (a))."""
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         base_tree = args.base_tree or (export_tree(args.base, work / "base") if args.base else None)
@@ -202,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
             row["flow_vs_base"] = ratio(row["flow"], row.get("base"))
             cases.append(row)
 
+    return cases, upper
+
+
+def _summary(args: argparse.Namespace, cases: list[dict[str, Any]], upper: float) -> dict[str, Any]:
+    """The result file's content: the lowest-ratio lane count as the headline, the ceilings."""
     ratios = [c["ratio"] for c in cases]
     meets = all(r is not None and r >= TARGET for r in ratios)
     # the headline is the lane count with the lowest ratio (the target holds at every one)
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "flow_best_vs_base_best": ratio(top["flow"], max((c.get("base") or 0) for c in cases)),
     }
     ceilings["base_met"] = (ceilings["flow_best_vs_base_best"] or 0) >= BASE_TARGET
-    summary = {
+    return {
         "metric": "records/s durable, first micro-batch excluded (lowest-ratio lane count)",
         "unit": "records/s",
         "candidate": "flow-controlled topology (shipped settings unless given in params)",
@@ -246,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         "params": vars(args),
         "cases": cases,
     }
+
+
+def _run(args: argparse.Namespace) -> int:
+    lanes = [int(v) for v in args.lanes.split(",")]
+    cases, upper = _measure(args, lanes)
+    summary = _summary(args, cases, upper)
     write_result("throughput", summary)
     plot(RESULTS / "throughput.png", lanes, cases, upper)
     print(
@@ -258,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             f"| {c.get('base')} | {c['flow_vs_read_loop']} | {c['flow_vs_rate']} | {c['ratio']} "
             f"| {c['flow_vs_base']} |"
         )
-    return 0 if meets else 1
+    return exit_code(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_experiment(_parser(), _run, argv)
 
 
 if __name__ == "__main__":

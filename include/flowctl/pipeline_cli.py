@@ -17,7 +17,7 @@ from pathlib import Path
 from flowctl.config import PROJECT_ROOT
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pipeline = subparsers.add_parser("pipeline", help="create and check pipeline definitions")
     actions = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="ACTION")
     new = actions.add_parser(

@@ -14,7 +14,10 @@ import argparse
 import shlex
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from flowctl.cli_settings import add_settings_arguments, settings_from_args
+from flowctl.config import Settings
 from flowctl.core.validation import (
     COMPRESSION_CODECS,
     InvalidValue,
@@ -23,7 +26,10 @@ from flowctl.core.validation import (
     integer_from_text,
     number_from_text,
 )
-from flowctl.services.base import ServiceError
+from flowctl.services.base import ServiceError, ServiceStatus
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
 
 #: An argparse type: an integer >= 1 (``'0' must be >= 1``).
 _positive = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
@@ -52,9 +58,7 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} {why}") from None
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    from flowctl.cli import add_settings_arguments
-
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     airflow = subparsers.add_parser("airflow", help="the embedded Airflow (standalone)")
     actions = airflow.add_subparsers(dest="airflow_command", required=True, metavar="ACTION")
     for name, func, text in (
@@ -140,9 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_settings_arguments(sub, nested=True)
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from flowctl.cli import settings_from_args
-
+def _settings(args: argparse.Namespace) -> Settings:
     return settings_from_args(args)
 
 
@@ -166,7 +168,7 @@ def _airflow_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _format_status(status) -> str:  # type: ignore[no-untyped-def]
+def _format_status(status: ServiceStatus) -> str:
     return f"airflow: {status.state} {status.address} pid={status.pid or '-'} {status.detail}"
 
 
@@ -218,7 +220,7 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plane(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _plane(args: argparse.Namespace) -> ControlPlane:
     from flowctl.adapters.control_plane import ControlPlane
 
     plane = ControlPlane(_settings(args).resolved_database_url)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.submit import job_env, spark_submit
 from flowctl.config import PROJECT_ROOT
-from flowctl.spark.submit import job_env, spark_submit
 from tests.cluster.conftest import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.integration]

@@ -14,7 +14,7 @@ import pytest
 from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
-from flowctl_airflow.operators.replacement_state import Progress, roll_back
+from flowctl_airflow.replacement_state import Progress, roll_back
 from flowctl_airflow.triggers.topology_state import TopologyStateTrigger
 
 pytestmark = pytest.mark.integration

@@ -42,12 +42,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bench.lib.submit import LocalJob
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.db import engine_for
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
 from flowctl.pipelines.wordcount import count_words
-from flowctl.spark.submit import LocalJob
 from tests.spark.flow_harness import WORDS, Flow, flow_config, read_topic, wait_for
 
 #: Seconds to wait for a drained stream: exact results, then the checkpoint at the end.

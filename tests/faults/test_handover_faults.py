@@ -2,7 +2,7 @@
 "Overlapped handover", the table "A crash at each step").
 
 Each test runs blue (2 lanes) under the suite's feeder, then the real replace operator
-(:class:`~flowctl_airflow.operators.direct_replace.DirectReplace`: ``execute`` with
+(:class:`~bench.lib.direct_replace.DirectReplace`: ``execute`` with
 ``deferrable=False`` in a thread, green started ``--standby`` by ``spark-submit``) to 4
 lanes, and injects one fault *during the overlap*: blue's frontier published, green
 admitting from it, blue not yet gone (the ``handovers`` row says so, blue is DRAINING and
@@ -35,11 +35,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bench.lib.direct_replace import DirectReplace, standby_args
+from bench.lib.submit import LocalJob
 from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
-from flowctl.spark.submit import LocalJob
-from flowctl_airflow.operators.direct_replace import DirectReplace, standby_args
-from flowctl_airflow.operators.replacement_state import alive
+from flowctl_airflow.replacement_state import alive
 from tests.faults.conftest import FaultRun, Tally, check
 from tests.spark.flow_harness import wait_for
 

@@ -3,7 +3,7 @@
 A module of its own, not a test module: the fault suite imports these, and importing a
 test module would collect its tests a second time under another name.
 
-:class:`Flow` starts topologies with ``spark-submit`` (:mod:`flowctl.spark.submit`, what
+:class:`Flow` starts topologies with ``spark-submit`` (:mod:`bench.lib.submit`, what
 the benchmarks use too); :func:`flow_config` gives each test a pipeline of its own (a
 renamed copy of a shipped config, so its topics never meet another test's on the
 session's broker) with test-sized settings.
@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bench.lib.derive import derive_config
+from bench.lib.submit import LocalJob, job_env, submit_stream
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import DatabaseUnavailable
 from flowctl.config import Settings
-from flowctl.pipelines.derive import derive_config
-from flowctl.spark.submit import LocalJob, job_env, submit_stream
 
 WORDS = ["alpha", "Beta", "gamma", "DELTA", "épée", "zeta", "eta", "theta", "iota", "kappa"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.lib.submit import STREAM_SCRIPT, LocalJob, job_env, spark_submit
 from flowctl.config import Settings
-from flowctl.spark.submit import STREAM_SCRIPT, LocalJob, job_env, spark_submit
 
 
 @dataclass

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.baseline import BaselineJob, _latency_ms, parse_baseline_args
+from bench.lib.submit import BASELINE_SCRIPT
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.config import Settings
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
 from flowctl.pipelines.wordcount import count_words
-from flowctl.spark.baseline import BaselineJob, _latency_ms, parse_baseline_args
-from flowctl.spark.submit import BASELINE_SCRIPT
 from flowctl.textgen import zipf_lines
 from tests.spark.flow_harness import wait_for
 from tests.spark.stream_jobs import StreamJobRunner

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bench.lib.submit import LocalJob
 from flowctl.adapters import kafka_log
 from flowctl.adapters.control_plane import MetricsWindow
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
 from flowctl.pipelines.wordcount import count_words
-from flowctl.spark.submit import LocalJob
 from tests.spark.flow_harness import (
     Flow,
     counted,

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from bench.lib.rate_lines import VOCABULARY_SIZE, as_records, rate_topic
 from flowctl.adapters import results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.wordcount import count_values
-from flowctl.spark.rate_lines import VOCABULARY_SIZE, as_records, rate_topic
 from flowctl.spark.wordcount_sink import write_batch
 from flowctl.textgen import vocabulary
 

@@ -1,7 +1,9 @@
 """The rooms of docs/architecture.md import only what the table there allows, in no loop.
 
 Every import counts, also one inside a function: a deferred import is still a
-dependency. Parsed with ``ast``, nothing is imported.
+dependency, and so is a module loaded by name (``importlib.import_module``): in a
+module that loads by name, every string naming a first-party module counts as an
+import of it. Parsed with ``ast``, nothing is imported.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ ALLOWED: dict[str, frozenset[str]] = {
     "spark_jobs": frozenset({"spark"}),
 }
 ROOMS = ("core", "adapters", "pipelines", "spark", "services", "sim")
+#: Rooms that may import only these top-level modules (docs/architecture.md): the
+#: services sit below the command line, whose groups import them.
+TOP_MODULES: dict[str, frozenset[str]] = {
+    "services": frozenset({"flowctl.config", "flowctl.cli_settings"}),
+}
+BENCH = "bench"  # benchmarks and what only they and the tests use: never the product's
+#: Inside plugins: a package may not import the packages listed for it (a trigger runs in
+#: the triggerer and a sensor pokes: neither may depend on an operator).
+PLUGIN_FORBIDDEN: dict[str, frozenset[str]] = {
+    "hooks": frozenset({"operators", "sensors", "triggers"}),
+    "triggers": frozenset({"operators", "sensors"}),
+    "sensors": frozenset({"operators"}),
+}
+#: Calls that load a module by its name.
+LOADERS = frozenset({"import_module", "__import__"})
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
@@ -52,6 +69,8 @@ MODULES = dict(_modules())
 def room_of(module: str) -> str | None:
     """The room of a first-party dotted name, ``None`` for a third-party one."""
     parts = module.split(".")
+    if parts[0] == BENCH:
+        return BENCH
     if parts[0] == "flowctl_airflow":
         return "plugins"
     if parts[0] in ("dags", "spark_jobs"):
@@ -61,10 +80,34 @@ def room_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[1] in ROOMS else TOP
 
 
+def _loads_by_name(tree: ast.AST) -> bool:
+    """Whether the module calls ``import_module`` or ``__import__``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in LOADERS:
+                return True
+    return False
+
+
+def _named_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Strings that name a first-party module (``"flowctl.x.y"``), with their line."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if room_of(text) is not None and "." in text and text.replace(".", "").isidentifier():
+                yield node.lineno, text
+
+
 def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
-    """Every first-party name the module imports, absolute, with its line."""
+    """Every first-party name the module imports, absolute, with its line; in a module that
+    loads modules by name, every string naming a first-party module too."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    if _loads_by_name(tree):
+        yield from _named_modules(tree)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -107,7 +150,35 @@ def test_module_imports_only_the_rooms_its_room_may(module: str) -> None:
         target = room_of(name)
         if target is not None and target != room and target not in ALLOWED[room]:
             bad.append(f"line {line}: {name} (room {target})")
+        elif target == TOP and room in TOP_MODULES and _resolve(name) not in TOP_MODULES[room]:
+            bad.append(f"line {line}: {name} (only {sorted(TOP_MODULES[room])} of the top)")
     assert not bad, f"{module} (room {room}) imports what docs/architecture.md forbids: {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if room_of(m) == "plugins"))
+def test_plugin_packages_import_no_package_above_them(module: str) -> None:
+    package = module.split(".")[1] if module.count(".") > 1 else ""
+    forbidden = PLUGIN_FORBIDDEN.get(package, frozenset())
+    bad = [
+        f"line {line}: {name}"
+        for line, name in _imports(module, MODULES[module])
+        if name.startswith("flowctl_airflow.") and name.split(".")[1] in forbidden
+    ]
+    assert not bad, f"{module} imports a plugin package above its own: {bad}"
+
+
+def test_a_module_loaded_by_name_is_an_import(tmp_path: Path) -> None:
+    path = tmp_path / "loader.py"
+    path.write_text(
+        "import importlib\n"
+        'GROUPS = ("flowctl.spark.job", "not.ours", "flowctl uses spark")\n'
+        "def load(name):\n"
+        "    return importlib.import_module(name)\n"
+    )
+    names = [name for _, name in _imports("flowctl.loader", path)]
+    assert "flowctl.spark.job" in names
+    assert "flowctl uses spark" not in names and "not.ours" not in names
+    assert room_of("bench.lib.submit") == BENCH
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,5 +1,5 @@
 """Whether a finished replacement starts the next warm standby, and with what run conf
-(:func:`~flowctl_airflow.operators.replacement_state.next_standby_conf`; issue 12's
+(:func:`~flowctl_airflow.replacement_state.next_standby_conf`; issue 12's
 leftover). Pure: no Airflow, no database; the operator's use of it is
 tests/dags/test_rescale_protocol.py and tests/faults/test_handover_faults.py."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from flowctl_airflow.operators.direct_replace import standby_args
-from flowctl_airflow.operators.replacement_state import Progress, next_standby_conf
+from bench.lib.direct_replace import standby_args
+from flowctl_airflow.replacement_state import Progress, next_standby_conf
 
 ALLOWED = [1, 2, 4, 8, 16]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.derive import derive_config
 from flowctl.pipelines.config import load_pipeline_config
-from flowctl.pipelines.derive import derive_config
 
 
 def test_a_derived_config_is_renamed_and_loads_with_the_changed_settings(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
+from bench.lib.autoscaler import Autoscaler
 from flowctl.core.adaptive_scaling import AdaptiveConfig, adaptive_decision, ds2_target
-from flowctl.core.autoscaler import Autoscaler
 from flowctl.core.clock import FakeClock
 from flowctl.core.scaling import (
     Decision,

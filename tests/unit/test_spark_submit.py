@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib import submit
+from bench.lib.submit import LocalJob, job_env, spark_submit
 from flowctl.config import PROJECT_ROOT, Settings
-from flowctl.spark import submit
-from flowctl.spark.submit import LocalJob, job_env, spark_submit
 
 
 def _gone(pid: int) -> bool:

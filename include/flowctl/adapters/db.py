@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -33,7 +33,7 @@ class DatabaseCheckFailed(RuntimeError):
     """A health check found the URL malformed, its driver missing, or the database silent."""
 
 
-def _on_sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
@@ -81,6 +81,15 @@ def in_transaction(
     except RetriesExhausted as exc:
         url = engine.url.render_as_string(hide_password=True)
         raise DatabaseUnavailable(f"{exc} (database {url})") from exc
+
+
+def inserted_id(result: sa.CursorResult[Any], what: str) -> int:
+    """The primary key an ``INSERT`` of one row gave it; an error naming ``what`` if the
+    driver reported none (an ``INSERT ... FROM SELECT`` or an executemany)."""
+    key = result.inserted_primary_key
+    if key is None or key[0] is None:
+        raise RuntimeError(f"{what}: the database reported no primary key for the new row")
+    return int(key[0])
 
 
 def masked_url(url: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
-from flowctl.adapters.db import engine_for
+from flowctl.adapters.db import engine_for, inserted_id
 from flowctl.core.handover import Frontier
 
 #: The columns :meth:`HandoverLog.stamp` may set.
@@ -43,7 +43,10 @@ class Handover:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON types (for the replacement's log and the metrics page)."""
-        at = lambda v: None if v is None else v.isoformat()  # noqa: E731
+
+        def at(moment: dt.datetime | None) -> str | None:
+            return None if moment is None else moment.isoformat()
+
         return {
             "id": self.id,
             "blue": self.blue,
@@ -93,7 +96,7 @@ class HandoverLog:
                     created_at=schema.utcnow(),
                 )
             )
-            return int(result.inserted_primary_key[0])
+            return inserted_id(result, "recording a handover")
 
     def _latest(self, column: sa.Column[Any], topology_id: str) -> Handover | None:
         h = schema.handovers

@@ -236,11 +236,12 @@ class MemcachedStore:
         if isinstance(delta, bool) or not isinstance(delta, int) or delta < 0:
             raise ValueError(f"incr delta must be an int >= 0, got {delta!r}")
         wk = self._key(key)
-        return self._call(
+        value = self._call(
             f"incr {key!r} by {delta}",
             lambda c: c.incr(wk, delta, noreply=False),
             retry_on=_NOT_SENT_ERRORS,
         )
+        return None if value is None else int(value)
 
     def add(self, key: str, value: bytes, *, expire_s: int = 0) -> bool:
         """Store ``value`` only if ``key`` is absent; True if this call stored it.

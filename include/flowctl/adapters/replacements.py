@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.checks import check_int, check_text, check_time
-from flowctl.adapters.db import engine_for, in_transaction
+from flowctl.adapters.db import engine_for, in_transaction, inserted_id
 from flowctl.adapters.schema import REPLACEMENT_OUTCOMES
 
 #: Outcomes that end an event; an event in one of them can no longer be changed.
@@ -226,7 +226,7 @@ class ReplacementLog:
         r = schema.replacement_events
 
         def work(conn: sa.Connection) -> int:
-            return int(conn.execute(r.insert().values(**values)).inserted_primary_key[0])
+            return inserted_id(conn.execute(r.insert().values(**values)), "recording a replacement")
 
         return in_transaction(
             self.engine, work, what=f"recording a replacement of {old_topology_id!r}"

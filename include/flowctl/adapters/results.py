@@ -266,4 +266,6 @@ def total(url_or_engine: str | sa.Engine, pipeline: str) -> int:
     w = schema.word_counts
     engine = engine_for(url_or_engine)
     query = sa.select(sa.func.coalesce(sa.func.sum(w.c.count), 0)).where(w.c.pipeline == pipeline)
-    return int(in_transaction(engine, lambda c: c.execute(query).scalar(), what="reading total"))
+    return int(
+        in_transaction(engine, lambda c: c.execute(query).scalar_one(), what="reading total")
+    )

@@ -20,7 +20,7 @@ transaction: two writers racing to create it make one flush fail and be retried)
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -129,7 +129,7 @@ def apply_rows(
             index_elements=index, set_={v: new[v] for v in spec.values}, where=new[et] > old[et]
         )
     else:
-        merged = {
+        merged: Callable[[str], Any] = {
             "sum": lambda v: old[v] + new[v],
             "max": lambda v: sa.case((new[v] > old[v], new[v]), else_=old[v]),
             "min": lambda v: sa.case((new[v] < old[v], new[v]), else_=old[v]),

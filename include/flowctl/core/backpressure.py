@@ -429,7 +429,8 @@ class QueueMonitor:
                 self._low_since = now
         else:
             self._low_since = None
-        if self._pending is not None and now >= self._pending_due:  # type: ignore[operator]
+        due = self._pending_due  # set together with _pending (see _hold)
+        if self._pending is not None and due is not None and now >= due:
             return self._try_deliver(now)
         return None
 

@@ -31,7 +31,10 @@ class EdenCursor:
     """Next offset to cut per Eden partition, and when each partition's end last moved."""
 
     def __init__(
-        self, tuple_size: int, linger_s: float, positions: Mapping[tuple[str, int], int]
+        self,
+        tuple_size: int,
+        linger_s: float,
+        positions: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
     ) -> None:
         self._size = tuple_size
         self._linger_s = linger_s

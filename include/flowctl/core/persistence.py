@@ -289,16 +289,17 @@ class MrwqWriter:
         last = self._reserve(len(planned))
         first = last - len(planned) + 1
         mapping: dict[str, bytes] = {}
-        for seq, (tuple_id, key, value, is_last) in enumerate(planned, start=first):
+        for seq, (tid, result_key, value, is_last) in enumerate(planned, start=first):
             try:
                 body = json.dumps(
-                    {"e": epoch, "t": tuple_id, "k": key, "v": value, "l": is_last},
+                    {"e": epoch, "t": tid, "k": result_key, "v": value, "l": is_last},
                     separators=(",", ":"),
                     allow_nan=False,
                 )
             except (TypeError, ValueError) as exc:
                 raise ValueError(
-                    f"value of result {key!r} of tuple {tuple_id!r} is not JSON-serialisable: {exc}"
+                    f"value of result {result_key!r} of tuple {tid!r} is not JSON-serialisable: "
+                    f"{exc}"
                 ) from exc
             mapping[item_key(self.namespace, seq)] = body.encode()
         failed = self._store.set_many(mapping)

@@ -178,7 +178,9 @@ def _check_rule(spec: SinkSpec) -> None:
                 f"must name a non-nullable value column of type {', '.join(ORDERED)}",
             )
     allowed = {"sum": NUMERIC, "max": ORDERED, "min": ORDERED}.get(spec.merge)
-    for name in spec.values if allowed else ():
+    if allowed is None:
+        return
+    for name in spec.values:
         col = spec.column(name)
         if col.type not in allowed or col.nullable:
             raise InvalidValue(

@@ -179,7 +179,7 @@ class Spout:
         """Per lane: window, state, in flight, rt threshold and measured rate (metrics)."""
         out = []
         for w in self._windows:
-            srtt = w.rtt.srtt
+            srtt, rate = w.rtt.srtt, self._rates[w.lane]
             out.append(
                 {
                     "lane": w.lane,
@@ -188,7 +188,7 @@ class Spout:
                     "in_flight": w.in_flight,
                     "srtt_s": None if srtt is None else round(srtt, 4),
                     "threshold_s": round(w.rtt.threshold(), 4),
-                    "rate": None if self._rates[w.lane] is None else round(self._rates[w.lane], 3),
+                    "rate": None if rate is None else round(rate, 3),
                 }
             )
         return out

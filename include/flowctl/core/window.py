@@ -173,6 +173,12 @@ def validate_bounds(w_min: int, w_max: int, w_init: int) -> None:
 class AdaptiveWindow:
     """The seed's AdaptiveFlowConsumer: one lane's window, state and in-flight set."""
 
+    # The current round's state, set by _start_round (called from __init__ and at each new
+    # round) and by from_snapshot: declared here so both assign one declared type.
+    _round_decreased: bool
+    _round_target: tuple[int, int] | None  # (ahead, Little's-law window)
+    _round_room: tuple[int, int] | None  # the same, from NORMAL acks
+
     def __init__(
         self,
         lane: int,
@@ -429,8 +435,8 @@ class AdaptiveWindow:
         self._round_all_normal = True
         self._round_decreased = decreased
         self._round_limited = len(self._in_flight) >= self._size
-        self._round_target: tuple[int, int] | None = None  # (ahead, Little's-law window)
-        self._round_room: tuple[int, int] | None = None  # the same, from NORMAL acks
+        self._round_target = None
+        self._round_room = None
 
     def _grown(self) -> int:
         """The window after a NORMAL, window-limited round (see the module doc)."""

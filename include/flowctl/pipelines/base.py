@@ -158,9 +158,13 @@ def reference_of(definition: Any, records: Iterable[Record]) -> Mapping[str, Any
     """``definition.reference_records(records)`` when it has it, else ``reference`` of the
     records' values: what reconcile compares with the stored results."""
     by_records = getattr(definition, "reference_records", None)
-    if callable(by_records):
-        return by_records(records)
-    return definition.reference(r.value for r in records)
+    # The definition is duck-typed (a module or an object): its methods' results are Any.
+    reference: Mapping[str, Any] = (
+        by_records(records)
+        if callable(by_records)
+        else definition.reference(r.value for r in records)
+    )
+    return reference
 
 
 def combiner_of(definition: Any) -> Any:

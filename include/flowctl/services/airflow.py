@@ -190,9 +190,10 @@ def admin_password(settings: Settings) -> str | None:
     """The password Airflow generated for ``admin`` (simple auth manager), if any."""
     path = airflow_home(settings) / "simple_auth_manager_passwords.json.generated"
     try:
-        return json.loads(path.read_text()).get(ADMIN_USER)
+        password = json.loads(path.read_text()).get(ADMIN_USER)
     except (OSError, ValueError):
         return None
+    return password if isinstance(password, str) else None
 
 
 def api_health(settings: Settings, timeout: float) -> None:

@@ -6,16 +6,15 @@ import argparse
 import json
 from collections.abc import Sequence
 
+from flowctl.cli_settings import add_settings_arguments, settings_from_args
 from flowctl.services import manager
 from flowctl.services.base import ServiceStatus
 
 COLUMNS = ("service", "state", "pid", "address", "detail")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``services`` and its sub-commands to the ``flowctl`` parser."""
-    from flowctl.cli import add_settings_arguments
-
     parser = subparsers.add_parser(
         "services",
         help="start, stop and inspect Tansu, memcached and the database",
@@ -66,8 +65,6 @@ def _emit(args: argparse.Namespace, messages: list[str], rows: list[ServiceStatu
 
 
 def _up(args: argparse.Namespace) -> int:
-    from flowctl.cli import settings_from_args
-
     settings = settings_from_args(args)
     messages = manager.up(settings, only=args.only)
     _emit(args, messages, manager.status(settings, only=args.only) if args.json else [])
@@ -75,8 +72,6 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from flowctl.cli import settings_from_args
-
     settings = settings_from_args(args)
     messages = manager.down(settings, only=args.only)
     _emit(args, messages, manager.status(settings, only=args.only) if args.json else [])
@@ -84,8 +79,6 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from flowctl.cli import settings_from_args
-
     rows = manager.status(settings_from_args(args), only=args.only)
     if args.json:
         _emit(args, [], rows)

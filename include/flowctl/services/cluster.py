@@ -20,6 +20,7 @@ step fails.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -231,7 +232,7 @@ def spark_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
             f"spark-worker-{i}",
             layout.worker_argv(i),
             layout.spark_worker_ui_ports[i - 1],
-            lambda t, i=i: worker_health(layout, i, t),
+            functools.partial(worker_health, layout, i),
             env,
         )
         for i in range(1, WORKERS + 1)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flowctl.services.cluster_layout import ClusterLayout
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``cluster`` and its sub-commands to the ``flowctl`` parser."""
     parser = subparsers.add_parser(
         "cluster",
@@ -33,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sub.set_defaults(func=func)
 
 
-def _layout(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _layout(args: argparse.Namespace) -> ClusterLayout:
     from flowctl.config import Settings
     from flowctl.services.cluster import layout_for
 

@@ -252,7 +252,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def port_is_free(host: str, port: int) -> bool:

@@ -14,7 +14,8 @@ nothing the workers lack.
 :func:`write_spark_defaults` names the zip in ``<conf dir>/spark-defaults.conf``;
 a driver started with ``SPARK_CONF_DIR`` pointing there (the Airflow components
 of ``flowctl cluster``, the compose images) ships it with every application:
-the stream operator and ``flowctl.spark.submit`` need no flag of their own.
+the stream operator and the local launcher of the tests and benchmarks
+(``bench/lib/submit.py``) need no flag of their own.
 """
 
 from __future__ import annotations

@@ -343,7 +343,11 @@ class Simulation:
                 )
             )
         settles = [lr.settle_round for lr in lanes]
-        settle = None if not self._windowed or None in settles else max(settles)  # type: ignore[type-var]
+        settle = (
+            None
+            if not self._windowed or None in settles
+            else max(s for s in settles if s is not None)
+        )
         makespan = finished_at if math.isfinite(finished_at) else self.clock.now()
         return SimResult(
             scenario=cfg.name,

@@ -34,7 +34,7 @@ def rows(results: Sequence[tuple[str, SimResult]]) -> list[tuple[str, ...]]:
     baseline = {
         (mode, r.scenario): r.throughput_rps for mode, r in results if r.policy == "equal_split"
     }
-    out = []
+    out: list[tuple[str, ...]] = []
     for mode, r in results:
         base = baseline.get((mode, r.scenario))
         ratio = r.throughput_rps / base if base else None

@@ -12,8 +12,8 @@
   of "Signals and states" (``--standby`` -> READY, ``activate``,
   ``deactivate``/``drain`` -> DRAINING -> DRAINED, ``stop``);
 - :class:`StreamJob` when it is ``plain``: the word count straight from the records into
-  the database in ``foreachBatch`` (no windows, no MRWQ); the baseline job of
-  :mod:`flowctl.spark.baseline` builds on it.
+  the database in ``foreachBatch`` (no windows, no MRWQ); the benchmarks' baseline job
+  (``bench/lib/baseline.py``) builds on it.
 
 Either way the job loads the pipeline config, ensures the schema and topics, registers
 the topology (STARTING), starts the query, loops (heartbeat, signals, progress lines)
@@ -193,6 +193,8 @@ def build_session(app_name: str) -> Any:
     # Stopping a query cancels its job group; between micro-batches the group has no job and
     # the DAGScheduler warns "Failed to cancel job group" at every clean stop. Not a fault.
     jvm = spark.sparkContext._jvm
+    if jvm is None:  # a Spark Connect session has no JVM gateway; the jobs run classic Spark
+        raise RuntimeError("the Spark session has no JVM gateway (a Spark Connect session?)")
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         "org.apache.spark.scheduler.DAGScheduler", jvm.org.apache.logging.log4j.Level.ERROR
     )
@@ -211,6 +213,9 @@ class _Progress:
 
 class StreamJob:
     """One run of a stream topology; :meth:`run` returns the process exit code."""
+
+    #: The last batch whose Spark phases were logged (set when the loop starts).
+    _phases_after: int
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
         from flowctl.adapters.control_plane import ControlPlane
@@ -313,7 +318,8 @@ class StreamJob:
         )
 
     def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
+        from flowctl.spark.kafka_source import SOURCE_NAME
+        from flowctl.spark.source import FlowctlKafkaDataSource
 
         spark.dataSource.register(FlowctlKafkaDataSource)
         stream = (

@@ -40,7 +40,9 @@ from airflow.sdk import BaseOperator
 
 from flowctl.core.validation import parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
-from flowctl_airflow.operators.replacement_state import (
+from flowctl_airflow.operators.replacement_steps import ReplacementSteps
+from flowctl_airflow.operators.standby import StandbySteps
+from flowctl_airflow.replacement_state import (
     NEXT_STANDBY_RUN_PREFIX,
     Progress,
     ReplacementFailed,
@@ -48,8 +50,6 @@ from flowctl_airflow.operators.replacement_state import (
     roll_back,
     utcnow,
 )
-from flowctl_airflow.operators.replacement_steps import ReplacementSteps
-from flowctl_airflow.operators.standby import StandbySteps
 from flowctl_airflow.triggers.topology_state import StateWaitFailed, outcome_of
 
 if TYPE_CHECKING:

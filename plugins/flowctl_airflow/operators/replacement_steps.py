@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowctl_airflow.operators.replacement_state import (
+from flowctl_airflow.replacement_state import (
     Progress,
     ReplacementFailed,
     alive,

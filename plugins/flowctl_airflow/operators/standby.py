@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from flowctl.core.validation import allowed_parallelisms, flag_from_text
-from flowctl_airflow.operators.replacement_state import (
+from flowctl_airflow.replacement_state import (
     NEXT_STANDBY_RUN_PREFIX,
     Progress,
     next_standby_conf,
@@ -111,7 +111,7 @@ class StandbySteps:
             p.next_standby = conf["topology_id"]
             self._finished = True  # the replacement is done: nothing left for on_kill
             self._trigger_stream_run(
-                self._context or {},  # type: ignore[arg-type]
+                self._context or {},
                 dag_id=p.stream_dag_id,
                 run_id=f"{NEXT_STANDBY_RUN_PREFIX}{p.event_id}__{p.next_standby}",
                 conf=conf,

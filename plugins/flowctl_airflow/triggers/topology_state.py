@@ -195,7 +195,7 @@ class TopologyStateTrigger(BaseTrigger):
         from flowctl.adapters.control_plane import ControlPlane
         from flowctl.adapters.replacements import ReplacementLog
         from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
-        from flowctl_airflow.operators.replacement_state import Progress, roll_back
+        from flowctl_airflow.replacement_state import Progress, roll_back
 
         plane = ControlPlane(await FlowctlDbHook.async_sqlalchemy_url(self.flowctl_conn_id))
         await asyncio.to_thread(

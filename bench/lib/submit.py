@@ -26,7 +26,7 @@ from flowctl.config import PROJECT_ROOT, Settings
 #: The virtualenv's ``bin``: its ``spark-submit`` and Python are the job's.
 VENV_BIN = Path(sys.executable).parent
 STREAM_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_stream.py"
-BASELINE_SCRIPT = PROJECT_ROOT / "spark_jobs" / "wordcount_baseline.py"
+BASELINE_SCRIPT = PROJECT_ROOT / "bench" / "jobs" / "wordcount_baseline.py"
 
 
 @dataclass

@@ -26,7 +26,7 @@ the flow-controlled topology writes, so a benchmark reads both the same way.
 The source is ``flowctl_kafka`` in its plain mode (the even
 :class:`~flowctl.spark.lane_planner.LanePlanner`); Spark's own Kafka source
 needs a jar that is not available offline. ``--source rate`` replaces it with
-Spark's built-in rate source (:mod:`flowctl.spark.rate_lines`): the same
+Spark's built-in rate source (:mod:`bench.lib.rate_lines`): the same
 budget, tasks and sink without Kafka, the throughput benchmark's ceiling for
 Spark's per-batch machinery.
 """
@@ -172,7 +172,7 @@ class BaselineJob(StreamJob):
         self._cycle_started = dt.datetime.now(dt.UTC)
         if self.source == "kafka":
             return super()._start_query(spark)
-        from flowctl.spark.rate_lines import rate_records, rate_topic
+        from bench.lib.rate_lines import rate_records, rate_topic
 
         stream = rate_records(
             spark, self.max_rows, self.parallelism, rate_topic(self.config.eden_topic)
@@ -239,7 +239,7 @@ class BaselineJob(StreamJob):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/wordcount_baseline.py``: returns the exit code."""
+    """Entry point of ``bench/jobs/wordcount_baseline.py``: returns the exit code."""
     args = parse_baseline_args(argv)
     configure_logging()
     try:

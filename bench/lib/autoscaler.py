@@ -1,5 +1,9 @@
 """The autoscaler: the failure-window ring buffer and the last change, around a policy.
 
+The simulated autoscale benchmark (``bench/autoscale.py``) and the scaling unit tests
+drive it; the shipped sensor decides from the control plane's windows instead
+(``flowctl_airflow.triggers.failure_window``), so it lives beside the benchmarks.
+
 :class:`Autoscaler` feeds each window to the pipeline's policy (the paper's rule of
 :mod:`flowctl.core.scaling` or the adaptive one of :mod:`flowctl.core.adaptive_scaling`)
 and keeps what a decision needs across windows; :class:`AutoscalerSnapshot` is picklable
@@ -11,9 +15,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from .adaptive_scaling import AdaptiveConfig, adaptive_decision
-from .clock import Clock
-from .scaling import POLICIES, Decision, WindowStats, check_int, check_number, paper_decision
+from flowctl.core.adaptive_scaling import AdaptiveConfig, adaptive_decision
+from flowctl.core.clock import Clock
+from flowctl.core.scaling import (
+    POLICIES,
+    Decision,
+    WindowStats,
+    check_int,
+    check_number,
+    paper_decision,
+)
 
 __all__ = ["Autoscaler", "AutoscalerSnapshot"]
 

@@ -5,6 +5,8 @@ triggerer), so its progress cannot live in the operator object: :class:`Progress
 plain data carried through ``defer(kwargs=...)`` and the trigger's kwargs, and
 :func:`roll_back` works from it alone, for the operator (a failed step, ``on_kill``)
 and for the trigger (``on_kill`` when the deferred task is marked failed or cleared).
+It sits beside ``operators/`` and ``triggers/`` rather than in either: both use it, and a
+trigger never imports an operator.
 """
 
 from __future__ import annotations

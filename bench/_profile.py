@@ -1,0 +1,134 @@
+"""Where a running job's machine time goes: its processes by role, CPU shares, py-spy stacks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench._common import Job
+from bench.lib.submit import VENV_BIN
+from flowctl.services.process import process_tree
+
+
+def job_python_processes(job: Job) -> dict[str, int]:
+    """``{"driver": pid, "daemon": pid, "planner": pid}`` among the job's descendants (when
+    found): the driver's Python, the lanes' worker daemon and the source runner (the
+    planner), which Spark starts as a daemon of its own module, so it must not be taken
+    for the lanes' daemon."""
+    found: dict[str, int] = {}
+    for pid in reversed(process_tree(job.process.pid)):
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            is_script = "spark_jobs/" in cmd or "bench/jobs/" in cmd  # stream or baseline job
+            if is_script and "python" in cmd and "java" not in cmd.split()[0]:
+                found.setdefault("driver", pid)
+            elif "streaming_source_runner" in cmd:
+                found.setdefault("planner", pid)
+            elif "pyspark.daemon" in cmd:
+                found.setdefault("daemon", pid)
+    return found
+
+
+#: Roles of the machine's processes for :func:`cpu_shares`, by a piece of their command
+#: line, first match wins: the job's parts, the services it uses, the profiler.
+CPU_ROLES: tuple[tuple[str, str], ...] = (
+    ("pyspark.daemon", "lanes (Spark Python workers)"),
+    ("streaming_source_runner", "planner (source runner)"),
+    ("SparkSubmit", "driver (JVM)"),  # before the script's path, which its command line holds
+    ("spark_jobs/", "driver (Python)"),
+    ("bench/jobs/", "driver (Python)"),  # the baseline job
+    ("tansu", "broker (Tansu)"),
+    ("memcached", "memcached"),
+    ("py-spy", "profiler"),
+)
+
+
+def _cpu_ticks() -> dict[int, tuple[str, int]]:
+    """``{pid: (role, utime + stime ticks)}`` of every process now."""
+    out: dict[int, tuple[str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            role = next((r for key, r in CPU_ROLES if key in cmd), "other")
+            out[int(entry.name)] = (role, int(fields[11]) + int(fields[12]))
+    return out
+
+
+def cpu_shares(seconds: float) -> dict[str, Any]:
+    """Where the machine's CPU went over the next ``seconds``, by role (:data:`CPU_ROLES`).
+
+    Every process's user + system time is read from ``/proc`` before and after (a
+    process that ends in between is not counted); shares are of all cores' time, so they
+    say how much of the machine each part of the job takes.
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    before, t0 = _cpu_ticks(), time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = _cpu_ticks(), time.monotonic() - t0
+    used: Counter[str] = Counter()
+    for pid, (role, ticks) in after.items():
+        used[role] += ticks - before.get(pid, (role, 0))[1]
+    capacity = elapsed * (os.cpu_count() or 1)
+    shares = {role: round(ticks / hz / capacity, 3) for role, ticks in used.most_common()}
+    return {"seconds": round(elapsed, 1), "cores": os.cpu_count(), "shares": shares,
+            "busy": round(sum(used.values()) / hz / capacity, 3)}  # fmt: skip
+
+
+def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]:
+    """Sample the job's driver and Spark Python workers with py-spy for ``seconds``.
+
+    Returns, per process kind, the number of samples and the top leaf frames (where
+    the time is spent) and top frames by inclusive share; raw stacks stay in
+    ``out_dir``.
+    """
+    pids = job_python_processes(job)
+    procs = {}
+    for kind, pid in pids.items():
+        raw = out_dir / f"{name}-{kind}.txt"
+        cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration"]
+        cmd += [str(int(seconds)), "--format", "raw", "--output", str(raw), "--nonblocking"]
+        if kind != "driver":  # a daemon forks its workers
+            cmd.append("--subprocesses")
+        procs[kind] = (
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT),
+            raw,
+        )
+    summary: dict[str, Any] = {}
+    for kind, (proc, raw) in procs.items():
+        proc.wait(timeout=seconds + 60)
+        summary[kind] = {"pid": pids[kind], **summarize_stacks(raw)}
+    return summary
+
+
+def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
+    leaf: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    with contextlib.suppress(OSError):
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            frames = [f for f in stack.split(";") if f]
+            if not frames:
+                continue
+            total += n
+            leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
+            for f in set(frames):
+                inclusive[f] = inclusive.get(f, 0) + n
+
+    def ranked(d: dict[str, int]) -> list[list[Any]]:
+        rows = sorted(d.items(), key=lambda kv: -kv[1])[:top]
+        return [[f, round(n / total, 3)] for f, n in rows] if total else []
+
+    return {"samples": total, "top_leaf": ranked(leaf), "top_inclusive": ranked(inclusive)}
