@@ -117,6 +117,8 @@ class FlowConfig:
     #: Also flush when a micro-batch ends (its results are all in the MRWQ then).
     flush_at_batch_end: bool = True
     gap_grace_s: float = 5.0
+    #: Seconds between two merges of the contiguous applied rows below the checkpoint.
+    coalesce_every_s: float = 10.0
     persist_queue_capacity: int = 2000
     process_queue_capacity: int = 512
     load_factor: float = 0.8
@@ -462,3 +464,4 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         admission_rate=amount("admission_rate", lo=0),
         metrics_window_s=amount("metrics_window_s", lo=0),
     )
+        coalesce_every_s=amount("coalesce_every_s", lo=0, lo_open=False),

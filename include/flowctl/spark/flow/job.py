@@ -207,6 +207,7 @@ class FlowStreamJob(HandoverSides, StreamJob):
                 self.results.apply,
                 policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
                 gap_grace_s=self.flow.gap_grace_s,
+                coalesce_every_s=self.flow.coalesce_every_s,
             )
             service.on_gap = lambda report: self._on_gap(service, report)
             service.start()
