@@ -285,7 +285,10 @@ class FlowStreamJob(HandoverSides, StreamJob):
             control = Control(
                 self.admit, self.rebuild_no, self.frontier, self.sweep_no, self.parallelism
             )
-            self.store.set_json(channels.control_key(self.ns), control.encode())
+            # Rewritten every second; it expires like the planner's keys once nobody does.
+            self.store.set_json(
+                channels.control_key(self.ns), control.encode(), expire_s=channels.STATE_TTL_S
+            )
         except Exception as exc:
             if required:
                 raise
