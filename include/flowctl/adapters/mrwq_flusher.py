@@ -353,7 +353,7 @@ class FlusherService:
         self.last_error = None
         log.info(
             "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate, %d replayed, "
-            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s",
+            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
             self.namespace,
             s.items,
             r.first_seq,
@@ -367,6 +367,7 @@ class FlusherService:
             report.duration_s,
             r.pending,
             r.trigger,
+            f"; {s.coalesced} applied range row(s) merged away" if s.coalesced else "",
         )
 
     # -- gaps --
