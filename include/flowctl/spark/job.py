@@ -42,7 +42,6 @@ from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import (  # re-exported: the job's command line
     COLOURS,
     JobArgs,
-    _positive_int,
     build_parser,
     default_topology_id,
     parse_args,
@@ -56,7 +55,6 @@ __all__ = [
     "PHASES_EVERY_S",
     "JobArgs",
     "StreamJob",
-    "_positive_int",
     "build_parser",
     "build_session",
     "configure_logging",
