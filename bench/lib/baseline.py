@@ -44,14 +44,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowctl.config import Settings
-from flowctl.spark.job import (
-    JobArgs,
-    StreamJob,
-    _positive_int,
-    build_parser,
-    configure_logging,
-    default_topology_id,
-)
+from flowctl.spark.job import StreamJob, configure_logging
+from flowctl.spark.job_args import JobArgs, _positive_int, build_parser, default_topology_id
 
 log = logging.getLogger("flowctl.baseline")
 

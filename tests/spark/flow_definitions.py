@@ -12,7 +12,10 @@ whose ``DEFINITION`` they are:
   ``SLEEPY`` outlasts the tuple deadline every time (timed out, replayed, then the DLQ);
   every other record is counted;
 - :class:`SlowLane`: lane 0 sleeps ``SLOW_S`` per tuple, the others do not, so lane 0's
-  round-trip times exceed the latency target and its window must end smaller.
+  round-trip times exceed the latency target and its window must end smaller;
+- :class:`SleepyTuples` (:mod:`tests.spark.flow_def_sleepy`): every tuple sleeps
+  ``SLEEPY_TUPLE_S``, so a micro-batch of a few tuples outlasts the liveness limit of a
+  heartbeat (5 s).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from flowctl.spark.flow.deadline import current_lane
 SLOW_S = 0.25
 #: Seconds :class:`Poisonous` spends on a record containing ``SLEEPY``.
 SLEEPY_S = 2.0
+#: Seconds :class:`SleepyTuples` spends on every tuple.
+SLEEPY_TUPLE_S = 3.0
 
 
 class _Wrapped:
@@ -63,4 +68,13 @@ class SlowLane(_Wrapped):
     def process(self, records: Sequence[Record]) -> dict[str, int]:
         if current_lane() == 0:
             time.sleep(SLOW_S)
+        return WORDCOUNT.process(records)
+
+
+class SleepyTuples(_Wrapped):
+    """Word count that sleeps ``SLEEPY_TUPLE_S`` per tuple: micro-batches of minutes in
+    miniature."""
+
+    def process(self, records: Sequence[Record]) -> dict[str, int]:
+        time.sleep(SLEEPY_TUPLE_S)
         return WORDCOUNT.process(records)

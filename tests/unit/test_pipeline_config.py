@@ -59,6 +59,7 @@ def test_a_path_loads_with_defaults(tmp_path: Path) -> None:
     assert (config.eden_topic, config.partitions, config.parallelism) == ("demo.eden", 4, 2)
     full = load_pipeline_config(str(_write(tmp_path, VALID)))
     assert (full.max_records_per_batch, full.trigger_interval_s, full.tuple_size) == (1000, 0.5, 10)
+    assert (full.spark_batches_to_retain, full.flow.coalesce_every_s) == (10, 10.0)
 
 
 @pytest.mark.parametrize(
@@ -69,6 +70,16 @@ def test_a_path_loads_with_defaults(tmp_path: Path) -> None:
         ("tuple_size = 10", 'tuple_size = "10"', r"stream.tuple_size='10' must be an integer"),
         ("trigger_interval_s = 0.5", "trigger_interval_s = -1", r"trigger_interval_s=-1"),
         ("tuple_size = 10", "tuple_sise = 10", r"stream.tuple_sise=10 is not a known field"),
+        (
+            "tuple_size = 10",
+            "tuple_size = 10\nspark_batches_to_retain = 0",
+            r"stream.spark_batches_to_retain=0 must be an integer >= 1",
+        ),
+        (
+            "tuple_size = 10",
+            "tuple_size = 10\n[flow]\ncoalesce_every_s = -1",
+            r"flow.coalesce_every_s=-1",
+        ),
         ('name = "demo"', 'name = "other"', r"name='other' must match the file name"),
         ('"flowctl.pipelines.wordcount"', '"no.such.module"', r"definition='no.such.module'"),
     ],

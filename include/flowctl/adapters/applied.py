@@ -29,10 +29,16 @@ The rules :func:`claim` applies to a new range ``r`` of a partition:
 3. without a covering ``replayed`` row, a range wholly below the checkpoint is a
    duplicate (the checkpoint says it is durable: the sink of :mod:`flowctl.adapters.results`
    advances it without rows), and one straddling it is a conflict;
-4. a ``dlq`` claim from Eden (not ``Claim.replay``) inside an ``applied`` row is new: the
-   lane isolated a poison record from its tuple (``flowctl.core.isolation``), applied the
-   tuple's good records under the tuple's row and dead-lettered that record under its own
-   one-record row nested in it (the reconcile classifies an offset by its innermost row).
+4. a one-record ``dlq`` claim from Eden (not ``Claim.replay``) inside an ``applied`` row is
+   new: the lane isolated a poison record from its tuple (``flowctl.core.isolation``),
+   applied the tuple's good records under the tuple's row and dead-lettered that record
+   under its own one-record row nested in it (the reconcile classifies an offset by its
+   innermost row).
+
+The decisions themselves are pure (:mod:`flowctl.core.applied_rules`). Contiguous
+``applied`` rows below the checkpoint are merged into one row by
+:mod:`flowctl.adapters.applied_coalesce` in each flush's transaction; the rules above
+decide every claim as they did on the separate rows (the core module says why).
 
 Functions taking ``conn`` run inside the caller's transaction; those taking
 ``conn_or_url`` also accept a URL or an engine and then run their own short, retried
@@ -41,7 +47,6 @@ transaction.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -52,6 +57,7 @@ from flowctl.adapters import schema
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.results import lock_offsets
 from flowctl.adapters.schema import APPLIED_OUTCOMES, dialect_insert, utcnow
+from flowctl.core.applied_rules import ClaimRequest, PartitionRows, RangeConflict, decide
 from flowctl.core.tuples import TopicPartition, TupleRange
 
 __all__ = [
@@ -72,23 +78,6 @@ T = TypeVar("T")
 #: Ranges of one partition further apart than this are looked up by separate queries, so a
 #: replayed record from long ago does not drag every row in between into one read.
 _CLUSTER_SPAN = 1 << 16
-
-
-class RangeConflict(ValueError):
-    """A range overlaps an applied range (or the checkpoint) without either covering the other.
-
-    Tuple boundaries are a pure function of the offset, so this never happens unless a
-    producer of tuple ids is wrong; nothing of the transaction is written.
-    """
-
-    def __init__(self, pipeline: str, new: TupleRange, existing: str) -> None:
-        super().__init__(
-            f"pipeline {pipeline!r}: range {new.id} partially overlaps {existing}; tuple "
-            f"boundaries must be a pure function of the offset, so one of them was cut wrongly"
-        )
-        self.pipeline = pipeline
-        self.new = new
-        self.existing = existing
 
 
 @dataclass(frozen=True)
@@ -227,72 +216,6 @@ def _clusters(ranges: list[TupleRange]) -> list[tuple[int, int]]:
     return spans
 
 
-class _PartitionRows:
-    """The rows of one partition near the ranges being claimed, kept sorted as they grow."""
-
-    def __init__(self, rows: Iterable[tuple[int, int, str]]) -> None:
-        self.rows = sorted(set(rows))
-        self.starts = [r[0] for r in self.rows]
-        self.longest = max((e - s for s, e, _ in self.rows), default=0)
-
-    def overlapping(self, start: int, end: int) -> list[tuple[int, int, str]]:
-        """Rows with ``row.start < end`` and ``row.end > start``.
-
-        A row overlapping ``[start, end)`` starts after ``start - longest``, so the scan
-        back from ``end`` stops there: a few rows, since tuples are at most ``tuple_size``.
-        """
-        out = []
-        i = bisect.bisect_left(self.starts, end)
-        while i > 0:
-            i -= 1
-            row = self.rows[i]
-            if row[0] + self.longest <= start:
-                break
-            if row[1] > start:
-                out.append(row)
-        return out
-
-    def put(self, row: tuple[int, int, str]) -> None:
-        """Add ``row``, replacing a row with the same span (an updated outcome)."""
-        i = bisect.bisect_left(self.rows, (row[0], row[1], ""))
-        if i < len(self.rows) and self.rows[i][:2] == row[:2]:
-            del self.rows[i]
-            del self.starts[i]
-        self.rows.insert(i, row)
-        self.starts.insert(i, row[0])
-        self.longest = max(self.longest, row[1] - row[0])
-
-
-def _decide(pipeline: str, c: Claim, rows: _PartitionRows, checkpoint: int) -> str:
-    """``"insert"``, ``"update"`` (an exact 'replayed' row takes the replay's outcome) or
-    ``"duplicate"``; raises :class:`RangeConflict`."""
-    r = c.range
-    overlapping = rows.overlapping(r.start, r.end)
-    covering = [row for row in overlapping if row[0] <= r.start and row[1] >= r.end]
-    exact = next((row for row in covering if row[0] == r.start and row[1] == r.end), None)
-    if exact is not None:
-        if exact[2] == "replayed" and c.replay and c.outcome != "replayed":
-            return "update"
-        return "duplicate"
-    blocking = next((row for row in covering if row[2] != "replayed"), None)
-    if blocking is not None:
-        if c.outcome == "dlq" and not c.replay and all(row[2] != "dlq" for row in covering):
-            return "insert"  # a poison record isolated from its applied tuple (rule 4)
-        return "duplicate"
-    clash = next((row for row in overlapping if row not in covering), None)
-    if clash is not None:
-        existing = TupleRange(r.topic, r.partition, clash[0], clash[1])
-        raise RangeConflict(pipeline, r, f"applied range {existing.id} ({clash[2]})")
-    if not covering:
-        if r.end <= checkpoint:
-            return "duplicate"
-        if r.start < checkpoint:
-            raise RangeConflict(
-                pipeline, r, f"the durable checkpoint {checkpoint} of {r.topic}:{r.partition}"
-            )
-    return "insert"
-
-
 def claim(conn: sa.Connection, pipeline: str, ranges: Sequence[TupleRange | Claim]) -> list[bool]:
     """Record each range's outcome unless it is already durable; True where it is new.
 
@@ -309,12 +232,12 @@ def claim(conn: sa.Connection, pipeline: str, ranges: Sequence[TupleRange | Clai
     for c in claims:
         by_tp.setdefault(c.range.topic_partition, []).append(c.range)
     checkpoints = _lock_checkpoints(conn, pipeline, by_tp)
-    rows: dict[TopicPartition, _PartitionRows] = {}
+    rows: dict[TopicPartition, PartitionRows] = {}
     for tp, rs in by_tp.items():
         found: list[tuple[int, int, str]] = []
         for lo, hi in _clusters(sorted(rs)):
             found.extend(_rows_overlapping(conn, pipeline, tp, lo, hi))
-        rows[tp] = _PartitionRows(found)
+        rows[tp] = PartitionRows(found)
     a = schema.applied_ranges
     now = utcnow()
     inserts: list[dict[str, object]] = []
@@ -322,7 +245,8 @@ def claim(conn: sa.Connection, pipeline: str, ranges: Sequence[TupleRange | Clai
     for c in claims:
         r = c.range
         tp_rows = rows[r.topic_partition]
-        decision = _decide(pipeline, c, tp_rows, checkpoints[r.topic_partition])
+        request = ClaimRequest(r, c.outcome, c.replay)
+        decision = decide(pipeline, request, tp_rows, checkpoints[r.topic_partition])
         if decision == "duplicate":
             out.append(False)
             continue

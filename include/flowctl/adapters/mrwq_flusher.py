@@ -44,7 +44,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -52,11 +51,11 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.applied import (
-    PartitionReplay,
     RangeConflict,
     replay_plan,
 )
 from flowctl.adapters.db import engine_for
+from flowctl.adapters.mrwq_reports import DrainResult, FlushReport, GapReport
 from flowctl.adapters.mrwq_sink import (
     FlushStats,
     MrwqItemError,
@@ -73,7 +72,6 @@ from flowctl.core.persistence import (
     item_key,
     mrwq_namespace,
 )
-from flowctl.core.tuples import TopicPartition, TupleRange
 
 __all__ = [
     "DrainResult",
@@ -104,81 +102,6 @@ class _Stopped(Exception):
     """The stop event was set while waiting to retry."""
 
 
-@dataclass(frozen=True)
-class FlushReport:
-    """One flush: the core's result (durable tuple ids, gap, pending), the database stats,
-    how long it took and the queue length left."""
-
-    result: FlushResult
-    stats: FlushStats
-    duration_s: float
-
-    @property
-    def durable_tuple_ids(self) -> tuple[str, ...]:
-        return self.result.durable_tuple_ids
-
-    @property
-    def queue_length(self) -> int:
-        return self.result.pending
-
-
-@dataclass(frozen=True)
-class GapReport:
-    """MRWQ items were lost: what to dispatch again, per partition.
-
-    For every partition: the holes of ``applied_ranges`` after the durable checkpoint, and
-    everything admitted from ``applied_end`` on. Ranges durable after all are no-ops when
-    they come back (``applied_ranges``).
-    """
-
-    pipeline: str
-    namespace: str
-    gap: Gap
-    partitions: tuple[PartitionReplay, ...]
-
-    def ranges(self, admitted_end: dict[TopicPartition, int]) -> list[TupleRange]:
-        """The ranges to dispatch again, given how far the planner admitted per partition.
-
-        Holes are exact complements of durable ranges, so any cut of them on the tuple
-        grid (``k * tuple_size``) claims cleanly. A partition the database does not know
-        (nothing of it ever durable) is dispatched from 0; a planner that started it
-        elsewhere should use :func:`flowctl.adapters.applied.unapplied_gaps` with its start.
-        """
-        out: list[TupleRange] = []
-        for p in self.partitions:
-            for start, end in p.holes:
-                out.append(TupleRange(p.topic, p.partition, start, end))
-            end = admitted_end.get(p.topic_partition, p.applied_end)
-            if end > p.applied_end:
-                out.append(TupleRange(p.topic, p.partition, p.applied_end, end))
-        for tp, end in admitted_end.items():
-            if tp not in {p.topic_partition for p in self.partitions} and end > 0:
-                out.append(TupleRange(tp.topic, tp.partition, 0, end))
-        return out
-
-    def __str__(self) -> str:
-        parts = "; ".join(
-            f"{p.topic}:{p.partition} checkpoint {p.checkpoint}, holes "
-            f"{list(p.holes) or 'none'}, everything from {p.applied_end}"
-            for p in self.partitions
-        )
-        return (
-            f"MRWQ {self.namespace} of pipeline {self.pipeline!r}: {self.gap}; dispatch again: "
-            f"{parts or 'everything admitted (nothing is durable yet)'}"
-        )
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    """What :meth:`FlusherService.flush_all` did."""
-
-    flushes: int
-    items: int
-    applied: int
-    duplicates: int
-    gap: GapReport | None
-
-
 class FlusherService:
     """Drives :class:`~flowctl.core.persistence.MrwqFlusher` against the database.
 
@@ -197,6 +120,9 @@ class FlusherService:
     :param sleep: how :meth:`flush` and :meth:`flush_all` wait between retries.
     :param gap_grace_s: how long a missing item may be missing before it is a gap.
     :param max_batch: items per transaction (default ``policy.max_length``).
+    :param coalesce_every_s: seconds between two merges of the ``applied_ranges`` rows
+        below the checkpoint (the pipeline's ``[flow] coalesce_every_s``; 0: every flush;
+        ``None``: never), timed by ``clock``.
 
     :meth:`start` must be called first (``run`` and ``flush_all`` call it if needed).
     Thread-safe: the flusher thread runs :meth:`run`; others may call
@@ -219,6 +145,7 @@ class FlusherService:
         gap_grace_s: float = 5.0,
         max_batch: int | None = None,
         poll_interval_s: float = 0.05,
+        coalesce_every_s: float | None = None,
     ) -> None:
         if not isinstance(pipeline, str) or not pipeline:
             raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
@@ -241,7 +168,13 @@ class FlusherService:
         self.poll_interval_s = float(poll_interval_s)
         self._batch_ended = threading.Event()
         self._sink = SqlSink(
-            self.engine, self.pipeline, self.namespace, self.apply, lambda: self._flusher.epoch
+            self.engine,
+            self.pipeline,
+            self.namespace,
+            self.apply,
+            lambda: self._flusher.epoch,
+            coalesce_every_s=coalesce_every_s,
+            clock=self.clock,
         )
         # Built now so bad arguments fail here; its position is restored in start().
         self._flusher = MrwqFlusher(
@@ -420,7 +353,7 @@ class FlusherService:
         self.last_error = None
         log.info(
             "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate, %d replayed, "
-            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s",
+            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
             self.namespace,
             s.items,
             r.first_seq,
@@ -434,6 +367,7 @@ class FlusherService:
             report.duration_s,
             r.pending,
             r.trigger,
+            f"; {s.coalesced} applied range row(s) merged away" if s.coalesced else "",
         )
 
     # -- gaps --

@@ -4,8 +4,10 @@
 :class:`flowctl.adapters.mrwq_flusher.FlusherService`. In ONE transaction per batch it
 claims each item's range in ``applied_ranges`` (a range already durable is a duplicate
 and skipped), applies the new ``applied`` results with the pipeline's ``apply``,
-advances the durable checkpoint over contiguous durable ranges, and stores the
-flusher's position (epoch, head) in ``mrwq_state``.
+advances the durable checkpoint over contiguous durable ranges, stores the flusher's
+position (epoch, head) in ``mrwq_state`` and, once per ``coalesce_every_s``, merges the
+``applied`` rows the checkpoint moved over since the last merge into one
+(:mod:`flowctl.adapters.applied_coalesce` says why there and then).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.applied import Claim, advance_checkpoint, claim
+from flowctl.adapters.applied_coalesce import coalesce, lookback_start
 from flowctl.adapters.schema import dialect_insert, utcnow
+from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.flusher import FlusherSnapshot
 from flowctl.core.persistence import QueueItem, parse_outcome_key
 from flowctl.core.tuples import TopicPartition, TupleRange
@@ -42,6 +46,7 @@ class FlushStats:
     records: int = 0
     rows: int = 0
     checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
+    coalesced: int = 0  # applied_ranges rows the merge removed
 
 
 def load_position(conn: sa.Connection, namespace: str) -> FlusherSnapshot | None:
@@ -74,7 +79,11 @@ def save_position(
 
 
 class SqlSink:
-    """The core's :class:`~flowctl.core.persistence.Sink`: one transaction per batch."""
+    """The core's :class:`~flowctl.core.persistence.Sink`: one transaction per batch.
+
+    ``coalesce_every_s``: seconds between two merges of ``applied_ranges`` rows (0: in
+    every flush), timed by ``clock``; ``None`` never merges.
+    """
 
     def __init__(
         self,
@@ -83,13 +92,43 @@ class SqlSink:
         namespace: str,
         apply: Callable[[sa.Connection, str, list[Any]], int | None],
         epoch: Callable[[], str | None],
+        *,
+        coalesce_every_s: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        if coalesce_every_s is not None and (
+            isinstance(coalesce_every_s, bool)
+            or not isinstance(coalesce_every_s, int | float)
+            or not coalesce_every_s >= 0
+        ):
+            raise ValueError(
+                f"coalesce_every_s must be a number >= 0 or None, got {coalesce_every_s!r}"
+            )
         self.engine = engine
         self.pipeline = pipeline
         self.namespace = namespace
         self.apply = apply
         self._epoch = epoch  # the flusher's epoch at write time (stored with the head)
         self.last: FlushStats | None = None
+        self.coalesce_every_s = coalesce_every_s
+        self._clock = clock if clock is not None else MonotonicClock()
+        self._coalesced_at = self._clock.now()
+        #: Per partition: the checkpoint at this sink's last merge (rows ending at or after
+        #: it are the next merge's window).
+        self._coalesced_to: dict[TopicPartition, int] = {}
+
+    def _coalesce_due(self) -> bool:
+        every = self.coalesce_every_s
+        return every is not None and self._clock.now() - self._coalesced_at >= every
+
+    def _coalesce(self, conn: sa.Connection, checkpoint: dict[TopicPartition, int]) -> int:
+        before = {
+            tp: self._coalesced_to[tp]
+            if tp in self._coalesced_to
+            else lookback_start(conn, self.pipeline, tp, cp)
+            for tp, cp in checkpoint.items()
+        }
+        return coalesce(conn, self.pipeline, before, checkpoint)
 
     def write_batch(self, items: Sequence[QueueItem]) -> None:
         if not items:
@@ -110,6 +149,7 @@ class SqlSink:
             checkpoint = advance_checkpoint(
                 conn, self.pipeline, {c.range.topic_partition for c in claims}
             )
+            coalesced = self._coalesce(conn, checkpoint) if due else 0
             save_position(conn, self.namespace, self.pipeline, epoch, head)
             new_claims = [c for c, new in zip(claims, fresh, strict=True) if new]
             return FlushStats(
@@ -121,10 +161,15 @@ class SqlSink:
                 records=sum(c.range.size for c in claims),
                 rows=int(rows or 0),
                 checkpoint=checkpoint,
+                coalesced=coalesced,
             )
 
+        due = self._coalesce_due()
         with self.engine.begin() as conn:
             self.last = work(conn)
+        if due:  # committed: the next merge starts where this one ended
+            self._coalesced_at = self._clock.now()
+            self._coalesced_to.update(self.last.checkpoint)
 
 
 def claim_of(item: QueueItem) -> Claim:

@@ -124,6 +124,8 @@ class FlowConfig:
     #: Also flush when a micro-batch ends (its results are all in the MRWQ then).
     flush_at_batch_end: bool = True
     gap_grace_s: float = 5.0
+    #: Seconds between two merges of the contiguous applied rows below the checkpoint.
+    coalesce_every_s: float = 10.0
     persist_queue_capacity: int = 2000
     process_queue_capacity: int = 512
     load_factor: float = 0.8
@@ -162,6 +164,10 @@ class PipelineConfig:
     #: The ``[sink]`` section (``None``: the definition brings ``apply``/``stored``); see
     #: :func:`flowctl.pipelines.sinks.result_store`.
     sink: SinkSpec | None = None
+    #: Micro-batches whose offset and commit logs Spark keeps in a topology's checkpoint
+    #: (``spark.sql.streaming.minBatchesToRetain``; the job's restart point is the
+    #: database's durable checkpoint, so a few suffice).
+    spark_batches_to_retain: int = 10
     #: The ``[params]`` section: the pipeline's own settings, handed to its definition
     #: module's ``configure(params)`` (see :meth:`pipeline_definition`).
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -221,6 +227,7 @@ _KNOWN = {
         "max_records_per_batch",
         "trigger_interval_s",
         "tuple_size",
+        "spark_batches_to_retain",
     },
     "scaling": set(ScalingConfig.__dataclass_fields__),
     "flow": set(FlowConfig.__dataclass_fields__),
@@ -318,6 +325,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     max_rows = count(stream, "stream", "max_records_per_batch", 50_000, 1)
     tuple_size = count(stream, "stream", "tuple_size", 100, 1)
     trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
+    retain = count(stream, "stream", "spark_batches_to_retain", 10, 1)
     scaling = _parse_scaling(raw.get("scaling", {}))
     flow = _parse_flow(raw.get("flow", {}))
     sink = parse_sink(raw["sink"]) if "sink" in raw else None  # checks its own keys
@@ -336,6 +344,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         scaling=scaling,
         flow=flow,
         sink=sink,
+        spark_batches_to_retain=retain,
         params=params,
         compression=codec,
     )
@@ -471,6 +480,7 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         flush_update_time_s=amount("flush_update_time_s", lo=0),
         flush_at_batch_end=flag("flush_at_batch_end"),
         gap_grace_s=amount("gap_grace_s", lo=0, lo_open=False),
+        coalesce_every_s=amount("coalesce_every_s", lo=0, lo_open=False),
         persist_queue_capacity=count("persist_queue_capacity", 1),
         process_queue_capacity=count("process_queue_capacity", 1),
         load_factor=load_factor,

@@ -16,8 +16,9 @@
   (``bench/lib/baseline.py``) builds on it.
 
 Either way the job loads the pipeline config, ensures the schema and topics, registers
-the topology (STARTING), starts the query, loops (heartbeat, signals, progress lines)
-and on ``stop`` or SIGTERM stops between batches, records STOPPED and returns 0; if the
+the topology (STARTING), starts the query, loops (signals, progress lines; the heartbeat
+has its own thread, :mod:`flowctl.spark.heartbeat`) and on ``stop`` or SIGTERM stops
+between batches, records STOPPED, deletes its Spark checkpoint and returns 0; if the
 query fails: FAILED, the cause in the log, return 1. Log lines go to stderr, which
 becomes the Airflow task log.
 
@@ -28,149 +29,43 @@ resumes from them.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from flowctl.config import Settings
-from flowctl.core.validation import (
-    InvalidValue,
-    argparse_type,
-    integer_from_text,
-    number_from_text,
-    parallelism,
+from flowctl.spark.heartbeat import Heartbeat
+from flowctl.spark.job_args import (  # re-exported: the job's command line
+    COLOURS,
+    JobArgs,
+    build_parser,
+    default_topology_id,
+    parse_args,
 )
 from flowctl.spark.niceness import yield_shutdown
 from flowctl.spark.progress import batch_phases
 from flowctl.spark.startup import SessionStarter, StartupClock
 
+__all__ = [
+    "COLOURS",
+    "PHASES_EVERY_S",
+    "JobArgs",
+    "StreamJob",
+    "build_parser",
+    "build_session",
+    "configure_logging",
+    "default_topology_id",
+    "parse_args",
+]
+
 log = logging.getLogger("flowctl.job")
 
-COLOURS = ("blue", "green")
-#: Seconds between two heartbeats of the driver (written by the control loop).
-HEARTBEAT_EVERY_S = 1.0
 #: Seconds between two lines of Spark's micro-batch phases (:mod:`flowctl.spark.progress`).
 PHASES_EVERY_S = 30.0
-
-
-@dataclass(frozen=True)
-class JobArgs:
-    """The parsed command line of a stream job."""
-
-    pipeline_config: str
-    topology_id: str | None
-    colour: str
-    parallelism: int | None
-    airflow_run_id: str | None
-    checkpoint_dir: str | None
-    poll_seconds: float
-    standby: bool = False
-    warm_standby: bool = False
-
-
-#: ``type=`` of an option that is a count >= 1 (the baseline job shares it).
-_positive_int = argparse_type(lambda field, text: integer_from_text(field, text, lo=1))
-#: ``type=`` of an option that is a finite number of seconds > 0.
-_positive_float = argparse_type(
-    lambda field, text: number_from_text(field, text, lo=0, lo_open=True)
-)
-
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The job's options; ``prog`` defaults to the script actually run (``stream.py``, ...)."""
-    parser = argparse.ArgumentParser(
-        prog=prog or os.path.basename(sys.argv[0]) or "stream.py",
-        description="Run a flowctl stream topology until a stop signal arrives.",
-    )
-    parser.add_argument(
-        "--pipeline-config",
-        default="wordcount",
-        help="pipeline name (include/pipelines/<name>.toml) or path to a config file",
-    )
-    parser.add_argument(
-        "--topology-id", help="unique id of this run (default <pipeline>-<colour>-<utc time>)"
-    )
-    parser.add_argument("--colour", choices=COLOURS, default="blue")
-    parser.add_argument(
-        "--parallelism", type=_positive_int, help="lanes (default: the config's parallelism)"
-    )
-    parser.add_argument("--airflow-run-id", help="the Airflow DAG run that started this topology")
-    parser.add_argument(
-        "--checkpoint-dir",
-        help="Spark checkpoint location (default $FLOWCTL_HOME/checkpoints/<topology id>)",
-    )
-    parser.add_argument(
-        "--poll-seconds",
-        type=_positive_float,
-        default=0.1,
-        help=(
-            "how often to check control signals and run the control loop (default 0.1: a "
-            "signal's delay is part of a replacement's output pause); the heartbeat is "
-            f"written at most every {HEARTBEAT_EVERY_S:g} s"
-        ),
-    )
-    parser.add_argument(
-        "--standby",
-        action="store_true",
-        help="start READY and admit nothing until an activate signal (a blue-green green)",
-    )
-    parser.add_argument(
-        "--warm-standby",
-        action="store_true",
-        help=(
-            "a standby started ahead of any replacement (implies --standby): it may start "
-            "beside the ACTIVE topology, and the next replacement of the pipeline takes it "
-            "instead of starting a green, with its parallelism given at activation"
-        ),
-    )
-    return parser
-
-
-def parse_args(argv: Sequence[str] | None = None) -> JobArgs:
-    """The command line, checked: argparse's errors (exit 2) name the script and the option."""
-    from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config
-
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    # --parallelism must be one the DAGs offer (the rule of the stream DAG's form and the
-    # replace operator): a power of two within the config's bounds. A config that cannot
-    # be loaded is left to the job, which names the file; the power of two holds anyway.
-    if ns.parallelism is not None:
-        bounds: tuple[int, ...] = ()
-        try:
-            config = load_pipeline_config(ns.pipeline_config)
-            bounds = (config.min_parallelism, config.max_parallelism)
-        except PipelineConfigError:
-            pass
-        where = f"of {config.source}" if bounds else ""
-        try:
-            parallelism("--parallelism", ns.parallelism, *bounds, where=where)
-        except InvalidValue as exc:
-            parser.error(str(exc))
-    return JobArgs(
-        pipeline_config=ns.pipeline_config,
-        topology_id=ns.topology_id,
-        colour=ns.colour,
-        parallelism=ns.parallelism,
-        airflow_run_id=ns.airflow_run_id,
-        checkpoint_dir=ns.checkpoint_dir,
-        poll_seconds=ns.poll_seconds,
-        standby=ns.standby or ns.warm_standby,
-        warm_standby=ns.warm_standby,
-    )
-
-
-def default_topology_id(pipeline: str, colour: str, now: dt.datetime | None = None) -> str:
-    """``<pipeline>-<colour>-<UTC yyyymmddThhmmssffffff>``: unique per start, sortable."""
-    now = now or dt.datetime.now(dt.UTC)
-    return f"{pipeline}-{colour}-{now.strftime('%Y%m%dT%H%M%S%f')}"
 
 
 def build_session(app_name: str) -> Any:
@@ -243,6 +138,12 @@ class StreamJob:
         self._lag_consumer: Any = None
         self._lag_lock = threading.Lock()
         self._ignored_signals: set[str] = set()
+        #: Written from its own thread: a stop or a drain that waits on a long micro-batch
+        #: must not make the topology look dead (:mod:`flowctl.spark.heartbeat`).
+        self.heartbeat = Heartbeat(
+            lambda: self.control.heartbeat(self.topology_id), self.topology_id
+        )
+        self.final_state: str | None = None  # STOPPED or FAILED, once recorded
         self.startup = StartupClock(self.topology_id)
         self.startup.mark("job built (imports, config)")
 
@@ -336,7 +237,14 @@ class StreamJob:
 
     def _write(self, stream: Any) -> Any:
         """Start ``stream`` into this job's ``_on_batch`` on its trigger and checkpoint
-        (every job's sink: the subclasses differ in their source and their batch)."""
+        (every job's sink: the subclasses differ in their source and their batch).
+
+        Spark keeps the offset and commit logs of ``[stream] spark_batches_to_retain``
+        micro-batches: the job restarts from the database's durable checkpoint, so its
+        Spark checkpoint only serves the running query."""
+        stream.sparkSession.conf.set(
+            "spark.sql.streaming.minBatchesToRetain", str(self.config.spark_batches_to_retain)
+        )
         return (
             stream.writeStream.queryName(self.topology_id)
             .foreachBatch(self._on_batch)
@@ -382,6 +290,7 @@ class StreamJob:
             session.discard()
             return 1
         self.startup.mark("registered (schema, topics)")
+        self.heartbeat.start()
         spark: Any = None
         query = None
         try:
@@ -410,6 +319,7 @@ class StreamJob:
                 raise
             return 1
         finally:
+            self.heartbeat.stop()
             if query is not None and query.isActive:
                 query.stop()
             self._cleanup()
@@ -422,6 +332,7 @@ class StreamJob:
                 started = time.monotonic()
                 spark.stop()
                 log.info("Spark stopped in %.2f s", time.monotonic() - started)
+            self._drop_spark_checkpoint()
 
     def _before_query(self, spark: Any) -> None:
         """Work to start beside the query's start (the flow job warms its Python workers)."""
@@ -459,7 +370,6 @@ class StreamJob:
         last_phases_log = time.monotonic()
         self._phases_after = -1
         last_db_warning = -1e9
-        last_heartbeat = -1e9
         while True:
             if not query.isActive:
                 error = query.exception()
@@ -469,15 +379,12 @@ class StreamJob:
                 return 1
             stop_id = None
             try:
-                if time.monotonic() - last_heartbeat >= HEARTBEAT_EVERY_S:
-                    self.control.heartbeat(self.topology_id)
-                    last_heartbeat = time.monotonic()
                 stop_id = self._handle_signals()
             except Exception as exc:  # the database may be away; the stream goes on
                 if time.monotonic() - last_db_warning > 10:
                     last_db_warning = time.monotonic()
                     log.warning(
-                        "topology %s: heartbeat/signals unavailable (retrying): %s",
+                        "topology %s: signals unavailable (retrying): %s",
                         self.topology_id,
                         exc,
                     )
@@ -524,7 +431,25 @@ class StreamJob:
                 )
             self._terminate.wait(self.args.poll_seconds)
 
+    def _drop_spark_checkpoint(self) -> None:
+        """Delete the query's Spark checkpoint after a clean stop, unless ``--checkpoint-dir``
+        chose it: topology ids are unique and every job starts from the database's durable
+        checkpoint, so nothing reads it again, and one directory per topology would pile up
+        with every restart and replacement. A failed topology's stays for its post-mortem."""
+        if self.final_state != "STOPPED" or self.args.checkpoint_dir is not None:
+            return
+        try:
+            shutil.rmtree(self.checkpoint_dir)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("could not delete the Spark checkpoint %s: %s", self.checkpoint_dir, exc)
+            return
+        log.info("deleted the Spark checkpoint %s (stopped cleanly)", self.checkpoint_dir)
+
     def _set_final(self, state: str) -> None:
+        self.heartbeat.stop()  # a topology in a final state never beats again
+        self.final_state = state
         try:
             self.control.set_state(self.topology_id, state)
         except Exception:  # the database may be the reason we are failing

@@ -207,6 +207,7 @@ class FlowStreamJob(HandoverSides, StreamJob):
                 self.results.apply,
                 policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
                 gap_grace_s=self.flow.gap_grace_s,
+                coalesce_every_s=self.flow.coalesce_every_s,
             )
             service.on_gap = lambda report: self._on_gap(service, report)
             service.start()
@@ -284,7 +285,10 @@ class FlowStreamJob(HandoverSides, StreamJob):
             control = Control(
                 self.admit, self.rebuild_no, self.frontier, self.sweep_no, self.parallelism
             )
-            self.store.set_json(channels.control_key(self.ns), control.encode())
+            # Rewritten every second; it expires like the planner's keys once nobody does.
+            self.store.set_json(
+                channels.control_key(self.ns), control.encode(), expire_s=channels.STATE_TTL_S
+            )
         except Exception as exc:
             if required:
                 raise

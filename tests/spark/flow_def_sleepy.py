@@ -1,0 +1,5 @@
+"""``DEFINITION``: the word count sleeping on every tuple (tests only)."""
+
+from tests.spark.flow_definitions import SleepyTuples
+
+DEFINITION = SleepyTuples()
