@@ -13,7 +13,7 @@ from flowctl.core.validation import COMPRESSION_CODECS, DEFAULT_COMPRESSION, Inv
 from flowctl.core.validation import compression as valid_compression
 from flowctl.pipelines.base import Record
 from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config
-from flowctl.pipelines.derive import derive_config
+from bench.lib.derive import derive_config
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

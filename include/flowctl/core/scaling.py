@@ -22,9 +22,8 @@ min/max parallelism, a cooldown, and no scale-down while the backlog grows.
 
 This module holds the shared vocabulary (:class:`WindowStats`, :class:`Decision`, E(M) and
 S^2) and the paper's rule; the adaptive rule is :mod:`flowctl.core.adaptive_scaling`, and
-:class:`flowctl.core.autoscaler.Autoscaler` adds the ring buffer and the time of the last
-change, with a picklable snapshot so an Airflow sensor, which runs in a new process on
-every poke, can resume it. :class:`Decision` round-trips through JSON (XCom).
+the benchmarks' simulated autoscaler (``bench.lib.autoscaler``) adds a ring buffer and the
+time of the last change. :class:`Decision` round-trips through JSON (XCom).
 """
 
 from __future__ import annotations

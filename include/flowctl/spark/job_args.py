@@ -1,7 +1,7 @@
 """The stream job's command line: options, checks and the parsed :class:`JobArgs`.
 
 Shared by every job ``spark_jobs/`` runs (:mod:`flowctl.spark.job`, the baseline of
-:mod:`flowctl.spark.baseline`); apart from the job so the DAGs' checks and the tests parse
+:mod:`bench.lib.baseline`); apart from the job so the DAGs' checks and the tests parse
 a command line without the job's imports.
 """
 
