@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from kafka import codec as kafka_codec
 
+from bench.lib.derive import derive_config
 from flowctl.adapters.kafka_produce import compression_type
 from flowctl.core.validation import COMPRESSION_CODECS, DEFAULT_COMPRESSION, InvalidValue
 from flowctl.core.validation import compression as valid_compression
 from flowctl.pipelines.base import Record
 from flowctl.pipelines.config import PipelineConfigError, load_pipeline_config
-from bench.lib.derive import derive_config
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
