@@ -27,13 +27,55 @@ so that a test drives them with exact offsets and a fake clock:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from .clock import Clock
 
-__all__ = ["LossKind", "LossWatch", "LostRange", "ReadErrors", "ReadFailure", "lost_ranges"]
+__all__ = [
+    "DataLossError",
+    "LossKind",
+    "LossWatch",
+    "LostRange",
+    "ReadErrors",
+    "ReadFailure",
+    "ReadPathError",
+    "failure_cause",
+    "lost_ranges",
+]
+
+
+class DataLossError(RuntimeError):
+    """Records were lost before processing and the topology stops (``on_data_loss``)."""
+
+    def __init__(self, lost: Sequence[LostRange], why: str) -> None:
+        super().__init__(
+            f"records lost before processing ({why}): " + "; ".join(r.describe() for r in lost)
+        )
+        self.lost = list(lost)
+
+
+class ReadPathError(RuntimeError):
+    """A read error persisted past ``[flow] read_error_timeout_s``: never an idle topology."""
+
+    def __init__(self, failures: Sequence[ReadFailure], bound_s: float) -> None:
+        super().__init__(
+            f"read errors persisted past read_error_timeout_s={bound_s:g}: "
+            + "; ".join(f.describe() for f in failures)
+        )
+        self.failures = list(failures)
+
+
+_CAUSE = re.compile(r"\b(DataLossError|ReadPathError): ([^\n]+)")
+
+
+def failure_cause(text: str) -> str | None:
+    """The cause a failed query's error text carries, when the planner raised one of this
+    module's errors (Spark wraps it in its own exception: the line is found in the text)."""
+    found = _CAUSE.search(text)
+    return None if found is None else found.group(2).strip()
 
 
 class LossKind(StrEnum):

@@ -86,9 +86,6 @@ count = "bigint >= 1"
 eden = "{name}.eden"
 # Partitions of every topic of the pipeline when it is created.
 partitions = 4
-# Records gone from the log before they were processed: "fail" stops the topology
-# naming the lost ranges, "skip" records them and goes on (docs/flow-control.md).
-on_data_loss = "fail"
 
 [stream]
 # Lanes (Spark tasks per micro-batch) of a new topology.
