@@ -181,6 +181,9 @@ class StreamJob:
                 latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
         except Exception as exc:  # lag is informative only; never fail a batch over it
             log.warning("lag unknown: %s", exc)
+            with self._lag_lock:  # a consumer stuck after a broker or worker loss: a new one
+                consumer, self._lag_consumer = self._lag_consumer, None
+            kafka_log.close_quietly(consumer)
             return None
         committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
         return sum(max(0, n - committed.get(p, 0)) for p, n in latest.items())
