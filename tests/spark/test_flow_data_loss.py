@@ -1,11 +1,13 @@
 """Data loss and read errors under a running flow-controlled topology (spark-submit, Tansu).
 
-One topology run per scenario: Eden deleted and recreated with fewer records (a reset
-log: the topology stops FAILED, the range named per partition, the cause stored for the
-metrics page), and Eden deleted for good (a read error that persists past ``[flow]
-read_error_timeout_s``: FAILED with topic, partition and error, never an idle ACTIVE
-topology). Tansu has no DeleteRecords and no retention, so the log-start case (a start
-past the checkpoint) is covered by the planner's unit tests (tests/unit).
+One topology run per setting of ``[topics] on_data_loss``: Eden deleted and recreated
+under it (a reset log). Under ``fail`` and under ``skip`` alike the topology stops FAILED,
+the range named per partition in the task log and stored as its cause for the metrics
+page; nothing is skipped, nothing of the new log is counted. Tansu has no DeleteRecords
+and no retention, so the log-start case (a start past the checkpoint, where ``skip``
+records the range and goes on) is covered by the planner's unit tests, and a topic
+deleted for good cannot be had either: the clients' metadata requests create it again
+(a reset log). Persistent read errors: tests/unit/test_flow_planner_guard.py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from flowctl.adapters import kafka_log
-from flowctl.adapters.data_loss import causes
+from flowctl.adapters.data_loss import causes, skipped_ranges
 from flowctl.pipelines.wordcount import count_words
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
@@ -32,12 +34,14 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
         admin.close()
 
 
-def _run_until_counted(flow: Flow, tmp_path: Path, name: str, **flow_keys: object) -> tuple:
-    config = flow_config(tmp_path, name, partitions=2, flow=flow_keys or None)
+def _run_until_counted(
+    flow: Flow, tmp_path: Path, name: str, topics: dict[str, object] | None = None
+) -> tuple:
+    config = flow_config(tmp_path, name, partitions=2, topics=topics)
     bootstrap = flow.settings.kafka_bootstrap
     topic = f"{name}.eden"
     kafka_log.ensure_topics(bootstrap, {topic: 2})
-    data = lines(3_000, seed=31)
+    data = lines(1_500, seed=31)
     kafka_log.produce(bootstrap, topic, data)
     expected = dict(count_words(data))
     job = flow.submit(config, f"{name}-blue-1", 2)
@@ -82,19 +86,26 @@ def test_a_topic_deleted_and_recreated_under_the_stream_fails_it_naming_the_rang
     assert flow.plane.committed_offsets("flowreset", topic) == before
 
 
-def test_a_read_error_that_persists_fails_the_topology_with_its_cause(
+def test_a_reset_log_fails_under_on_data_loss_skip_too_and_nothing_is_skipped(
     flow: Flow, tmp_path: Path
 ) -> None:
-    job, topic, expected, _ = _run_until_counted(
-        flow, tmp_path, "flowgone", read_error_timeout_s=5.0
+    """The new log's offsets start again below the old log's durable ranges: skipping
+    would take new records for old ones, so the topology stops and says why."""
+    job, topic, expected, before = _run_until_counted(
+        flow, tmp_path, "flowresetskip", topics={"on_data_loss": "skip"}
     )
-    _delete_topic(flow.settings.kafka_bootstrap, topic)
+    bootstrap = flow.settings.kafka_bootstrap
+    _delete_topic(bootstrap, topic)
+    kafka_log.ensure_topics(bootstrap, {topic: 2})
     code = job.wait(timeout_s=120)
     assert code == 1, job.log_tail()
-    assert flow.state("flowgone-blue-1") == "FAILED"
-    cause = _cause(flow, "flowgone-blue-1")
-    assert cause.startswith("read errors persisted past read_error_timeout_s=5: "), cause
-    assert f"{topic} every partition: reads failing for" in cause
-    assert "does not exist" in cause
-    assert f"FAILED: read errors persisted past read_error_timeout_s=5: {topic}" in job.log()
-    assert counted(flow, "flowgone") == expected
+    assert flow.state("flowresetskip-blue-1") == "FAILED"
+    cause = _cause(flow, "flowresetskip-blue-1")
+    assert cause.startswith(
+        "records lost before processing (a reset log fails under on_data_loss = skip too: "
+        "its new offsets start again below the old log's durable ranges): "
+    ), cause
+    assert f"{topic} partition 1: offsets [{before[1]}, {before[1]})" in cause
+    assert skipped_ranges(flow.database_url, "flowresetskip", topic) == []
+    assert counted(flow, "flowresetskip") == expected
+    assert flow.plane.committed_offsets("flowresetskip", topic) == before
