@@ -235,3 +235,10 @@ def test_the_part_not_durable_is_read_from_a_real_log_over_a_partial_checkpoint(
         stalled(checkpoints, None, not_durable, first, later - dt.timedelta(minutes=5), 600.0)
         is None
     )
+
+
+@pytest.mark.integration
+def test_a_topic_not_created_yet_has_nothing_waiting(kafka_bootstrap: str) -> None:
+    import secrets
+
+    assert waiting(kafka_bootstrap, f"t.{secrets.token_hex(4)}", {}) == ({}, {})

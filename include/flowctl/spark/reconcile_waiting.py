@@ -25,6 +25,8 @@ def waiting(
 
     consumer = kafka_log.new_consumer(bootstrap)
     try:
+        if not consumer.partitions_for_topic(topic):  # no log yet (nothing ingested)
+            return {}, {}
         ends = kafka_log.latest_offsets(consumer, topic)
         not_durable = {
             p: end - checkpoints.get(p, 0)
