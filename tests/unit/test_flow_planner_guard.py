@@ -152,3 +152,27 @@ def test_a_lanes_read_error_of_one_partition_that_persists_fails_naming_it(
     assert clock.now() == 50
     (failure,) = info.value.failures
     assert (failure.topic, failure.partition, failure.error) == (EDEN, 1, "CorruptRecordError")
+
+
+def test_a_skip_the_database_refuses_is_declared_again_at_the_next_start_read(
+    tmp_path: Path,
+) -> None:
+    planner, _, state, fake, clock = _planner(
+        tmp_path, {0: 500}, {0: 100}, topics='on_data_loss = "skip"'
+    )
+    start = planner.initial_offset()
+    fake.starts[EDEN] = {0: 250}
+    real_skip = state.skip
+
+    def refuse(topology_id: str, lost: object) -> int:
+        raise ConnectionError("database away")
+
+    state.skip = refuse  # type: ignore[method-assign]
+    for _ in range(2):
+        clock.advance(STARTS_EVERY_S)
+        planner.latest_offset(start)  # suspicion, then a declared loss the database refuses
+    assert state.skipped == []
+    state.skip = real_skip  # type: ignore[method-assign]
+    clock.advance(STARTS_EVERY_S)
+    planner.latest_offset(start)
+    assert [(r.first, r.end) for _, r in state.skipped] == [(100, 250)]

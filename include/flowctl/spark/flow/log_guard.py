@@ -158,7 +158,16 @@ class LogGuard:
             log.error("flow %s: FAILED: %s", self.topology_id, error)
             raise error
         for r in declared:
-            checkpoint = self._skip(r)
+            try:
+                checkpoint = self._skip(r)
+            except Exception as exc:  # the database is away: declared again next start read
+                log.warning(
+                    "flow %s: on_data_loss = skip: recording %s failed (will retry): %s",
+                    self.topology_id,
+                    r.describe(),
+                    exc,
+                )
+                continue
             self.watch.forget(r.partition)
             self.skipped.append(r)
             log.error(
