@@ -333,3 +333,30 @@ def test_latest_offsets_of_returns_the_bounds_a_caller_accepts_without_fetching(
     finally:
         consumer.close()
         producer.close()
+
+
+def test_log_starts_of_a_topic_deleted_and_recreated_under_a_reader(kafka_bootstrap: str) -> None:
+    """What the planner sees of a reset log: starts at 0 and an end below the old one."""
+    from kafka.admin import KafkaAdminClient
+
+    topic = _topic(2, kafka_bootstrap)
+    kafka_log.produce(kafka_bootstrap, topic, [f"r{i}".encode() for i in range(40)])
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        assert kafka_log.log_starts(consumer, topic) == {0: 0, 1: 0}
+        before = kafka_log.latest_offsets(consumer, topic)
+        assert sum(before.values()) == 40
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.delete_topics([topic])
+        finally:
+            admin.close()
+        kafka_log.ensure_topics(kafka_bootstrap, {topic: 2})
+        kafka_log.produce(kafka_bootstrap, topic, [b"new"] * 4)
+        consumer.poll(timeout_ms=0)  # the reader's metadata as a long-lived one has it
+        assert kafka_log.log_starts(consumer, topic) == {0: 0, 1: 0}
+        after = kafka_log.latest_offsets(consumer, topic)
+        assert sum(after.values()) == 4
+        assert all(after[p] < before[p] for p in before if before[p] > 4)
+    finally:
+        consumer.close()

@@ -199,3 +199,13 @@ def test_ingest_path_is_a_readable_file_or_named_with_its_value(text_file: str, 
     request = _parse_or_check_message("path", path, source="file")
     if request is not None:
         assert request.path is not None and Path(request.path).is_file()
+
+
+@pytest.mark.parametrize("value", [0, -1, "0", "soon", None, float("inf"), float("nan"), ""])
+def test_reconcile_stall_minutes_must_be_a_number_above_zero(value: Any) -> None:
+    from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
+
+    op = FlowctlReconcileOperator(task_id="reconcile", pipeline="wordcount", stall_minutes=value)
+    with pytest.raises(ValueError, match=r"stall_minutes=.* must be a number > 0") as info:
+        op.execute({})  # type: ignore[arg-type]
+    assert repr(value) in str(info.value)

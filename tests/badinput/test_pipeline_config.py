@@ -357,3 +357,16 @@ def test_a_config_path_that_cannot_exist_is_named(name: str) -> None:
 @pytest.mark.parametrize("value", ["half", 2.5, True, [1]])
 def test_w_init_is_auto_or_an_integer_and_names_a_bad_value(write: Any, value: Any) -> None:
     _refused(write(_with("flow.w_init", value)), "flow.w_init=", value)
+
+
+@pytest.mark.parametrize("value", ["ignore", "FAIL", "", "skip ", 1])
+def test_on_data_loss_is_fail_or_skip_and_names_a_bad_value(write: Any, value: Any) -> None:
+    _refused(write(_with("topics.on_data_loss", value)), "topics.on_data_loss=", value)
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_on_data_loss_takes_each_policy_and_defaults_to_fail(write: Any, policy: str) -> None:
+    assert load_pipeline_config(write(_with("topics.on_data_loss", policy))).on_data_loss == policy
+    doc = _with("name", "wordcount")
+    del doc["topics"]["on_data_loss"]
+    assert load_pipeline_config(write(doc)).on_data_loss == "fail"

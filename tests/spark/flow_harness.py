@@ -62,16 +62,18 @@ def flow_config(
     flow: Mapping[str, object] | None = None,
     shipped: str = "wordcount",
     scaling: Mapping[str, object] | None = None,
+    topics: Mapping[str, object] | None = None,
 ) -> Path:
     """The shipped ``shipped`` config renamed ``name``, with test-sized settings
-    (``scaling``: the ``[scaling]`` keys a replacement test sizes, e.g. its timeouts)."""
+    (``scaling``: the ``[scaling]`` keys a replacement test sizes, e.g. its timeouts;
+    ``topics``: more ``[topics]`` keys, e.g. ``on_data_loss``)."""
     return derive_config(
         tmp_path,
         name,
         shipped=shipped,
         definition=definition if shipped == "wordcount" else None,
         sections={
-            "topics": {"partitions": partitions},
+            "topics": {"partitions": partitions, **(topics or {})},
             "stream": {"trigger_interval_s": 0.5, "tuple_size": tuple_size},
             "flow": {**FLOW_DEFAULTS, **(flow or {})},
             **({"scaling": dict(scaling)} if scaling else {}),

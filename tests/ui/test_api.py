@@ -266,6 +266,26 @@ def test_topologies_are_bands_closed_only_when_final(
     assert bands[1]["ended_at"] is None
 
 
+def test_a_failed_topologys_cause_is_on_its_band(
+    client: TestClient, seeded: data.Seeded, auth: dict[str, str], database_url: str
+) -> None:
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.data_loss import record_cause
+
+    ControlPlane(database_url).set_state(data.GREEN, "FAILED")
+    cause = (
+        "records lost before processing (on_data_loss = fail): wordcount.eden partition 1: "
+        "offsets [100, 250) (150 record(s)) lost before processing: the log now starts at 250"
+    )
+    record_cause(database_url, data.GREEN, cause)
+    response = client.get("/flowctl/api/pipelines/wordcount/topologies", headers=auth)
+    bands = response.json()["topologies"]
+    assert [(b["topology_id"], b["state"], b["cause"]) for b in bands] == [
+        (data.BLUE, "STOPPED", None),
+        (data.GREEN, "FAILED", cause),
+    ]
+
+
 def test_replacements_carry_steps_pause_and_duplicates(
     client: TestClient, seeded: data.Seeded, auth: dict[str, str]
 ) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from flowctl.adapters.flow_state import Durable, StartState
+from flowctl.core.data_loss import LostRange
 from flowctl.core.replay import ReplaySnapshot
 from flowctl.core.tuples import TopicPartition
 
@@ -72,6 +73,12 @@ class FakeEnds:
         self.closed = False
         #: Per read, whether the planner would have done with ``end_offsets()``.
         self.bounds_accepted: list[bool] = []
+        #: The log's start offsets per topic (absent: every partition starts at 0).
+        self.starts: dict[str, dict[int, int]] = {}
+        #: Raised by every read while set (a broker that fails).
+        self.error: Exception | None = None
+        #: How many reads of the starts were made.
+        self.start_reads = 0
 
     def latest_offsets_of(
         self,
@@ -80,10 +87,19 @@ class FakeEnds:
     ) -> dict[str, dict[int, int]]:
         """Exact ends (a broker whose ``end_offsets()`` is exact); records whether the
         caller would have done with them, per read, for the first topic (Eden)."""
+        if self.error is not None:
+            raise self.error
         ends = {topic: dict(self.ends.get(topic, {})) for topic in topics}
         if bounds_suffice is not None:
             self.bounds_accepted.append(bounds_suffice(topics[0], ends[topics[0]]))
         return ends
+
+    def log_starts_of(self, topic: str) -> dict[int, int]:
+        self.start_reads += 1
+        if self.error is not None:
+            raise self.error
+        starts = self.starts.get(topic, {})
+        return {p: starts.get(p, 0) for p in self.ends.get(topic, {})}
 
     def close(self) -> None:
         self.closed = True
@@ -97,6 +113,7 @@ class FakeState:
     replay: ReplaySnapshot | None = None
     stored: list[ReplaySnapshot] = field(default_factory=list)
     builds: int = 0
+    skipped: list[tuple[str, LostRange]] = field(default_factory=list)
 
     def start_state(self) -> StartState:
         self.builds += 1
@@ -108,6 +125,13 @@ class FakeState:
     def store_replay(self, snap: ReplaySnapshot) -> None:
         self.stored.append(snap)
         self.replay = snap
+
+    def skip(self, topology_id: str, lost: LostRange) -> int:
+        """``on_data_loss = skip``: the range noted, the checkpoint moved over it."""
+        tp = TopicPartition(lost.topic, lost.partition)
+        self.skipped.append((topology_id, lost))
+        self.checkpoints[tp] = max(self.checkpoints.get(tp, 0), lost.end)
+        return self.checkpoints[tp]
 
 
 class KafkaRecord(NamedTuple):

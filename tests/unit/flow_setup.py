@@ -18,6 +18,7 @@ def flow_settings(
     standby: bool = False,
     tuple_size: int = 10,
     flow: str = "",
+    topics: str = "",
 ) -> FlowSettings:
     """Settings of a topology ``demo-blue-1`` of a pipeline ``demo`` (Eden ``demo.eden``);
     the addresses are never dialled (the tests pass fakes)."""
@@ -26,7 +27,7 @@ def flow_settings(
     path = folder / "demo.toml"
     path.write_text(
         f'name = "demo"\ndefinition = "{definition}"\n[stream]\ntuple_size = {tuple_size}\n'
-        f"[flow]\n{flow}\n"
+        f"[flow]\n{flow}\n[topics]\n{topics}\n"
     )
     return FlowSettings(
         bootstrap="kafka.invalid:9092",

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from flowctl.adapters import applied, schema
+from flowctl.adapters.data_loss import record_skip
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.mrwq_sink import load_position
+from flowctl.core.data_loss import LostRange
 from flowctl.core.flusher import FlusherSnapshot
 from flowctl.core.handover import Frontier
 from flowctl.core.persistence import mrwq_namespace
@@ -143,3 +145,7 @@ class FlowState:
 
     def store_replay(self, snap: ReplaySnapshot) -> None:
         store_replay_snapshot(self.url, snap)
+
+    def skip(self, topology_id: str, lost: LostRange) -> int:
+        """Record ``lost`` as skipped, the checkpoint moved over it (``on_data_loss = skip``)."""
+        return record_skip(self.url, self.pipeline, topology_id, lost)

@@ -241,6 +241,15 @@ def partitions_of(consumer: KafkaConsumer, topic: str) -> list[int]:
     return sorted(parts)
 
 
+def log_starts(consumer: KafkaConsumer, topic: str) -> dict[int, int]:
+    """``{partition: first offset still in the log}`` of ``topic``, in one ListOffsets
+    request. The start moves past 0 when retention or DeleteRecords removed records; the
+    planner compares it with the durable checkpoint (:mod:`flowctl.core.data_loss`)."""
+    tps = [TopicPartition(topic, p) for p in partitions_of(consumer, topic)]
+    starts = consumer.beginning_offsets(tps)
+    return {tp.partition: int(starts.get(tp) or 0) for tp in tps}
+
+
 #: What :func:`latest_offsets` learnt per partition:
 #: ``{tp: (end_offsets(), exact end, time.monotonic() of the read)}``.
 KnownEnds = dict[TopicPartition, tuple[int, int, float]]

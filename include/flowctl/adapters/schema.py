@@ -100,6 +100,22 @@ topologies = sa.Table(
     ),
 )
 
+# Why a topology failed, when the platform knows (records lost before processing, a read
+# error that persisted): the cause the task log names, shown on the metrics page beside
+# the topology's state. A table of its own so that ``topologies`` keeps its columns.
+topology_causes = sa.Table(
+    "topology_causes",
+    metadata,
+    sa.Column(
+        "topology_id",
+        sa.String(200),
+        sa.ForeignKey("topologies.topology_id"),
+        primary_key=True,
+    ),
+    sa.Column("cause", sa.Text, nullable=False),
+    sa.Column("recorded_at", UTCDateTime, nullable=False),
+)
+
 control_signals = sa.Table(
     "control_signals",
     metadata,
@@ -161,6 +177,24 @@ applied_ranges = sa.Table(
 # The MRWQ flusher's position per queue namespace (core.persistence.FlusherSnapshot), kept
 # next to the checkpoint and written in the flush's own transaction, so a flusher restarted
 # after memcached lost the queue (a new epoch) knows items were lost.
+# Eden records lost before they were processed and skipped under ``[topics] on_data_loss
+# = "skip"``: one row per range ``[first, end)``; the checkpoint moved over it in the same
+# transaction. Reconcile lists them and leaves them out of its comparison.
+skipped_ranges = sa.Table(
+    "skipped_ranges",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(100), nullable=False, index=True),
+    sa.Column("topic", sa.String(255), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("first", sa.BigInteger, nullable=False),
+    sa.Column("end", sa.BigInteger, nullable=False),
+    sa.Column("topology_id", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("skipped_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint('"end" > "first" AND "first" >= 0', name="ck_skipped_ranges_span"),
+)
+
 mrwq_state = sa.Table(
     "mrwq_state",
     metadata,

@@ -85,6 +85,9 @@ SOURCE_MODES = ("flow", "plain")
 RTT_MODES = ("fixed", "adaptive")
 #: Dispatch policies of the spout (see :mod:`flowctl.core.dispatch`).
 DISPATCH_POLICIES = ("round_robin", "least_loaded")
+#: ``[topics] on_data_loss``: what a topology does when records past its durable checkpoint
+#: are gone from the log (docs/flow-control.md, "Data loss and read errors").
+DATA_LOSS_POLICIES = ("fail", "skip")
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class FlowConfig:
     backpressure_factor: float = 2.0
     admission_rate: float = 500.0
     metrics_window_s: float = 10.0
+    #: Seconds a read error of the same partition (the planner's ends read, a lane's
+    #: read of a tuple) may persist before the topology fails with it as its cause.
+    read_error_timeout_s: float = 60.0
 
     @property
     def lane_budget_s(self) -> float | None:
@@ -174,6 +180,9 @@ class PipelineConfig:
     #: ``topics.compression``: the codec the platform's producers write to this pipeline's
     #: topics (ingest, the feed, the lanes' replay and DLQ records).
     compression: str = DEFAULT_COMPRESSION
+    #: ``[topics] on_data_loss``: ``fail`` (stop the topology, the lost range named) or
+    #: ``skip`` (record the lost range, move the checkpoint over it, go on).
+    on_data_loss: str = "fail"
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -219,7 +228,7 @@ class PipelineConfig:
 
 _KNOWN = {
     "": {"name", "definition", "topics", "stream", "scaling", "flow", "sink", "params"},
-    "topics": {"eden", "partitions", "compression"},
+    "topics": {"eden", "partitions", "compression", "on_data_loss"},
     "stream": {
         "parallelism",
         "min_parallelism",
@@ -313,6 +322,9 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         raise fail("topics.eden", eden, "must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
     partitions = count(topics, "topics", "partitions", 4, 1)
     codec = compression("topics.compression", topics.get("compression", DEFAULT_COMPRESSION))
+    on_loss = str(
+        choice("topics.on_data_loss", topics.get("on_data_loss", "fail"), DATA_LOSS_POLICIES)
+    )
     parallelism = count(stream, "stream", "parallelism", 2, 1)
     min_p = count(stream, "stream", "min_parallelism", 1, 1)
     max_p = count(stream, "stream", "max_parallelism", max(16, parallelism), 1)
@@ -347,6 +359,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         spark_batches_to_retain=retain,
         params=params,
         compression=codec,
+        on_data_loss=on_loss,
     )
 
 
@@ -487,4 +500,5 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         backpressure_factor=factor,
         admission_rate=amount("admission_rate", lo=0),
         metrics_window_s=amount("metrics_window_s", lo=0),
+        read_error_timeout_s=amount("read_error_timeout_s", lo=0),
     )

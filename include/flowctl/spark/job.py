@@ -190,6 +190,9 @@ class StreamJob:
                 latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
         except Exception as exc:  # lag is informative only; never fail a batch over it
             log.warning("lag unknown: %s", exc)
+            with self._lag_lock:  # a consumer stuck after a broker or worker loss: a new one
+                consumer, self._lag_consumer = self._lag_consumer, None
+            kafka_log.close_quietly(consumer)
             return None
         committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
         return sum(max(0, n - committed.get(p, 0)) for p, n in latest.items())
@@ -376,6 +379,7 @@ class StreamJob:
                 cause = error if error is not None else "the query ended without a stop request"
                 log.error("topology %s: query terminated: %s", self.topology_id, cause)
                 self._set_final("FAILED")
+                self._record_cause(str(cause))
                 return 1
             stop_id = None
             try:
@@ -446,6 +450,22 @@ class StreamJob:
             log.warning("could not delete the Spark checkpoint %s: %s", self.checkpoint_dir, exc)
             return
         log.info("deleted the Spark checkpoint %s (stopped cleanly)", self.checkpoint_dir)
+
+    def _record_cause(self, error: str) -> None:
+        """Store why the query failed, for the metrics page: the planner's cause (records
+        lost, a read error that persisted) when it raised one, else the error's first line."""
+        from flowctl.adapters.data_loss import record_cause
+        from flowctl.core.data_loss import failure_cause
+
+        cause = failure_cause(error)
+        if cause is not None:
+            log.error("topology %s FAILED: %s", self.topology_id, cause)
+        else:
+            cause = next((line.strip() for line in error.splitlines() if line.strip()), error)
+        try:
+            record_cause(self.database_url, self.topology_id, cause)
+        except Exception:  # the database may be the reason we are failing
+            log.exception("could not record the cause of %s's failure", self.topology_id)
 
     def _set_final(self, state: str) -> None:
         self.heartbeat.stop()  # a topology in a final state never beats again

@@ -21,7 +21,15 @@ offset (docs/flow-control.md, :mod:`flowctl.adapters.applied`):
   nested one-record row), so until then it is not durable -> **excluded and
   reported** (``pending_replay``). Replayed records are therefore counted once,
   under their Eden offset, never from the replay topics;
-- beyond the checkpoint with no row: not durable yet -> not read.
+- beyond the checkpoint with no row: not durable yet -> not read;
+- inside a range skipped as lost (``skipped_ranges``, ``[topics] on_data_loss = "skip"``):
+  gone from the log before it was processed -> not read, **excluded and listed**
+  (``skipped``), so the comparison stays exact on what remains.
+
+Reconcile also prints what is **not durable yet**: per partition, the log's end minus the
+durable checkpoint. When that part has not moved for a while, the stream is stuck, not
+busy (:func:`~flowctl.spark.reconcile_waiting.stalled`): the report says so and the job
+exits 4, naming the partitions.
 
 The reference is the definition's ``reference(values)`` of the counted records,
 or its ``reference_records(records)`` when it has one (a result that depends on
@@ -35,11 +43,14 @@ mappings merge): exact for counts. A definition whose reference has other values
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from flowctl.spark.reconcile_waiting import STALL_MINUTES, stalled, waiting
 
 log = logging.getLogger("flowctl.reconcile")
 
@@ -47,6 +58,7 @@ log = logging.getLogger("flowctl.reconcile")
 COUNTED, DLQ, PENDING, NOT_DURABLE = "counted", "dlq", "pending_replay", "not_durable"
 #: Offsets without a record (transaction markers, compaction): counted apart, never read.
 GAP = "gap"
+SKIPPED = "skipped"
 
 
 class ReconcileMismatch(AssertionError):
@@ -76,6 +88,10 @@ class Snapshot:
     checkpoints: dict[int, int]
     rows: dict[int, list[tuple[int, int, str]]]
     stored: Mapping[str, Any]
+    #: ``{partition: [(first, end), ...]}`` skipped as lost (never read: gone from the log).
+    skipped: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: When a checkpoint of the topic last moved (``None``: never).
+    progressed_at: dt.datetime | None = None
 
 
 @dataclass
@@ -89,6 +105,12 @@ class ReconcileReport:
     differing_keys: int = 0
     reference_keys: int = 0
     stored_keys: int = 0
+    #: Ranges skipped as lost, as lines (topic, partition, range, by whom, when, why).
+    skipped: list[str] = field(default_factory=list)
+    #: Per partition, the records past the durable checkpoint (log end - checkpoint).
+    not_durable: dict[int, int] = field(default_factory=dict)
+    #: Why the stream made no durable progress (``None``: it did, or nothing waits).
+    stall: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -135,11 +157,24 @@ def plan_chunks(topic: str, snapshot: Snapshot, chunk_records: int) -> list[Chun
         checkpoint = snapshot.checkpoints.get(partition, 0)
         rows = sorted(snapshot.rows.get(partition, []))
         end = max([checkpoint, *(e for _, e, _ in rows)])
-        for start in range(0, end, chunk_records):
-            stop = min(start + chunk_records, end)
-            overlapping = tuple(r for r in rows if r[0] < stop and r[1] > start)
-            chunks.append(Chunk(topic, partition, start, stop, checkpoint, overlapping))
+        for lo, hi in _outside(snapshot.skipped.get(partition, []), end):
+            for start in range(lo, hi, chunk_records):
+                stop = min(start + chunk_records, hi)
+                overlapping = tuple(r for r in rows if r[0] < stop and r[1] > start)
+                chunks.append(Chunk(topic, partition, start, stop, checkpoint, overlapping))
     return chunks
+
+
+def _outside(skipped: Sequence[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    """The spans of ``[0, end)`` outside the ``skipped`` ranges (sorted, disjoint)."""
+    spans, position = [], 0
+    for first, stop in sorted(skipped):
+        if first > position:
+            spans.append((position, min(first, end)))
+        position = max(position, stop)
+    if position < end:
+        spans.append((position, end))
+    return [(lo, hi) for lo, hi in spans if hi > lo]
 
 
 def merge_references(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -236,8 +271,10 @@ def reconcile(
     bootstrap: str,
     chunk_records: int = 100_000,
     max_differences: int = 20,
+    stall_minutes: float = STALL_MINUTES,
 ) -> ReconcileReport:
-    """Compare the durable reference with the stored results; a report, never a raise."""
+    """Compare the durable reference with the stored results; a report, never a raise
+    (also: the skipped ranges, the part not durable yet and whether it is stuck)."""
     from flowctl.pipelines.base import reference_of
     from flowctl.pipelines.config import load_pipeline_config
     from flowctl.pipelines.sinks import result_store
@@ -264,6 +301,16 @@ def reconcile(
         return rdd.mapPartitions(work).collect()
 
     report = ReconcileReport(config.name)
+    report.not_durable, first = waiting(bootstrap, config.eden_topic, snapshot.checkpoints)
+    report.stall = stalled(
+        snapshot.checkpoints,
+        snapshot.progressed_at,
+        report.not_durable,
+        first,
+        dt.datetime.now(dt.UTC),
+        stall_minutes * 60.0,
+    )
+    _report_skipped(report, snapshot, database_url, config.eden_topic)
     out = run(collect_records=False)
     parts = [v for k, v in out if k == "reference"]
     reference = merge_references(parts)
@@ -285,6 +332,19 @@ def reconcile(
     return report
 
 
+def _report_skipped(
+    report: ReconcileReport, snapshot: Snapshot, database_url: str, topic: str
+) -> None:
+    from flowctl.adapters.data_loss import skipped_ranges
+
+    n = sum(e - f for spans in snapshot.skipped.values() for f, e in spans)
+    if n:
+        report.records[SKIPPED] = n
+        report.skipped = [
+            r.describe() for r in skipped_ranges(database_url, report.pipeline, topic)
+        ]
+
+
 def describe(report: ReconcileReport) -> str:
     """The report as log lines: figures, excluded records, the first differences."""
     lines = [
@@ -301,6 +361,23 @@ def describe(report: ReconcileReport) -> str:
             f"excluded {report.records[PENDING]} record(s) waiting in a replay topic (not "
             f"durable yet)"
         )
+    if report.skipped:
+        lines.append(
+            f"excluded {report.records.get(SKIPPED, 0)} record(s) lost before processing and "
+            f"skipped (on_data_loss = skip):"
+        )
+        lines.extend(f"  {line}" for line in report.skipped)
+    waiting = report.not_durable
+    lines.append(
+        f"not durable yet: {sum(waiting.values())} record(s) past the checkpoint"
+        + (
+            " (" + ", ".join(f"partition {p}: {n}" for p, n in sorted(waiting.items())) + ")"
+            if waiting
+            else ""
+        )
+    )
+    if report.stall is not None:
+        lines.append(f"NO DURABLE PROGRESS: {report.stall}")
     if report.ok:
         lines.append("OK: the stored results equal the reference of the durable input")
     else:
@@ -313,7 +390,9 @@ def describe(report: ReconcileReport) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/reconcile.py``: 0 when equal, 3 on a mismatch, 2 bad args."""
+    """Entry point of ``spark_jobs/reconcile.py``: 0 when equal, 3 on a mismatch, 4 when
+    equal but the stream made no durable progress over a log that has records
+    (:func:`~flowctl.spark.reconcile_waiting.stalled`), 2 bad args."""
     import argparse
     import sys
 
@@ -331,10 +410,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--chunk-records", type=int, default=100_000, help="offsets per Spark task (default 100000)"
     )
+    parser.add_argument(
+        "--stall-minutes",
+        type=float,
+        default=STALL_MINUTES,
+        help=(
+            "exit 4 when records past the durable checkpoint were written longer ago than this "
+            f"and no checkpoint moved within it (default {STALL_MINUTES:g})"
+        ),
+    )
     args = parser.parse_args(argv)
     configure_logging()
     if args.max_differences < 1 or args.chunk_records < 1:
         log.error("--max-differences and --chunk-records must be >= 1")
+        return 2
+    if not args.stall_minutes > 0 or args.stall_minutes == float("inf"):
+        log.error("--stall-minutes=%r must be a number > 0", args.stall_minutes)
         return 2
     settings = Settings.from_env()
     spark = build_session(f"flowctl-reconcile-{args.pipeline_config}")
@@ -347,13 +438,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             bootstrap=settings.kafka_bootstrap,
             chunk_records=args.chunk_records,
             max_differences=args.max_differences,
+            stall_minutes=args.stall_minutes,
         )
     finally:
         spark.stop()
     text = describe(report)
-    if report.ok:
+    if report.ok and report.stall is None:
         log.info("%s", text)
         return 0
     log.error("%s", text)
     print(text, file=sys.stderr)
-    return 3
+    return 3 if not report.ok else 4

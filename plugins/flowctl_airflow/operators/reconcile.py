@@ -3,8 +3,10 @@
 A ``SparkSubmitOperator`` with the platform's addresses resolved from the
 Airflow connections into the job's environment (as the stream operator does).
 The job exits 3 and prints the first differing keys when the stored results
-differ from the reference of the durable Kafka log, which fails this task
-loudly; the differences are in the task log (the Spark driver's log).
+differ from the reference of the durable Kafka log, and 4 when the stream made
+no durable progress over a log that has records (records past the checkpoint
+older than ``stall_minutes`` and no checkpoint moved within it): either fails
+this task loudly, the reason in the task log (the Spark driver's log).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
     :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
     :param max_differences: how many differing keys the job prints. (templated)
     :param chunk_records: Kafka offsets per Spark task. (templated)
+    :param stall_minutes: how old the first record past the durable checkpoint may be,
+        with no checkpoint moved meanwhile, before the stream counts as stalled. (templated)
     :param flowctl_conn_id: connection of the flowctl database.
     :param kafka_conn_id: connection of the Kafka cluster.
     Other keyword arguments go to ``SparkSubmitOperator`` (``conn_id`` is the Spark
@@ -44,6 +48,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         "pipeline",
         "max_differences",
         "chunk_records",
+        "stall_minutes",
     )
     ui_color = "#f3e5f5"
 
@@ -54,6 +59,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         pipeline_config: str | None = None,
         max_differences: int | str = 20,
         chunk_records: int | str = 100_000,
+        stall_minutes: float | str = 10.0,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         kafka_conn_id: str = FlowctlKafkaHook.default_conn_name,
         **kwargs: Any,
@@ -64,6 +70,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         self.pipeline_config = pipeline_config
         self.max_differences = max_differences
         self.chunk_records = chunk_records
+        self.stall_minutes = stall_minutes
         self.flowctl_conn_id = flowctl_conn_id
         self.kafka_conn_id = kafka_conn_id
 
@@ -91,6 +98,13 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
             if number < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
             setattr(self, name, number)
+        try:
+            minutes = float(self.stall_minutes)
+        except (TypeError, ValueError):
+            minutes = 0.0
+        if not 0 < minutes < float("inf"):
+            raise ValueError(f"stall_minutes={self.stall_minutes!r} must be a number > 0")
+        self.stall_minutes = minutes
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
         self.application_args = [
             "--pipeline-config",
@@ -99,6 +113,8 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
             str(self.max_differences),
             "--chunk-records",
             str(self.chunk_records),
+            "--stall-minutes",
+            f"{self.stall_minutes:g}",
             *(self.application_args or []),
         ]
         self.log.info("reconciling %s (the job's log follows)", self.pipeline)

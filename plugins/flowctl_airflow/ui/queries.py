@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.control_plane import TERMINAL_STATES, lane_list
+from flowctl.adapters.data_loss import causes
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
@@ -183,6 +184,10 @@ class MetricsReader:
             f"listing topologies of {pipeline!r}",
             sa.select(t).where(t.c.pipeline == pipeline).order_by(t.c.generation, t.c.created_at),
         )
+        ids = [row.topology_id for row in rows]
+        why = in_transaction(
+            self.engine, lambda conn: causes(conn, ids), what=f"reading causes of {pipeline!r}"
+        )
         bands = []
         for row in rows:
             final = row.state in TERMINAL_STATES
@@ -198,6 +203,8 @@ class MetricsReader:
                     "heartbeat_at": _iso(row.heartbeat_at),
                     "spark_app_id": row.spark_app_id,
                     "airflow_run_id": row.airflow_run_id,
+                    # why it FAILED, when the platform knows (records lost, a read error)
+                    "cause": why.get(row.topology_id),
                 }
             )
         return {"pipeline": pipeline, "now": _iso(schema.utcnow()), "topologies": bands}

@@ -41,6 +41,10 @@ class LogEnds(Protocol):
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     ) -> Ends: ...
 
+    def log_starts_of(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still in the log}`` (one ListOffsets request)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -81,6 +85,11 @@ class KafkaEnds:
             self.patient = True
             return read(self._open(), topics)
 
+    def log_starts_of(self, topic: str) -> dict[int, int]:
+        from flowctl.adapters import kafka_log
+
+        return kafka_log.log_starts(self._open(), topic)
+
     def _open(self) -> Any:
         from flowctl.adapters import kafka_log
 
@@ -103,6 +112,11 @@ class BackgroundEnds:
     A read (one round trip for the three topics) waits on the broker while the planner
     collects the lanes' feedback and the durable offsets: the three are independent. The
     thread touches only the ends' consumer and the figures given to :meth:`start`.
+
+    A read asked ``with_starts`` also reads Eden's log starts after the ends (the planner
+    asks every ``flowctl.spark.flow.planner.STARTS_EVERY_S``, for its data-loss check):
+    they are in :attr:`starts` once the read's future is done (``None``: not read, or
+    the read failed: :attr:`starts_error` says why; the ends are returned either way).
     """
 
     def __init__(self, source: LogEnds, eden: str, replays: Sequence[str]) -> None:
@@ -110,8 +124,16 @@ class BackgroundEnds:
         self.eden = eden
         self.topics = [eden, *replays]
         self._pool: ThreadPoolExecutor | None = None
+        self.starts: dict[int, int] | None = None
+        self.starts_error: Exception | None = None
 
-    def start(self, positions: Mapping[int, int] | None = None, most: int = 0) -> Future[Ends]:
+    def start(
+        self,
+        positions: Mapping[int, int] | None = None,
+        most: int = 0,
+        *,
+        with_starts: bool = False,
+    ) -> Future[Ends]:
         """Start a read. With ``positions`` (Eden's cut, per partition), Eden's
         ``end_offsets()`` are taken as they are while Eden holds at least ``most`` records
         past the cut below them (:func:`enough_below`); the replay topics' ends are always
@@ -121,7 +143,17 @@ class BackgroundEnds:
             check = functools.partial(enough_below, self.eden, dict(positions), most)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="flowctl-log-ends")
-        return self._pool.submit(self.source.latest_offsets_of, self.topics, check)
+        self.starts, self.starts_error = None, None
+        return self._pool.submit(self._read, check, with_starts)
+
+    def _read(self, check: Callable[[str, dict[int, int]], bool] | None, with_starts: bool) -> Ends:
+        ends = self.source.latest_offsets_of(self.topics, check)
+        if with_starts:
+            try:
+                self.starts = self.source.log_starts_of(self.eden)
+            except Exception as exc:  # the planner reports it; the ends still serve
+                self.starts_error = exc
+        return ends
 
     def read(self, topics: Sequence[str]) -> Ends:
         """Exact ends of ``topics``, read here and now."""

@@ -16,7 +16,6 @@ import secrets
 import sys
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
 from typing import Any
 
 from flowctl.core.backpressure import BackpressureChain, StageSpec
@@ -31,16 +30,21 @@ from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, MetricsRow, SpoutState
-from flowctl.spark.flow.log_ends import BackgroundEnds, Ends, KafkaEnds, LogEnds
+from flowctl.spark.flow.log_ends import BackgroundEnds, KafkaEnds, LogEnds
+from flowctl.spark.flow.log_guard import LogGuard
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
+from flowctl.spark.flow.planner_ends import EndsPlanning
 from flowctl.spark.flow.planner_handover import HandoverPlanning
+from flowctl.spark.flow.planner_logs import (
+    PLANNING_FIRST_LOG_S,
+    PLANNING_LOG_EVERY_S,
+    WINDOW_LOG_EVERY_S,
+    PlannerLogs,
+)
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
 
 log = logging.getLogger(__name__)
 
-#: Seconds between log lines about windows that only grew (or backpressure levels that
-#: only moved, without a stage entering or leaving backpressure).
-WINDOW_LOG_EVERY_S = 5.0
 #: Seconds between warm-up batches of a standby topology (before its first activation).
 #: A warm-up batch reads one tuple's worth of the newest Eden records per lane and runs
 #: the pipeline's ``process`` on them, discarding the results: Spark's Python workers,
@@ -48,13 +52,6 @@ WINDOW_LOG_EVERY_S = 5.0
 #: first real batch is not a 4-7 s first batch. Spark ends a Python worker idle for a
 #: minute, hence well under that.
 WARMUP_EVERY_S = 20.0
-
-
-#: How often the planning cost per batch is logged (seconds).
-PLANNING_LOG_EVERY_S = 30.0
-#: ... the first time after this many seconds: Spark does not always stop a query's
-#: source runner through ``stop()``, so a short run (a benchmark) would log none.
-PLANNING_FIRST_LOG_S = 10.0
 
 
 def _ensure_logging() -> None:
@@ -73,7 +70,7 @@ def _ensure_logging() -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-class FlowPlanner(HandoverPlanning):
+class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
     """The spout's process side: owns the :class:`Spout`, talks to Kafka, memcached, the DB.
 
     Lives on the stream reader in the planner process; never pickled to tasks. ``store``
@@ -139,6 +136,18 @@ class FlowPlanner(HandoverPlanning):
         self._replay: dict[tuple[str, int], int] = {}
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
+        #: Data loss and read errors (:mod:`flowctl.spark.flow.log_guard`); Eden's durable
+        #: checkpoint as this batch read it (``None``: the database did not answer).
+        self.guard = LogGuard(
+            settings.topology_id,
+            settings.topic,
+            policy=self.config.on_data_loss,
+            read_error_timeout_s=self.flow.read_error_timeout_s,
+            clock=self.clock,
+            skip=lambda lost: self.state().skip(settings.topology_id, lost),
+            rebuild=self._rebuild_after_skip,
+        )
+        self._checkpoints: dict[int, int] | None = None
         self._last_timings_log = self.clock.now() - (PLANNING_LOG_EVERY_S - PLANNING_FIRST_LOG_S)
 
     def _new_chain(self) -> BackpressureChain:
@@ -232,6 +241,9 @@ class FlowPlanner(HandoverPlanning):
             self._durability()
         with timed("log_ends"):
             latest = self._read_ends(reading)
+        if latest is None:  # a read error within read_error_timeout_s: no batch, retried
+            return dict(start)
+        self._guard_log(latest)
         self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
         with timed("backpressure"):
             persist_len = self._mrwq_length()
@@ -264,23 +276,6 @@ class FlowPlanner(HandoverPlanning):
         self.timings.end_batch()
         if self.clock.now() - self._last_timings_log >= PLANNING_LOG_EVERY_S:
             self._log_timings()
-
-    def _log_timings(self) -> None:
-        self._last_timings_log = self.clock.now()
-        summary = self.timings.summary()
-        total = summary.pop("total")
-        if not total["n"]:
-            return
-        log.info(
-            "flow %s: planning per batch over %s batch(es), ms: p50 %s, p99 %s, max %s; "
-            "by phase p50/p99: %s",
-            self.settings.topology_id,
-            total["n"],
-            total["p50"],
-            total["p99"],
-            total["max"],
-            ", ".join(f"{name} {v['p50']}/{v['p99']}" for name, v in summary.items()),
-        )
 
     def _admit(self) -> list[Dispatch]:
         """This batch's tuples, within the source and process stages' rates."""
@@ -371,6 +366,7 @@ class FlowPlanner(HandoverPlanning):
     def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
         assert self.spout is not None
         summary = self.spout.on_lane_results(lane, feedback.results)
+        self.guard.lane_results(feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
         if summary.returned:
@@ -392,8 +388,14 @@ class FlowPlanner(HandoverPlanning):
     def _durability(self) -> None:
         """What the database says is durable: Eden checkpoint, flusher position."""
         assert self.spout is not None
+        self._checkpoints = None
         try:
             durable = self.state().durable()
+            self._checkpoints = {
+                tp.partition: n
+                for tp, n in durable.checkpoints.items()
+                if tp.topic == self.settings.topic
+            }
             self._check_epoch(durable.flushed.epoch if durable.flushed else None)
             self.spout.durable(durable.checkpoints)
             if durable.flushed is not None:
@@ -429,30 +431,6 @@ class FlowPlanner(HandoverPlanning):
             )
             self._last_levels = levels
         return levels
-
-    def _start_reading_ends(self) -> Future[Ends]:
-        """Start reading the three topics' ends (:class:`BackgroundEnds`). The spout changes
-        while they are read, so whether ``end_offsets()`` suffice is decided on what its
-        windows can take at most after this batch's acks."""
-        if self.spout is None:
-            return self.ends.start()
-        positions = {tp.partition: n for tp, n in self.spout.positions().items()}
-        # a window grows at most to double (at least +1) per round of acks, up to w_max
-        room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
-        return self.ends.start(positions, room * self.config.tuple_size)
-
-    def _read_ends(self, reading: Future[Ends]) -> dict[int, int]:
-        """Eden's end offsets (returned; a failure fails the batch) and the replay
-        topics' (kept for :meth:`_admit`; a failure only leaves them out this batch)."""
-        eden, replays = self.settings.topic, (self.topics.replay_a, self.topics.replay_b)
-        try:
-            ends = reading.result()
-        except Exception as exc:
-            self._warn(f"reading the end offsets of {eden}, {', '.join(replays)} together", exc)
-            self._replay = {}
-            return self.ends.read([eden])[eden]  # Eden alone; raises if it fails
-        self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
-        return ends[eden]
 
     def spout_state(self, persist_len: int, levels: Mapping[str, int]) -> SpoutState:
         """What the driver reads after each batch (see :class:`SpoutState`)."""
@@ -490,31 +468,6 @@ class FlowPlanner(HandoverPlanning):
                 )
         except Exception as exc:
             self._warn("publishing the spout state", exc)
-
-    def _log_windows(self, dispatched: int) -> None:
-        """Window changes at a readable rate: at once when a window shrinks or a lane's
-        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
-        assert self.spout is not None
-        sizes = tuple(w.size for w in self.spout.windows)
-        states = tuple(str(w.state) for w in self.spout.windows)
-        shrank = len(sizes) == len(self._last_windows) and any(
-            new < old for new, old in zip(sizes, self._last_windows, strict=True)
-        )
-        now = self.clock.now()
-        due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
-        if sizes != self._last_windows and (shrank or states != self._last_states or due):
-            self._last_window_log = now
-            self._last_states = states
-            log.info(
-                "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
-                self.settings.topology_id,
-                self.seq,
-                dispatched,
-                list(self._last_windows),
-                list(sizes),
-                list(states),
-            )
-            self._last_windows = sizes
 
 
 def planner_for(settings: FlowSettings) -> FlowPlanner:

@@ -377,13 +377,17 @@
       const x0 = f.x(Math.max(start, lo));
       const x1 = Math.max(f.x(end), x0 + 3);
       const rect = el("rect", { x: x0, y, width: x1 - x0, height: rowH - 6, rx: 3, fill: colourOf(b.colour), opacity: b.ended_at ? 0.55 : 0.95 });
-      rect.append(el("title", {}, `${b.topology_id}: ${b.colour}, parallelism ${b.parallelism}, ${b.state}, ${clock(start)} – ${b.ended_at ? clock(end) : "now"}`));
+      rect.append(el("title", {}, `${b.topology_id}: ${b.colour}, parallelism ${b.parallelism}, ${b.state}, ${clock(start)} – ${b.ended_at ? clock(end) : "now"}${b.cause ? `\ncause: ${b.cause}` : ""}`));
       f.svg.append(rect);
-      const text = `${b.colour} ×${b.parallelism} · ${b.state}`;
+      const text = `${b.colour} ×${b.parallelism} · ${b.state}${b.cause ? " (cause below)" : ""}`;
       // Inside the band when it fits, else just after it.
       const fits = x1 - x0 > text.length * 7 + 12;
       f.svg.append(el("text", { class: fits ? "band-label" : "", x: fits ? x0 + 6 : x1 + 6, y: y + rowH / 2 + 1 }, text));
     });
+    // Why a topology failed, in words (records lost, a read error): below the chart.
+    const failed = bands.filter((b) => b.cause);
+    const causes = $("timeline-causes");
+    causes.replaceChildren(...failed.map((b) => html("li", {}, `gen ${b.generation} ${b.topology_id} ${b.state}: ${b.cause}`)));
     for (const r of replacements.replacements) {
       const start = Math.max(Date.parse(r.started_at), lo);
       const end = r.finished_at ? Date.parse(r.finished_at) : now;

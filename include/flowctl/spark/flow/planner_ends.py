@@ -1,0 +1,105 @@
+"""The planner's reads of the log's ends, and the guard over the log they feed.
+
+Mixed into :class:`~flowctl.spark.flow.planner.FlowPlanner` (whose attributes it uses):
+the ends of Eden and both replay topics are read on the ends' thread beside the batch's
+other work (:class:`~flowctl.spark.flow.log_ends.BackgroundEnds`), Eden's log starts with
+them every ``STARTS_EVERY_S``; what they say goes to the
+:class:`~flowctl.spark.flow.log_guard.LogGuard` (records lost before processing, read
+errors that persist).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from flowctl.spark.flow.log_ends import BackgroundEnds, Ends
+from flowctl.spark.flow.log_guard import LogGuard
+
+if TYPE_CHECKING:
+    from flowctl.core.replay import ReplayTopics
+    from flowctl.core.spout import Spout
+    from flowctl.core.tuples import TopicPartition
+    from flowctl.spark.flow.settings import FlowSettings
+
+log = logging.getLogger("flowctl.spark.flow.planner")
+
+
+class EndsPlanning:
+    """The ends' read of a batch, and the data-loss and read-error checks on it."""
+
+    settings: FlowSettings
+    config: Any
+    spout: Spout | None
+    ends: BackgroundEnds
+    guard: LogGuard
+    topics: ReplayTopics
+    admit: bool
+    _latest: dict[TopicPartition, int]
+    _replay: dict[tuple[str, int], int]
+    #: Eden's durable checkpoint as this batch read it (``None``: the database did not
+    #: answer, nothing is decided about data loss this batch).
+    _checkpoints: dict[int, int] | None
+
+    if TYPE_CHECKING:  # FlowPlanner's
+
+        def build_spout(self) -> Spout: ...
+        def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
+
+    def _start_reading_ends(self) -> Future[Ends]:
+        """Start reading the three topics' ends (:class:`BackgroundEnds`). The spout changes
+        while they are read, so whether ``end_offsets()`` suffice is decided on what its
+        windows can take at most after this batch's acks."""
+        starts = self.guard.starts_due()  # Eden's log starts too, every STARTS_EVERY_S
+        if self.spout is None:
+            return self.ends.start(with_starts=starts)
+        positions = {tp.partition: n for tp, n in self.spout.positions().items()}
+        # a window grows at most to double (at least +1) per round of acks, up to w_max
+        room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
+        return self.ends.start(positions, room * self.config.tuple_size, with_starts=starts)
+
+    def _read_ends(self, reading: Future[Ends]) -> dict[int, int] | None:
+        """Eden's end offsets (returned; ``None`` when they could not be read: a read
+        error, raised once it outlasts ``read_error_timeout_s``) and the replay topics'
+        (kept for :meth:`_admit`; a failure only leaves them out this batch)."""
+        eden, replays = self.settings.topic, (self.topics.replay_a, self.topics.replay_b)
+        try:
+            ends = reading.result()
+        except Exception as exc:
+            self._warn(f"reading the end offsets of {eden}, {', '.join(replays)} together", exc)
+            self._replay = {}
+            try:
+                eden_ends = self.ends.read([eden])[eden]  # Eden alone
+            except Exception as again:
+                self._warn(f"reading the end offsets of {eden}", again)
+                self.guard.ends_failed(again)  # raises past read_error_timeout_s
+                return None
+            self.guard.ends_read()
+            return eden_ends
+        self.guard.ends_read()
+        self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
+        return ends[eden]
+
+    def _guard_log(self, latest: dict[int, int]) -> None:
+        """Records lost before processing, read errors that persist (:class:`LogGuard`):
+        only an admitting planner decides (a standby or draining one owns no checkpoint)."""
+        assert self.spout is not None
+        if self.ends.starts_error is not None:
+            self._warn(f"reading the log starts of {self.settings.topic}", self.ends.starts_error)
+        if self.admit:
+            topic = self.settings.topic
+            self.guard.check(
+                checkpoints=self._checkpoints,
+                ends=latest,
+                positions={
+                    tp.partition: n for tp, n in self.spout.positions().items() if tp.topic == topic
+                },
+                starts=self.ends.starts,
+                seen_ends={tp.partition: n for tp, n in self._latest.items()},
+            )
+        self.guard.raise_if_persistent()
+
+    def _rebuild_after_skip(self) -> None:
+        """A skip moved the checkpoint: the spout cuts from the database again."""
+        self.spout = self.build_spout()

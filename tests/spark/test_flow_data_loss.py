@@ -1,0 +1,111 @@
+"""Data loss and read errors under a running flow-controlled topology (spark-submit, Tansu).
+
+One topology run per setting of ``[topics] on_data_loss``: Eden deleted and recreated
+under it (a reset log). Under ``fail`` and under ``skip`` alike the topology stops FAILED,
+the range named per partition in the task log and stored as its cause for the metrics
+page; nothing is skipped, nothing of the new log is counted. Tansu has no DeleteRecords
+and no retention, so the log-start case (a start past the checkpoint, where ``skip``
+records the range and goes on) is covered by the planner's unit tests, and a topic
+deleted for good cannot be had either: the clients' metadata requests create it again
+(a reset log). Persistent read errors: tests/unit/test_flow_planner_guard.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from kafka.admin import KafkaAdminClient
+
+from flowctl.adapters import kafka_log
+from flowctl.adapters.data_loss import causes, skipped_ranges
+from flowctl.pipelines.wordcount import count_words
+from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+    finally:
+        admin.close()
+
+
+def _run_until_counted(
+    flow: Flow, tmp_path: Path, name: str, topics: dict[str, object] | None = None
+) -> tuple:
+    config = flow_config(tmp_path, name, partitions=2, topics=topics)
+    bootstrap = flow.settings.kafka_bootstrap
+    topic = f"{name}.eden"
+    kafka_log.ensure_topics(bootstrap, {topic: 2})
+    data = lines(1_500, seed=31)
+    kafka_log.produce(bootstrap, topic, data)
+    expected = dict(count_words(data))
+    job = flow.submit(config, f"{name}-blue-1", 2)
+    wait_for(lambda: counted(flow, name) == expected, timeout_s=180, job=job, what="exact counts")
+    return job, topic, expected, kafka_log.latest_offsets(bootstrap, topic)
+
+
+def _cause(flow: Flow, topology_id: str) -> str:
+    with flow.plane.engine.connect() as conn:
+        return causes(conn, [topology_id]).get(topology_id, "")
+
+
+def test_a_topic_deleted_and_recreated_under_the_stream_fails_it_naming_the_ranges(
+    flow: Flow, tmp_path: Path
+) -> None:
+    job, topic, expected, before = _run_until_counted(flow, tmp_path, "flowreset")
+    bootstrap = flow.settings.kafka_bootstrap
+    _delete_topic(bootstrap, topic)
+    kafka_log.ensure_topics(bootstrap, {topic: 2})
+    kafka_log.produce(bootstrap, topic, lines(100, seed=32))  # below the old ends
+    after = kafka_log.latest_offsets(bootstrap, topic)
+    assert all(after[p] < before[p] for p in before), (before, after)
+    code = job.wait(timeout_s=120)
+    assert code == 1, job.log_tail()
+    assert flow.state("flowreset-blue-1") == "FAILED"
+    log = job.log()
+    for p in sorted(before):
+        # the recreated log's end when the planner looked: 0 up to what was produced
+        line = (
+            rf"data loss: {re.escape(topic)} partition {p}: offsets \[{before[p]}, {before[p]}\) "
+            rf"\(0 record\(s\)\) lost before processing: the log ends at (\d+), below the "
+            rf"position {before[p]}"
+        )
+        found = re.search(line, log)
+        assert found is not None and int(found.group(1)) <= after[p], job.log_tail()
+    cause = _cause(flow, "flowreset-blue-1")
+    assert cause.startswith("records lost before processing (on_data_loss = fail): "), cause
+    assert f"{topic} partition 0: offsets [{before[0]}, {before[0]})" in cause
+    assert "FAILED: records lost before processing" in log
+    # nothing of the new log was taken for the old one's, nothing counted twice
+    assert counted(flow, "flowreset") == expected
+    assert flow.plane.committed_offsets("flowreset", topic) == before
+
+
+def test_a_reset_log_fails_under_on_data_loss_skip_too_and_nothing_is_skipped(
+    flow: Flow, tmp_path: Path
+) -> None:
+    """The new log's offsets start again below the old log's durable ranges: skipping
+    would take new records for old ones, so the topology stops and says why."""
+    job, topic, expected, before = _run_until_counted(
+        flow, tmp_path, "flowresetskip", topics={"on_data_loss": "skip"}
+    )
+    bootstrap = flow.settings.kafka_bootstrap
+    _delete_topic(bootstrap, topic)
+    kafka_log.ensure_topics(bootstrap, {topic: 2})
+    code = job.wait(timeout_s=120)
+    assert code == 1, job.log_tail()
+    assert flow.state("flowresetskip-blue-1") == "FAILED"
+    cause = _cause(flow, "flowresetskip-blue-1")
+    assert cause.startswith(
+        "records lost before processing (a reset log fails under on_data_loss = skip too: "
+        "its new offsets start again below the old log's durable ranges): "
+    ), cause
+    assert f"{topic} partition 1: offsets [{before[1]}, {before[1]})" in cause
+    assert skipped_ranges(flow.database_url, "flowresetskip", topic) == []
+    assert counted(flow, "flowresetskip") == expected
+    assert flow.plane.committed_offsets("flowresetskip", topic) == before
