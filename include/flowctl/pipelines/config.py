@@ -280,7 +280,7 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
     try:
         return _parse(raw, path)
     except InvalidValue as exc:  # every check below names the field and the value
-        raise PipelineConfigError(f"pipeline config {path}: {exc}") from None
+        raise PipelineConfigError(f"{path}: {exc}") from None
 
 
 def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
