@@ -59,14 +59,13 @@ def test_every_rescale_choice_has_a_label_and_reaches_the_ui() -> None:
     from airflow.serialization.serialized_objects import DagSerialization
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(_dags()["rescale_wordcount"]))
-    for name in ("direction", "target_parallelism"):
-        param = served.params.get_param(name)
-        labels = param.schema["values_display"]
-        assert {("null" if v is None else str(v)) for v in param.schema["enum"]} == set(labels)
-        assert param.schema["title"] and param.description
-    assert served.params.get_param("target_parallelism").schema["values_display"]["4"] == (
-        "4 lanes"
-    )
+    param = served.params.get_param("change")
+    labels = param.schema["values_display"]
+    assert {str(v) for v in param.schema["enum"]} == set(labels)
+    assert param.schema["title"] and param.description
+    assert (labels["up"], labels["down"], labels["4"]) == ("up (double)", "down (halve)", "4 lanes")
+    # One field: no two fields of the form can contradict each other.
+    assert "direction" not in served.params and "target_parallelism" not in served.params
 
 
 def test_both_fields_fail_before_any_side_effect_naming_both_as_the_form_held_them() -> None:
