@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowctl.config import Settings
+from flowctl.core.log_pacing import QUIET_EVERY_S
 from flowctl.core.validation import (
     InvalidValue,
     argparse_type,
@@ -57,7 +58,9 @@ COLOURS = ("blue", "green")
 #: Seconds between two heartbeats of the driver (written by the control loop).
 HEARTBEAT_EVERY_S = 1.0
 #: Seconds between two lines of Spark's micro-batch phases (:mod:`flowctl.spark.progress`).
-PHASES_EVERY_S = 30.0
+PHASES_EVERY_S = QUIET_EVERY_S
+#: Seconds without a finished batch before the job says so (then once a minute).
+NO_BATCH_AFTER_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -448,8 +451,34 @@ class StreamJob:
                 ", ".join(f"{name} {p50:g}/{p99:g}" for name, (p50, p99) in phases.items()),
             )
 
+    def _report_no_batch(self, seconds: float) -> None:
+        """No batch finished for ``seconds``: idle if the log holds nothing more, else
+        waiting (a first batch, a slow batch: records are there to read)."""
+        try:
+            lag: int | str | None = self._lag()
+        except Exception as exc:  # the database may be away: report, go on
+            lag = f"unknown ({type(exc).__name__})"
+        with self.progress.lock:
+            so_far = f"{self.progress.batches} batches, {self.progress.records} records so far"
+        if lag == 0:
+            log.info(
+                "topology %s idle: caught up with the log, no batch for %.0f s (%s)",
+                self.topology_id,
+                seconds,
+                so_far,
+            )
+            return
+        log.info(
+            "topology %s: no batch finished for %.0f s while %s records wait in the log (%s)",
+            self.topology_id,
+            seconds,
+            lag,
+            so_far,
+        )
+
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
+        quiet_s = NO_BATCH_AFTER_S  # the first line after 10 s, then once a minute
         last_phases_log = time.monotonic()
         self._phases_after = -1
         last_db_warning = -1e9
@@ -503,19 +532,9 @@ class StreamJob:
                 self._log_batch_phases(query)
             with self.progress.lock:
                 idle_for = now - self.progress.last_batch_at
-            if idle_for > 10 and now - last_idle_log > 10:
-                last_idle_log = now
-                try:
-                    lag: int | str | None = self._lag()
-                except Exception as exc:  # the database may be away: report, go on
-                    lag = f"unknown ({type(exc).__name__})"
-                log.info(
-                    "topology %s idle: %d batches, %d records so far; lag %s records",
-                    self.topology_id,
-                    self.progress.batches,
-                    self.progress.records,
-                    lag,
-                )
+            if idle_for > NO_BATCH_AFTER_S and now - last_idle_log >= quiet_s:
+                last_idle_log, quiet_s = now, QUIET_EVERY_S
+                self._report_no_batch(idle_for)
             self._terminate.wait(self.args.poll_seconds)
 
     def _set_final(self, state: str) -> None:

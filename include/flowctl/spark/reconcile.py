@@ -311,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from flowctl.config import Settings
+    from flowctl.pipelines.config import load_pipeline_config
     from flowctl.spark.job import build_session, configure_logging
 
     parser = argparse.ArgumentParser(
@@ -330,7 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("--max-differences and --chunk-records must be >= 1")
         return 2
     settings = Settings.from_env()
-    spark = build_session(f"flowctl-reconcile-{args.pipeline_config}")
+    # The pipeline's name, not the config's path, names the Spark application (and its UI).
+    pipeline = load_pipeline_config(args.pipeline_config).name
+    spark = build_session(f"flowctl-reconcile-{pipeline}")
     spark.sparkContext.setLogLevel("WARN")
     try:
         report = reconcile(

@@ -4,7 +4,9 @@ A ``SparkSubmitOperator`` with the platform's addresses resolved from the
 Airflow connections into the job's environment (as the stream operator does).
 The job exits 3 and prints the first differing keys when the stored results
 differ from the reference of the durable Kafka log, which fails this task
-loudly; the differences are in the task log (the Spark driver's log).
+loudly; the differences are in the task log (the Spark driver's log), which is
+as quiet as the stream task's: Spark's start-up lines are left out, each line
+has one timestamp and its own level (``driver_log``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
-from flowctl_airflow.operators.stream import SPARK_JOBS_DIR
+from flowctl_airflow.operators.driver_log import DriverLogHook, quiet_driver_conf
+from flowctl_airflow.operators.stream import DRIVER_LOG4J, SPARK_JOBS_DIR
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -92,6 +96,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
             setattr(self, name, number)
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        self.conf = quiet_driver_conf(self.conf, DRIVER_LOG4J)
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
@@ -104,3 +109,8 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         self.log.info("reconciling %s (the job's log follows)", self.pipeline)
         super().execute(context)
         self.log.info("%s reconciled: stored results equal the durable reference", self.pipeline)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, relaying the driver's lines tidied and levelled, as the
+        stream task's are (see ``driver_log``)."""
+        return DriverLogHook.adopt(super()._get_hook(), None, self.pipeline)

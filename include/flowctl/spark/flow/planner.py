@@ -22,6 +22,7 @@ from typing import Any
 from flowctl.core.backpressure import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
+from flowctl.core.log_pacing import QUIET_EVERY_S, Tally
 from flowctl.core.metrics import MetricsWindow, SpoutMetrics
 from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
@@ -38,9 +39,10 @@ from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
 
 log = logging.getLogger(__name__)
 
-#: Seconds between log lines about windows that only grew (or backpressure levels that
-#: only moved, without a stage entering or leaving backpressure).
-WINDOW_LOG_EVERY_S = 5.0
+#: Seconds between log lines about windows that only resized (or backpressure levels that
+#: only moved, without a stage entering or leaving backpressure): a lane's state change
+#: is logged at once, the sizes' ups and downs of a steady stream once a minute.
+WINDOW_LOG_EVERY_S = QUIET_EVERY_S
 #: Seconds between warm-up batches of a standby topology (before its first activation).
 #: A warm-up batch reads one tuple's worth of the newest Eden records per lane and runs
 #: the pipeline's ``process`` on them, discarding the results: Spark's Python workers,
@@ -51,7 +53,7 @@ WARMUP_EVERY_S = 20.0
 
 
 #: How often the planning cost per batch is logged (seconds).
-PLANNING_LOG_EVERY_S = 30.0
+PLANNING_LOG_EVERY_S = QUIET_EVERY_S
 #: ... the first time after this many seconds: Spark does not always stop a query's
 #: source runner through ``stop()``, so a short run (a benchmark) would log none.
 PLANNING_FIRST_LOG_S = 10.0
@@ -133,6 +135,7 @@ class FlowPlanner(HandoverPlanning):
         self._last_windows: tuple[int, ...] = ()
         self._last_states: tuple[str, ...] = ()
         self._last_window_log = -1e9
+        self._returned = Tally()  # lanes' time budgets spent, summed up once a minute
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
@@ -373,14 +376,24 @@ class FlowPlanner(HandoverPlanning):
         summary = self.spout.on_lane_results(lane, feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
-        if summary.returned:
+        due = (
+            self._returned.add(self.clock.now(), tuples=summary.returned)
+            if summary.returned
+            else None
+        )
+        if due is not None:
+            times, sums, seconds = due
             log.info(
                 "flow lane %d: time budget spent after %d tuple(s); %d returned unstarted, "
-                "dispatched again to other lanes (window now %d)",
+                "dispatched again to other lanes (window now %d); all lanes: %d time(s), "
+                "%d tuple(s) in the last %.0f s",
                 lane,
                 summary.acked,
                 summary.returned,
                 self.spout.lane_gauges()[lane]["window"],
+                times,
+                sums["tuples"],
+                seconds,
             )
         if summary.requeued > summary.returned:
             log.warning(
@@ -413,7 +426,7 @@ class FlowPlanner(HandoverPlanning):
         assert self.spout is not None
         self.chain.step({"process": self.spout.outstanding, "persist": persist_len})
         levels = self.chain.levels()
-        # Readable: at once when a stage enters or leaves backpressure, else every 5 s.
+        # Readable: at once when a stage enters or leaves backpressure, else once a minute.
         edge = {k for k, v in levels.items() if v} != {k for k, v in self._last_levels.items() if v}
         due = self.clock.now() - self._last_level_log >= WINDOW_LOG_EVERY_S
         if levels != self._last_levels and (edge or due):
@@ -492,23 +505,20 @@ class FlowPlanner(HandoverPlanning):
             self._warn("publishing the spout state", exc)
 
     def _log_windows(self, dispatched: int) -> None:
-        """Window changes at a readable rate: at once when a window shrinks or a lane's
-        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
+        """Window changes at a readable rate: at once when a lane's state changes
+        (congestion is news), sizes at most every ``WINDOW_LOG_EVERY_S``. The line names
+        no batch number: the planner's count is not Spark's batch id."""
         assert self.spout is not None
         sizes = tuple(w.size for w in self.spout.windows)
         states = tuple(str(w.state) for w in self.spout.windows)
-        shrank = len(sizes) == len(self._last_windows) and any(
-            new < old for new, old in zip(sizes, self._last_windows, strict=True)
-        )
         now = self.clock.now()
         due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
-        if sizes != self._last_windows and (shrank or states != self._last_states or due):
+        if sizes != self._last_windows and (states != self._last_states or due):
             self._last_window_log = now
             self._last_states = states
             log.info(
-                "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
+                "flow %s: %d tuple(s) dispatched; windows %s -> %s, states %s",
                 self.settings.topology_id,
-                self.seq,
                 dispatched,
                 list(self._last_windows),
                 list(sizes),
