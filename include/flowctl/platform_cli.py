@@ -110,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--watch-seconds",
         type=_seconds,
         default=60.0,
-        help="print live counts this long (60)",
+        help="print live counts this long, from the first count (60)",
     )
     up.add_argument(
         "--feed-rate",
