@@ -152,8 +152,8 @@ def dag_guide(pipelines: list[str], url: str) -> list[str]:
     what = {
         "ingest": "load more text into Kafka (synthetic lines, or a file)",
         "stream": "the streaming topology; its task log shows windows, checkpoints, signals",
-        "rescale": "replace the running topology blue-green: direction up/down or a "
-        "target parallelism, and a reason",
+        "rescale": "replace the running topology blue-green: change up (double), down "
+        "(halve) or a number of lanes, and a reason",
         "autoscale": "rescales from the failure-rate windows on its schedule, once unpaused",
         "reconcile": "checks the stored results against the Kafka log (hourly once unpaused)",
     }
