@@ -381,15 +381,22 @@ def trigger_waits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
     flowctl_db: str, job_side: JobSide
 ) -> None:
-    """The public TriggerDagRunOperator path creates the run in the metadata database (run
+    """The public DagRunTriggerException path (TriggerDagRunOperator's) creates the run in
+    the metadata database (run
     type ``operator_triggered``; the task runner's ``trigger_run_id`` XCom on the replace
     task): if that interface changes, green's run does not appear and this test fails."""
     import sqlalchemy as sa
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from structlog.testing import capture_logs
 
-    run = _rescale({"change": 8, "reason": "more lanes"})
+    with capture_logs() as logs:
+        run = _rescale({"change": 8, "reason": "more lanes"})
     assert str(run.state).endswith("success")
+    # The replace task's own log, without Airflow's warning about nested operators.
+    events = [str(entry.get("event")) for entry in logs]
+    assert any(e.startswith("step start green") for e in events), events
+    assert not [e for e in events if "cannot be called outside of the Task Runner" in e]
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     run_id = f"replace__{event.new_topology_id}"
     with create_session() as session:
