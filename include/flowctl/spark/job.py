@@ -48,8 +48,8 @@ from flowctl.core.validation import (
     number_from_text,
     parallelism,
 )
+from flowctl.spark.job_reports import JobReports
 from flowctl.spark.niceness import yield_shutdown
-from flowctl.spark.progress import batch_phases
 from flowctl.spark.startup import SessionStarter, StartupClock
 
 log = logging.getLogger("flowctl.job")
@@ -212,7 +212,7 @@ class _Progress:
         self.last_batch_at = time.monotonic()
 
 
-class StreamJob:
+class StreamJob(JobReports):
     """One run of a stream topology; :meth:`run` returns the process exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -276,21 +276,6 @@ class StreamJob:
 
         return masked_url(self.database_url)
 
-    def _lag(self) -> int | None:
-        """Records in the log not yet in the durable checkpoint (None if Kafka is unreachable)."""
-        from flowctl.adapters import kafka_log
-
-        try:
-            with self._lag_lock:  # a KafkaConsumer is not thread-safe: batch thread vs loop
-                if self._lag_consumer is None:
-                    self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
-                latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
-        except Exception as exc:  # lag is informative only; never fail a batch over it
-            log.warning("lag unknown: %s", exc)
-            return None
-        committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
-        return sum(max(0, n - committed.get(p, 0)) for p, n in latest.items())
-
     def _on_batch(self, df: Any, batch_id: int) -> None:
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
@@ -301,7 +286,14 @@ class StreamJob:
             self.progress.batches += 1
             self.progress.records += report.records
             self.progress.last_batch_at = time.monotonic()
-        log.info(
+            first = self.progress.batches == 1
+        # The first batch (the data flows) and a fallback are news; the rest at DEBUG, and
+        # then the total and the lag are not read at all.
+        level = logging.INFO if first or report.fallback else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
+        log.log(
+            level,
             "batch %d: %d records (applied %d, skipped %d%s) in %.2f s = %.0f records/s; "
             "total counted %d words; lag %s records",
             report.batch_id,
@@ -435,46 +427,6 @@ class StreamJob:
 
     def _cleanup(self) -> None:
         """Whatever the run started besides the query (the flow job's flusher thread)."""
-
-    def _log_batch_phases(self, query: Any) -> None:
-        """One line: Spark's micro-batch phases since the last line (:mod:`.progress`)."""
-        try:
-            self._phases_after, phases = batch_phases(query.recentProgress, self._phases_after)
-        except Exception as exc:  # a diagnostic: never let it stop the loop
-            log.debug("reading the query's progress failed: %s", exc)
-            return
-        if phases:
-            log.info(
-                "topology %s: Spark micro-batches up to batch %d, ms p50/p99: %s",
-                self.topology_id,
-                self._phases_after,
-                ", ".join(f"{name} {p50:g}/{p99:g}" for name, (p50, p99) in phases.items()),
-            )
-
-    def _report_no_batch(self, seconds: float) -> None:
-        """No batch finished for ``seconds``: idle if the log holds nothing more, else
-        waiting (a first batch, a slow batch: records are there to read)."""
-        try:
-            lag: int | str | None = self._lag()
-        except Exception as exc:  # the database may be away: report, go on
-            lag = f"unknown ({type(exc).__name__})"
-        with self.progress.lock:
-            so_far = f"{self.progress.batches} batches, {self.progress.records} records so far"
-        if lag == 0:
-            log.info(
-                "topology %s idle: caught up with the log, no batch for %.0f s (%s)",
-                self.topology_id,
-                seconds,
-                so_far,
-            )
-            return
-        log.info(
-            "topology %s: no batch finished for %.0f s while %s records wait in the log (%s)",
-            self.topology_id,
-            seconds,
-            lag,
-            so_far,
-        )
 
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
