@@ -114,3 +114,16 @@ def test_every_form_field_of_every_dag_has_a_title_and_a_description() -> None:
             param = dag.params.get_param(name)
             assert param.schema.get("title"), (dag_id, name)
             assert param.description, (dag_id, name)
+
+
+def test_the_dags_triggered_by_hand_are_unpaused_at_creation_the_scheduled_ones_not() -> None:
+    """A form's unpause once raced its trigger and left the run queued behind a paused DAG:
+    the DAGs without a schedule are stored unpaused; autoscale and reconcile act on their
+    schedule, so a person turns them on."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id, dag in _dags().items():
+        served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        kind = dag_id.split("_", 1)[0]
+        expected = kind not in ("ingest", "stream", "rescale")
+        assert served.is_paused_upon_creation is expected, dag_id
