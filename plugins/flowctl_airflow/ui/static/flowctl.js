@@ -515,11 +515,13 @@
     return parts.join(" · ");
   }
 
-  // A replacement's handover row is written once the handover begins: until then a
-  // running replacement's handover is not known yet (it is not "sequential").
+  // A replacement's handover row is written once an overlapped handover begins: until
+  // then (green starting) a running replacement's handover is not known yet; a
+  // sequential one has begun once blue was deactivated.
   function handoverText(r) {
     const h = r.handover;
-    if (!h) return r.outcome === "running" ? "not begun yet" : "sequential";
+    if (!h && r.outcome === "running") return r.deactivated_at ? "sequential (in progress)" : "not begun yet";
+    if (!h) return "sequential";
     if (h.overlap_s !== null) return `overlap ${fmt(h.overlap_s)} s`;
     return h.frontier_at ? "overlap (in progress)" : "overlap (frontier pending)";
   }
