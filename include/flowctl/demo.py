@@ -28,6 +28,8 @@ from flowctl.services.stopping import stop_topologies
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
 DEMO_SEED = feed.DEMO_SEED
+#: Seconds between two "waiting for the first batch" lines while nothing changes.
+WAIT_LINE_EVERY_S = 15.0
 
 
 def _airflow(settings: Settings, *args: str, timeout: float = 120.0) -> str:
@@ -113,12 +115,14 @@ def watch(
 ) -> None:
     """Print the live counts every ``interval`` s for ``seconds`` from the first count.
 
-    Until the stream's first batch is stored the line says what the stream is doing
-    (a Spark job takes 10-100 s to start), not "0 words counted"; after
+    Until the stream's first batch is stored a line says what the stream is doing
+    (a Spark job takes 10-100 s to start), not "0 words counted": when that changes,
+    else every :data:`WAIT_LINE_EVERY_S` s; after
     ``start_timeout`` s without a count it says where to look, and the watch ends.
     """
     started = time.monotonic()
     deadline: float | None = None
+    said: tuple[str, float] = ("", -WAIT_LINE_EVERY_S)  # the last waiting line: state, when
     while deadline is None or time.monotonic() < deadline:
         waited = time.monotonic() - started
         try:
@@ -136,7 +140,8 @@ def watch(
                 "task's log in the Airflow UI"
             )
             return
-        else:
+        elif state != said[0] or waited - said[1] >= WAIT_LINE_EVERY_S:
+            said = (state, waited)
             say(f"  waiting for the first batch: {state}, {waited:.0f} s")
         time.sleep(interval)
 

@@ -25,6 +25,8 @@ def test_a_starting_stream_is_named_and_a_stream_without_counts_ends_the_watch(
     said: list[str] = []
     watch(settings, "wordcount", seconds=60, say=said.append, interval=0.01, start_timeout=0.05)
     assert said[0].startswith("  waiting for the first batch: topology STARTING (Spark")
+    # one waiting line while nothing changes (then every 15 s), not one per poll
+    assert sum(line.startswith("  waiting") for line in said) == 1, said
     assert not any("words counted" in line for line in said), said
     assert said[-1].startswith("  no counts after") and "(topology STARTING" in said[-1]
     assert "stream_wordcount task's log" in said[-1]
