@@ -386,14 +386,14 @@ class FlowPlanner(HandoverPlanning):
             log.info(
                 "flow lane %d: time budget spent after %d tuple(s); %d returned unstarted, "
                 "dispatched again to other lanes (window now %d); all lanes: %d time(s), "
-                "%d tuple(s) in the last %.0f s",
+                "%d tuple(s) %s",
                 lane,
                 summary.acked,
                 summary.returned,
                 self.spout.lane_gauges()[lane]["window"],
                 times,
                 sums["tuples"],
-                seconds,
+                f"in the last {seconds:.0f} s" if seconds else "(the first)",
             )
         if summary.requeued > summary.returned:
             log.warning(
