@@ -375,7 +375,7 @@ def write_feedback(store: Any, ns: str, part: FlowPartition, done: Sequence[Tupl
     try:
         FeedbackStore(store, ns).put(part.seq, part.lane, feedback.encode())
     except Exception as exc:
-        log.warning("lane %d: feedback of plan %d not stored: %s", part.lane, part.seq, exc)
+        log.warning("lane %d: feedback of batch %d not stored: %s", part.lane, part.seq, exc)
 
 
 def status_rows(part: FlowPartition, done: Sequence[TupleDone]) -> Iterator[tuple[Any, ...]]:
