@@ -28,6 +28,8 @@ from flowctl.services.stopping import stop_topologies
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
 DEMO_SEED = feed.DEMO_SEED
+#: Seconds between two "waiting for the first batch" lines while nothing changes.
+WAIT_LINE_EVERY_S = 15.0
 
 
 def _airflow(settings: Settings, *args: str, timeout: float = 120.0) -> str:
@@ -89,17 +91,58 @@ def word_total(settings: Settings, pipeline: str) -> tuple[int, int]:
     return sum(counts.values()), len(counts)
 
 
+def stream_state(settings: Settings, pipeline: str) -> str:
+    """What the pipeline's newest topology is doing, for a reader waiting for counts."""
+    from flowctl.adapters.control_plane import ControlPlane
+
+    topologies = ControlPlane(settings.resolved_database_url).topologies(pipeline)
+    if not topologies:
+        return "Airflow is starting the Spark job"
+    newest = max(topologies, key=lambda t: t.created_at)
+    return f"topology {newest.state}" + (
+        " (Spark and its Python workers start)" if newest.state == "STARTING" else ""
+    )
+
+
 def watch(
-    settings: Settings, pipeline: str, *, seconds: float, say: Say, interval: float = 3.0
+    settings: Settings,
+    pipeline: str,
+    *,
+    seconds: float,
+    say: Say,
+    interval: float = 3.0,
+    start_timeout: float = 300.0,
 ) -> None:
-    """Print the live counts every ``interval`` s for ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    """Print the live counts every ``interval`` s for ``seconds`` from the first count.
+
+    Until the stream's first batch is stored a line says what the stream is doing
+    (a Spark job takes 10-100 s to start), not "0 words counted": when that changes,
+    else every :data:`WAIT_LINE_EVERY_S` s; after
+    ``start_timeout`` s without a count it says where to look, and the watch ends.
+    """
+    started = time.monotonic()
+    deadline: float | None = None
+    said: tuple[str, float] = ("", -WAIT_LINE_EVERY_S)  # the last waiting line: state, when
+    while deadline is None or time.monotonic() < deadline:
+        waited = time.monotonic() - started
         try:
             total, distinct = word_total(settings, pipeline)
-            say(f"  live counts: {total:>10,d} words counted, {distinct:,d} distinct")
+            state = "" if total else stream_state(settings, pipeline)
         except Exception as exc:  # results table not there yet: the stream is starting
-            say(f"  live counts: waiting for the stream ({type(exc).__name__})")
+            total, distinct, state = 0, 0, f"the stream is starting ({type(exc).__name__})"
+        if total and deadline is None:
+            deadline = time.monotonic() + seconds
+        if deadline is not None:
+            say(f"  live counts: {total:>10,d} words counted, {distinct:,d} distinct")
+        elif waited > start_timeout:
+            say(
+                f"  no counts after {waited:.0f} s ({state}): see the stream_{pipeline} "
+                "task's log in the Airflow UI"
+            )
+            return
+        elif state != said[0] or waited - said[1] >= WAIT_LINE_EVERY_S:
+            said = (state, waited)
+            say(f"  waiting for the first batch: {state}, {waited:.0f} s")
         time.sleep(interval)
 
 
@@ -114,8 +157,8 @@ def dag_guide(pipelines: list[str], url: str) -> list[str]:
     what = {
         "ingest": "load more text into Kafka (synthetic lines, or a file)",
         "stream": "the streaming topology; its task log shows windows, checkpoints, signals",
-        "rescale": "replace the running topology blue-green: direction up/down or a "
-        "target parallelism, and a reason",
+        "rescale": "replace the running topology blue-green: change up (double), down "
+        "(halve) or a number of lanes, and a reason",
         "autoscale": "rescales from the failure-rate windows on its schedule, once unpaused",
         "reconcile": "checks the stored results against the Kafka log (hourly once unpaused)",
     }

@@ -123,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--watch-seconds",
         type=_seconds,
         default=60.0,
-        help="print live counts this long (60)",
+        help="print live counts this long, from the first count (60)",
     )
     up.add_argument(
         "--feed-rate",

@@ -12,8 +12,8 @@ pipeline:
 - ``autoscale_<name>``: on ``[scaling] schedule``, the failure-window sensor
   decides (SPEC E) and the blue-green replace operator applies the decision;
   one run at a time;
-- ``rescale_<name>``: the same replacement by hand (Params ``direction`` or
-  ``target_parallelism``, and ``reason``); both replace DAGs start the next warm
+- ``rescale_<name>``: the same replacement by hand (Params ``change``: up,
+  down or a parallelism; and ``reason``); both replace DAGs start the next warm
   standby after one that took the pipeline's standby (Param ``start_next_standby``);
 - ``reconcile_<name>``: a PySpark batch job recomputing the results from the
   durable Kafka log and comparing them with the database; fails on a mismatch.
@@ -48,7 +48,7 @@ from flowctl.ingest import INGEST_FIELDS, INGEST_PARAMS
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
 from flowctl_airflow.operators.ingest import IngestOperator
 from flowctl_airflow.operators.reconcile import FlowctlReconcileOperator
-from flowctl_airflow.operators.rescale import DIRECTIONS, RescaleOperator
+from flowctl_airflow.operators.rescale import RescaleOperator, change_choices, change_labels
 from flowctl_airflow.operators.stream import COLOURS, FlowctlStreamOperator
 from flowctl_airflow.sensors.failure_window import FailureRateWindowSensor
 
@@ -80,8 +80,17 @@ def _pipeline_dag(
     schedule: str | None = None,
     max_active_runs: int | None = 1,
     params: dict[str, Param] | None = None,
+    paused: bool = True,
 ) -> DAG:
-    """``<kind>_<pipeline>``: what every generated DAG shares (start, no catchup, tags)."""
+    """``<kind>_<pipeline>``: what every generated DAG shares (start, no catchup, tags).
+
+    ``paused=False``: the DAG is unpaused when Airflow first stores it. For the DAGs
+    without a schedule (ingest, stream, rescale) being unpaused starts nothing by
+    itself, and a run triggered from the form starts at once: a paused one made the
+    UI unpause it first, and a failed unpause left the run queued behind a paused
+    DAG while the UI said "triggered". The scheduled DAGs (autoscale, reconcile) act
+    on their own, so they start paused: a person turns them on.
+    """
     extra: dict[str, object] = (
         {} if max_active_runs is None else {"max_active_runs": max_active_runs}
     )
@@ -95,6 +104,7 @@ def _pipeline_dag(
         tags=["flowctl", config.name, kind],
         default_args=_default_args(),
         params=params or {},
+        is_paused_upon_creation=paused,
         **extra,
     )
 
@@ -113,6 +123,7 @@ def ingest_dag(config: PipelineConfig) -> DAG:
             "The form can be triggered as it is: synthetic data needs nothing else."
         ),
         max_active_runs=None,
+        paused=False,
         params={
             p.name: Param(
                 p.default,
@@ -147,6 +158,7 @@ def stream_dag(config: PipelineConfig) -> DAG:
             f"(`flowctl stream stop <topology id>`). Parallelism: one of {allowed}."
         ),
         max_active_runs=2,  # blue and green side by side during a replacement
+        paused=False,
         params={
             "parallelism": Param(
                 config.parallelism,
@@ -256,47 +268,31 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
 
 
 def rescale_dag(config: PipelineConfig) -> DAG:
-    allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
+    lo, hi = config.min_parallelism, config.max_parallelism
+    allowed = allowed_parallelisms(lo, hi)
     with _pipeline_dag(
         config,
         "rescale",
         description=f"Replace the {config.name} topology blue-green with another parallelism",
         doc_md=(
-            "Give either `direction` (`up` doubles, `down` halves the ACTIVE topology's "
-            f"lanes) or `target_parallelism` (one of {allowed}), and a `reason` (stored with "
-            "the replacement event). The replacement is blue-green (docs/flow-control.md); "
+            "Choose the `change`: `up` doubles, `down` halves the ACTIVE topology's lanes, "
+            f"or a number of lanes (one of {allowed}); and give a `reason` (stored with the "
+            "replacement event). The replacement is blue-green (docs/flow-control.md); "
             "it is refused while another replacement of the pipeline runs. If it took the "
             "pipeline's warm standby as green, it starts the next one once blue is stopped "
             "(`start_next_standby`)."
         ),
+        paused=False,
         params={
-            # One of the two: the form offers only allowed values (enum); the empty choice
-            # reads as what it means, not as "null" (values_display). Both set at once is
-            # refused by the task before anything is touched, naming both fields.
-            "direction": Param(
-                None,
-                type=["null", "string"],
-                enum=[None, *DIRECTIONS],
-                values_display={
-                    "null": "(none: give a target parallelism)",
-                    "up": "up: double the lanes",
-                    "down": "down: halve the lanes",
-                },
-                title="Direction",
-                description="up doubles, down halves the ACTIVE topology's lanes; leave it "
-                "empty when you give a target parallelism (give exactly one of the two)",
-            ),
-            "target_parallelism": Param(
-                None,
-                type=["null", "integer"],
-                enum=[None, *allowed],
-                values_display={
-                    "null": "(none: use the direction)",
-                    **{str(p): f"{p} lane{'s' if p > 1 else ''}" for p in allowed},
-                },
-                title="Target parallelism",
-                description=f"the new number of lanes, one of {allowed}; leave it empty when "
-                "you give a direction (give exactly one of the two)",
+            # One field, so no two fields can contradict each other: the form offers only
+            # the allowed values (enum), the REST API and the CLI are refused anything else.
+            "change": Param(
+                type=["string", "integer"],
+                enum=change_choices(lo, hi),
+                values_display=change_labels(lo, hi),
+                title="Change",
+                description="up doubles, down halves the ACTIVE topology's lanes; a number "
+                f"sets them (one of {allowed})",
             ),
             "reason": Param(
                 type="string",
@@ -311,8 +307,7 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             task_id="replace",
             pipeline=config.name,
             pipeline_config=str(config.source),
-            direction="{{ params.direction or '' }}",
-            target_parallelism="{{ params.target_parallelism or '' }}",
+            change="{{ params.change }}",
             reason="{{ params.reason }}",
             ready_timeout_s=config.scaling.ready_timeout_s,
             drain_timeout_s=config.scaling.drain_timeout_s,

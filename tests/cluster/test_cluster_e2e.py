@@ -148,7 +148,7 @@ def test_ingest_stream_rescale_reconcile_through_the_rest_api(process_cluster: C
     placed = _executors_by_worker(c)
     assert all(app["id"] in apps for apps in placed.values()), (app, placed)
 
-    api.trigger(RESCALE, "up-1", {"direction": "up", "reason": "cluster e2e"})
+    api.trigger(RESCALE, "up-1", {"change": "up", "reason": "cluster e2e"})
     assert api.wait_run(RESCALE, "up-1", timeout=WAIT_S) == "success"
     (event,) = ReplacementLog(c.url).replacements(PIPELINE)
     assert (event.outcome, event.old_parallelism, event.new_parallelism) == ("ok", 2, 4)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from flowctl_airflow.operators.driver_log import tidy_line, tidy_lines, topology_label
+import logging
+
+from flowctl_airflow.operators.driver_log import (
+    DriverLogHook,
+    LevelReader,
+    tidy_line,
+    tidy_lines,
+    topology_label,
+)
 
 TOPOLOGY = "wordcount-blue-manual-2026-11-23t21-00-00-000000-00-00-1"
 LABEL = topology_label("wordcount", "blue")
@@ -60,3 +68,79 @@ def test_a_planner_line_keeps_only_its_message_like_the_drivers() -> None:
         f"lane 1 window 8 -> 7 (SLOW) of {TOPOLOGY}"
     )
     assert tidy_line(line, TOPOLOGY, LABEL) == "lane 1 window 8 -> 7 (SLOW) of wordcount/blue"
+
+
+# -- levels -----------------------------------------------------------------------------------
+
+
+def _levels(lines: list[str]) -> list[tuple[str, str]]:
+    reader = LevelReader(TOPOLOGY, LABEL)
+    return [(logging.getLevelName(level), text) for level, text in map(reader.read, lines)]
+
+
+def test_spark_and_flowctl_warnings_are_warnings_and_the_rest_info() -> None:
+    lines = [
+        "25/11/23 21:00:01 WARN ProcessingTimeExecutor: Current batch is falling behind.",
+        f"2026-11-23 21:00:01,123 WARNING flowctl.spark.flow: flow lane 1 of {TOPOLOGY}: poison",
+        "2026-11-23 21:00:01,123 INFO flowctl.spark.job: batch 0: 3 records",
+        "25/11/23 21:00:02 ERROR Executor: Exception in task 0.0",
+        "a line nobody levelled",
+    ]
+    assert _levels(lines) == [
+        ("WARNING", "ProcessingTimeExecutor: Current batch is falling behind."),
+        ("WARNING", "flow lane 1 of wordcount/blue: poison"),
+        ("INFO", "batch 0: 3 records"),
+        ("ERROR", "Executor: Exception in task 0.0"),
+        ("INFO", "a line nobody levelled"),
+    ]
+
+
+def test_a_trace_takes_the_level_of_the_line_that_logged_it() -> None:
+    lines = [
+        "25/11/23 21:00:02 WARN TaskSetManager: Lost task 0.0: java.io.IOException: gone",
+        "at org.apache.spark.rdd.RDD.iterator(RDD.scala:1)",
+        "Caused by: java.net.SocketException: reset",
+        "... 12 more",
+        "2026-11-23 21:00:03,000 ERROR flowctl.job: topology failed: boom",
+        "Traceback (most recent call last):",
+        'File "job.py", line 3, in run',
+        "raise ValueError('boom')",
+        "ValueError: boom",
+        "2026-11-23 21:00:04,000 INFO flowctl.job: Spark stopped in 0.50 s",
+    ]
+    assert [level for level, _ in _levels(lines)] == [
+        *["WARNING"] * 4, *["ERROR"] * 5, "INFO",
+    ]  # fmt: skip
+
+
+def test_a_trace_nobody_logged_is_an_error_even_after_an_info_line() -> None:
+    lines = [
+        "2026-11-23 21:00:03,000 INFO flowctl.job: topology started",
+        "Traceback (most recent call last):",
+        'File "stream.py", line 9, in <module>',
+        "KeyError: 'x'",
+    ]
+    assert [level for level, _ in _levels(lines)] == ["INFO", "ERROR", "ERROR", "ERROR"]
+
+
+def test_the_hook_relays_the_drivers_lines_at_their_level(monkeypatch) -> None:
+    """The provider's own relay loop, through the adopted hook's ``log``."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from structlog.testing import capture_logs
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[1]"}')
+    hook = DriverLogHook.adopt(SparkSubmitHook(conn_id="spark_default"), TOPOLOGY, LABEL)
+    lines = [
+        "WARNING: Using incubator modules: jdk.incubator.vector\n",
+        "25/11/23 21:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library\n",
+        f"2026-11-23 21:00:01,123 INFO flowctl.spark.job: topology {TOPOLOGY} ACTIVE\n",
+    ]
+    with capture_logs() as logs:
+        hook._process_spark_submit_log(iter(lines))
+        hook.log.info("Spark-Submit cmd: %s", "spark-submit x.py")  # the hook's own lines
+    relayed = [(entry["log_level"], entry["event"]) for entry in logs]
+    assert relayed == [
+        ("warning", "NativeCodeLoader: Unable to load native-hadoop library"),
+        ("info", "topology wordcount/blue ACTIVE"),
+        ("info", "Spark-Submit cmd: spark-submit x.py"),
+    ], relayed

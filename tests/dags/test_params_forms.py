@@ -59,14 +59,13 @@ def test_every_rescale_choice_has_a_label_and_reaches_the_ui() -> None:
     from airflow.serialization.serialized_objects import DagSerialization
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(_dags()["rescale_wordcount"]))
-    for name in ("direction", "target_parallelism"):
-        param = served.params.get_param(name)
-        labels = param.schema["values_display"]
-        assert {("null" if v is None else str(v)) for v in param.schema["enum"]} == set(labels)
-        assert param.schema["title"] and param.description
-    assert served.params.get_param("target_parallelism").schema["values_display"]["4"] == (
-        "4 lanes"
-    )
+    param = served.params.get_param("change")
+    labels = param.schema["values_display"]
+    assert {str(v) for v in param.schema["enum"]} == set(labels)
+    assert param.schema["title"] and param.description
+    assert (labels["up"], labels["down"], labels["4"]) == ("up (double)", "down (halve)", "4 lanes")
+    # One field: no two fields of the form can contradict each other.
+    assert "direction" not in served.params and "target_parallelism" not in served.params
 
 
 def test_both_fields_fail_before_any_side_effect_naming_both_as_the_form_held_them() -> None:
@@ -140,3 +139,16 @@ def test_the_ingest_form_and_operator_come_from_one_definition_and_pass_compress
     params = copy.deepcopy(dag.params)
     with pytest.raises(ValueError, match="'brotli' is not one of"):
         params.update({"compression": "brotli"})
+
+
+def test_the_dags_triggered_by_hand_are_unpaused_at_creation_the_scheduled_ones_not() -> None:
+    """A form's unpause once raced its trigger and left the run queued behind a paused DAG:
+    the DAGs without a schedule are stored unpaused; autoscale and reconcile act on their
+    schedule, so a person turns them on."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id, dag in _dags().items():
+        served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        kind = dag_id.split("_", 1)[0]
+        expected = kind not in ("ingest", "stream", "rescale")
+        assert served.is_paused_upon_creation is expected, dag_id

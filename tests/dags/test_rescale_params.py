@@ -67,10 +67,11 @@ def _fail_green_runs_left_queued() -> Iterator[None]:
 @pytest.mark.parametrize(
     ("conf", "field", "allowed"),
     [
-        ({"direction": "sideways", "reason": "r"}, "direction", "[None, 'up', 'down']"),
-        ({"target_parallelism": 3, "reason": "r"}, "target_parallelism", "[None, 1, 2, 4, 8, 16]"),
-        ({"target_parallelism": 32, "reason": "r"}, "target_parallelism", "16]"),
-        ({"direction": "up", "reason": ""}, "reason", "should be non-empty"),
+        ({"change": "sideways", "reason": "r"}, "change", "['up', 'down', 1, 2, 4, 8, 16]"),
+        ({"change": 3, "reason": "r"}, "change", "['up', 'down', 1, 2, 4, 8, 16]"),
+        ({"change": 32, "reason": "r"}, "change", "16]"),
+        ({"change": "8", "reason": "r"}, "change", "16]"),  # a number, not its text
+        ({"change": "up", "reason": ""}, "reason", "should be non-empty"),
     ],
 )
 def test_the_params_schema_rejects_bad_input_naming_the_field(
@@ -90,15 +91,54 @@ def test_the_params_schema_requires_a_reason() -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
     params = copy.deepcopy(_rescale_dag().params)
-    params.update({"direction": "up"})
+    params.update({"change": "up"})
     with pytest.raises(ParamValidationError, match="reason"):
+        params.validate()
+
+
+def test_the_params_schema_requires_a_change() -> None:
+    """The fields of the old form (direction, target_parallelism) are no request at all."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(_rescale_dag().params)
+    params.update({"direction": "up", "target_parallelism": 8, "reason": "r"})
+    with pytest.raises(ParamValidationError, match="param change: No value passed"):
         params.validate()
 
 
 def test_a_good_request_passes_the_schema() -> None:
     params = copy.deepcopy(_rescale_dag().params)
-    params.update({"target_parallelism": 8, "reason": "load test"})
-    assert params.validate()["target_parallelism"] == 8
+    params.update({"change": 8, "reason": "load test"})
+    assert params.validate()["change"] == 8
+    params.update({"change": "down", "reason": "load test over"})
+    assert params.validate()["change"] == "down"
+
+
+@pytest.mark.parametrize(
+    ("rendered", "expected"),
+    [("up", ("up", None)), ("down", ("down", None)), ("8", (None, 8)), (4, (None, 4))],
+)
+def test_change_is_a_direction_or_a_target(rendered: object, expected: tuple) -> None:
+    from flowctl_airflow.operators.rescale import split_change
+
+    assert split_change(rendered) == expected
+
+
+@pytest.mark.parametrize("rendered", ["sideways", "", "None", "4.0", True])
+def test_a_change_that_is_neither_is_refused_naming_it(rendered: object) -> None:
+    from flowctl_airflow.operators.rescale import split_change
+
+    with pytest.raises(RescaleRequestError, match=f"change={rendered!r} is not allowed"):
+        split_change(rendered)
+
+
+def test_change_beside_direction_or_target_is_refused_before_any_side_effect() -> None:
+    op = RescaleOperator(
+        task_id="replace", pipeline="wordcount", change="up", target_parallelism="8",
+        reason="r", flowctl_conn_id="no_such_connection",
+    )  # fmt: skip
+    with pytest.raises(RescaleRequestError, match="give change='up' alone"):
+        op.execute({})  # type: ignore[arg-type]
 
 
 # -- the operator's own validation ----------------------------------------------------------
@@ -211,9 +251,7 @@ def test_a_green_that_never_gets_ready_is_rolled_back_and_recorded(flowctl_db: s
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
-    run = _rescale_dag(ready_timeout_s=2.0).test(
-        run_conf={"target_parallelism": 8, "reason": "capacity test"}
-    )
+    run = _rescale_dag(ready_timeout_s=2.0).test(run_conf={"change": 8, "reason": "capacity test"})
     assert str(run.state).endswith("failed")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "rolled_back"

@@ -203,7 +203,7 @@ def _stream_runs(prefix: str) -> dict[str, dict]:
 
 
 def test_a_replacement_runs_every_step_in_order(flowctl_db: str, job_side: JobSide) -> None:
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    run = _rescale({"change": 8, "reason": "more lanes"})
     assert str(run.state).endswith("success")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "ok" and event.error is None
@@ -226,7 +226,7 @@ def test_an_overlapped_replacement_activates_green_with_the_deactivate(
 ) -> None:
     from flowctl.adapters.handovers import HandoverLog
 
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, handover="overlap")
+    run = _rescale({"change": 8, "reason": "more lanes"}, handover="overlap")
     assert str(run.state).endswith("success")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "ok" and event.deactivated_at <= event.drained_at
@@ -251,9 +251,7 @@ def test_a_warm_standby_is_taken_as_green_with_the_new_parallelism(
     plane.register_topology(standby, "wordcount", "green", 2, warm_standby=True)
     plane.set_state(standby, "READY")
     job_side.green = standby  # the job side answers its signals; nothing new registers
-    run = _rescale(
-        {"target_parallelism": 8, "reason": "more lanes"}, handover=handover, deferrable=deferrable
-    )
+    run = _rescale({"change": 8, "reason": "more lanes"}, handover=handover, deferrable=deferrable)
     assert str(run.state).endswith("success")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert (event.outcome, event.new_topology_id, event.new_parallelism) == ("ok", standby, 8)
@@ -284,7 +282,7 @@ def test_no_next_standby_when(flowctl_db: str, job_side: JobSide, why: str) -> N
     plane.set_state(standby, "READY")  # the newest READY one is the one taken
     job_side.green = standby
     before = _stream_runs("next_standby__")
-    conf = {"target_parallelism": 8, "reason": "r"}
+    conf = {"change": 8, "reason": "r"}
     if why == "the form turns it off":
         conf["start_next_standby"] = False
     run = _rescale(conf)
@@ -306,7 +304,7 @@ def test_a_standby_some_replacement_already_named_is_not_taken(
         "wordcount", BLUE, old, 2, 4, "earlier", outcome="failed", error="it failed",
         started_at=dt.datetime.now(dt.UTC), finished_at=dt.datetime.now(dt.UTC),
     )  # fmt: skip
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    run = _rescale({"change": 8, "reason": "more lanes"})
     assert str(run.state).endswith("success")
     event = ReplacementLog(flowctl_db).replacements("wordcount")[-1]
     assert event.new_topology_id not in (old, BLUE) and event.new_topology_id == job_side.green
@@ -316,7 +314,7 @@ def test_a_standby_some_replacement_already_named_is_not_taken(
 def test_a_blue_that_does_not_drain_is_stopped_and_green_takes_over(
     flowctl_db: str, job_side: JobSide
 ) -> None:
-    run = _rescale({"direction": "up", "reason": "r"}, drain_timeout_s=1.0)
+    run = _rescale({"change": "up", "reason": "r"}, drain_timeout_s=1.0)
     assert str(run.state).endswith("success")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "ok" and event.drained_at is not None
@@ -330,7 +328,7 @@ def test_a_blue_that_does_not_drain_is_stopped_and_green_takes_over(
 def test_a_green_that_fails_is_rolled_back_and_blue_never_touched(
     flowctl_db: str, job_side: JobSide
 ) -> None:
-    run = _rescale({"direction": "up", "reason": "r"})
+    run = _rescale({"change": "up", "reason": "r"})
     assert str(run.state).endswith("failed")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "rolled_back" and "ended FAILED" in event.error
@@ -344,7 +342,7 @@ def test_killing_the_task_mid_way_leaves_blue_the_only_admitting_topology(
 ) -> None:
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        run = _rescale({"direction": "up", "reason": "r"}, drain_timeout_s=60.0)
+        run = _rescale({"change": "up", "reason": "r"}, drain_timeout_s=60.0)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert str(run.state).endswith("failed")
@@ -383,15 +381,22 @@ def trigger_waits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
     flowctl_db: str, job_side: JobSide
 ) -> None:
-    """The public TriggerDagRunOperator path creates the run in the metadata database (run
+    """The public DagRunTriggerException path (TriggerDagRunOperator's) creates the run in
+    the metadata database (run
     type ``operator_triggered``; the task runner's ``trigger_run_id`` XCom on the replace
     task): if that interface changes, green's run does not appear and this test fails."""
     import sqlalchemy as sa
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from structlog.testing import capture_logs
 
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"})
+    with capture_logs() as logs:
+        run = _rescale({"change": 8, "reason": "more lanes"})
     assert str(run.state).endswith("success")
+    # The replace task's own log, without Airflow's warning about nested operators.
+    events = [str(entry.get("event")) for entry in logs]
+    assert any(e.startswith("step start green") for e in events), events
+    assert not [e for e in events if "cannot be called outside of the Task Runner" in e]
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     run_id = f"replace__{event.new_topology_id}"
     with create_session() as session:
@@ -411,7 +416,7 @@ def test_green_is_a_new_run_of_the_stream_dag_created_by_trigger_dag_run(
 def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(
     flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
 ) -> None:
-    run = _rescale({"target_parallelism": 8, "reason": "more lanes"}, deferrable=True)
+    run = _rescale({"change": 8, "reason": "more lanes"}, deferrable=True)
     assert str(run.state).endswith("success")
     green_id = job_side.green
     assert trigger_waits == [
@@ -436,7 +441,7 @@ def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(
 def test_a_deferred_replacement_stops_a_blue_that_does_not_drain(
     flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
 ) -> None:
-    run = _rescale({"direction": "up", "reason": "r"}, deferrable=True, drain_timeout_s=1.0)
+    run = _rescale({"change": "up", "reason": "r"}, deferrable=True, drain_timeout_s=1.0)
     assert str(run.state).endswith("success")
     assert [what for _, what in trigger_waits] == [
         "waiting for green READY",
@@ -456,7 +461,7 @@ def test_a_deferred_replacement_stops_a_blue_that_does_not_drain(
 def test_a_deferred_replacement_rolls_back_a_green_that_fails(
     flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
 ) -> None:
-    run = _rescale({"direction": "up", "reason": "r"}, deferrable=True)
+    run = _rescale({"change": "up", "reason": "r"}, deferrable=True)
     assert str(run.state).endswith("failed")
     assert [what for _, what in trigger_waits] == ["waiting for green READY"]
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
@@ -470,7 +475,7 @@ def test_a_missing_stream_dag_is_rolled_back_before_blue_is_touched(flowctl_db: 
 
     dag = rescale_dag(load_pipeline_config("wordcount"))
     dag.get_task("replace").stream_dag_id = "stream_nowhere"
-    run = dag.test(run_conf={"direction": "up", "reason": "r"})
+    run = dag.test(run_conf={"change": "up", "reason": "r"})
     assert str(run.state).endswith("failed")
     (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
     assert event.outcome == "rolled_back" and "'stream_nowhere'" in event.error

@@ -117,11 +117,6 @@ def test_every_shipped_pipeline_gets_its_control_dags() -> None:
         assert decide.timeout == config.scaling.sensor_timeout_s
         rescale = dags[f"rescale_{config.name}"]
         assert rescale.schedule is None and rescale.max_active_runs == 1
-        assert set(rescale.params) == {
-            "direction",
-            "target_parallelism",
-            "reason",
-            "start_next_standby",
-        }
+        assert set(rescale.params) == {"change", "reason", "start_next_standby"}
         assert set(autoscale.params) == {"start_next_standby"}
         assert dags[f"reconcile_{config.name}"].schedule == RECONCILE_SCHEDULE

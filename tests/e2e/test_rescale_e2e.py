@@ -344,9 +344,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     _wait("exact counts after the hand-over", _counts_of(url, lines))
 
     # -- 2. by hand, back down to 2 --------------------------------------------------------
-    run = dags[f"rescale_{PIPELINE}"].test(
-        run_conf={"direction": "down", "reason": "load test over"}
-    )
+    run = dags[f"rescale_{PIPELINE}"].test(run_conf={"change": "down", "reason": "load test over"})
     assert str(run.state).endswith("success")
     down = events.replacements(PIPELINE)[-1]
     assert (down.outcome, down.old_parallelism, down.new_parallelism) == ("ok", 4, 2)
@@ -358,7 +356,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
 
     # -- 3. kill the replace task while blue is deactivated --------------------------------
     blue = down.new_topology_id
-    conf = json.dumps({"direction": "up", "reason": "killed on purpose"})
+    conf = json.dumps({"change": "up", "reason": "killed on purpose"})
     with (stream_runs[0].log_dir / "killed-rescale.log").open("wb") as log:
         rescale = subprocess.Popen(
             [AIRFLOW, "dags", "test", f"rescale_{PIPELINE}", "--conf", conf],

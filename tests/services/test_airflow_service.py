@@ -91,3 +91,21 @@ def test_standalone_up_lists_dags_and_down_leaves_nothing(tmp_path: Path) -> Non
     assert "airflow down" in down
     assert [pid for pid in tree if proc_cmdline(pid) is not None] == []
     assert service.down(settings) == "airflow already down"
+
+
+def test_the_metadata_database_waits_a_minute_for_the_lock_in_wal_mode(tmp_path: Path) -> None:
+    """Python's 5 s busy timeout failed a form's unpause (HTTP 500) while the scheduler and
+    the task heartbeats wrote; Airflow's own engine, configured as the platform runs it."""
+    code = (
+        "from airflow import settings\n"
+        "from sqlalchemy import text\n"
+        "with settings.engine.connect() as c:\n"
+        "    print(c.execute(text('PRAGMA busy_timeout')).scalar(),"
+        " c.execute(text('PRAGMA journal_mode')).scalar())\n"
+    )
+    env = {**os.environ, **airflow_env(Settings(home=tmp_path))}
+    done = subprocess.run(
+        [str(Path(airflow_bin()).parent / "python"), "-c", code],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert done.stdout.split()[-2:] == ["60000", "wal"], done.stdout + done.stderr

@@ -5,8 +5,11 @@ The platform is started the way ``flowctl demo up`` starts it (Tansu, memcached,
 triggerer; Spark local), on free ports in a temporary home. Debian's Chromium,
 driven by playwright, then does what a user does: log in, find the DAGs,
 trigger them from their forms, read the stream task's log, watch the metrics
-page, rescale from the form, get a clear refusal for a bad rescale, and find
-the metrics page closed once logged out. Each step asserts what the page
+page, rescale from the form (whose one field offers only valid changes; the
+REST API refuses anything else), and find the metrics page closed once logged
+out. The DAGs a user triggers by hand are unpaused at creation: no step
+depends on the form's unpause (an unpause racing the trigger once left a run
+queued behind a paused DAG). Each step asserts what the page
 shows and leaves a screenshot in ``tests/artifacts/journey/``. At the end,
 the demo's ``down`` path must leave no DAG run open.
 """
@@ -28,6 +31,7 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.airflow import ADMIN_USER, AirflowService, admin_password
 from flowctl.services.airflow_runs import AirflowApi, close_runs
+from flowctl.services.base import ServiceError
 from flowctl.services.process import free_port
 from flowctl.services.stopping import stop_topologies
 from tests.ui.browser import chromium
@@ -85,16 +89,15 @@ def _poll(what: str, timeout_s: float, probe: Callable[[], object], every_s: flo
         time.sleep(every_s)
 
 
-def _open_trigger_form(page: Page, base: str, dag_id: str) -> None:
+def _open_trigger_form(page: Page, base: str, dag_id: str, api: AirflowApi) -> None:
+    """The DAG's trigger form; the DAG must be unpaused already (it is at creation)."""
+    assert api._call("GET", f"/api/v2/dags/{dag_id}")["is_paused"] is False, dag_id
     page.goto(f"{base}/dags/{dag_id}")
     page.get_by_test_id("trigger-dag-button").first.click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_test_id("trigger-dag-submit")).to_be_visible(timeout=30_000)
-    # The DAGs are paused at creation: a run of a paused DAG never starts.
-    unpause = dialog.get_by_role("checkbox", name=re.compile(r"^Unpause "))
-    if unpause.count() and not unpause.is_checked():
-        dialog.get_by_text(re.compile(r"^Unpause ")).click()
-        expect(unpause).to_be_checked()
+    # Nothing to unpause: the form's trigger is the run's only request.
+    expect(dialog.get_by_role("checkbox", name=re.compile(r"^Unpause "))).to_have_count(0)
 
 
 def _submit_trigger(page: Page) -> None:
@@ -155,7 +158,7 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         _shot(page, "03_dag_list")
 
         # 3. ingest_wordcount from its untouched form
-        _open_trigger_form(page, base, f"ingest_{PIPELINE}")
+        _open_trigger_form(page, base, f"ingest_{PIPELINE}", api)
         _shot(page, "04_ingest_form")
         _submit_trigger(page)
         expect(page.get_by_text("Dag Run Triggered").first).to_be_visible(timeout=30_000)
@@ -167,7 +170,7 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         )
 
         # 4. stream_wordcount from its form
-        _open_trigger_form(page, base, f"stream_{PIPELINE}")
+        _open_trigger_form(page, base, f"stream_{PIPELINE}", api)
         _shot(page, "06_stream_form")
         _submit_trigger(page)
         expect(page.get_by_text("Dag Run Triggered").first).to_be_visible(timeout=30_000)
@@ -203,9 +206,9 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         assert cards["parallelism"] == "2", cards
         _shot(page, "08_metrics_live")
 
-        # 7. rescale_wordcount, direction up, from the form
-        _open_trigger_form(page, base, f"rescale_{PIPELINE}")
-        _choose(page, "direction", "up")
+        # 7. rescale_wordcount, change up, from the form
+        _open_trigger_form(page, base, f"rescale_{PIPELINE}", api)
+        _choose(page, "change", "up")
         page.locator("#element_reason").fill("journey test: one step up")
         _shot(page, "09_rescale_form")
         _submit_trigger(page)
@@ -234,7 +237,8 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         assert re.fullmatch(r"overlap \d+(\.\d+)? s", handover), f"handover cell: {handover!r}"
         _shot(page, "10_metrics_after_rescale")
 
-        # 9. a bad rescale (both fields set) is refused with a message naming the fields.
+        # 9. a bad rescale cannot be submitted: the form offers valid changes only, the
+        # REST API refuses anything else naming the field, and no run is created.
         # Independent of step 10: a failure here is reported after step 10 has run too.
         refused: Exception | None = None
         try:
@@ -263,37 +267,28 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
 
 
 def _bad_rescale_is_refused(page: Page, base: str, api: AirflowApi) -> None:
-    """Both fields set: the form cannot refuse a pair of fields (Airflow validates each
-    Param alone), so the run fails before any side effect and its task log says why,
-    naming both fields and their values; the user reads it where Airflow shows it."""
-    _open_trigger_form(page, base, f"rescale_{PIPELINE}")
-    _choose(page, "direction", "up")
-    _choose(page, "target_parallelism", "8")
-    page.locator("#element_reason").fill("journey test: both fields")
-    _submit_trigger(page)
-    expect(page.get_by_text("Dag Run Triggered").first).to_be_visible(timeout=30_000)
-
-    def failed_run() -> dict[str, object] | None:
-        body = api._call(
-            "GET", f"/api/v2/dags/rescale_{PIPELINE}/dagRuns?order_by=-run_after&limit=1"
-        )
-        run = (body["dag_runs"] or [{}])[0]
-        return run if run.get("state") == "failed" else None
-
-    run = _poll("the bad rescale's run failed", 180, failed_run, 3)
-    assert isinstance(run, dict)
-    log_url = f"{base}/dags/rescale_{PIPELINE}/runs/{run['dag_run_id']}/tasks/replace"
-    both = re.compile(r"direction='up'.*target_parallelism=8", re.S)
-    page.set_viewport_size({"width": 1400, "height": 3000})
-
-    def log_names_both() -> bool:
-        page.goto(log_url)
-        page.wait_for_load_state("networkidle")
-        return bool(both.search(page.inner_text("body")))
-
-    _poll(
-        "the refusal naming direction and target_parallelism in the task log", 90, log_names_both, 5
-    )
+    """The form's one field offers each valid change and nothing else; through the REST
+    API a bad change (or the old form's two fields) is refused at once, naming the field,
+    and no run is created (the old form accepted up with 8 lanes, said "triggered", and
+    the run failed)."""
+    _open_trigger_form(page, base, f"rescale_{PIPELINE}", api)
+    page.locator("#element_change").click()
+    offered = [" ".join(t.split()) for t in page.get_by_role("option").all_inner_texts()]
+    _shot(page, "11_rescale_choices")
+    assert offered == [
+        "up (double)", "down (halve)", "1 lane", "2 lanes", "4 lanes", "8 lanes", "16 lanes",
+    ], offered  # fmt: skip
+    page.keyboard.press("Escape")
+    runs_path = f"/api/v2/dags/rescale_{PIPELINE}/dagRuns"
+    before = api._call("GET", f"{runs_path}?limit=100")["total_entries"]
+    for conf, field in (
+        ({"change": "sideways", "reason": "journey test: bad change"}, "change"),
+        ({"direction": "up", "target_parallelism": 8, "reason": "old form"}, "change"),
+        ({"change": "up", "reason": ""}, "reason"),
+    ):
+        with pytest.raises(ServiceError, match=rf"HTTP 400 .*param {field}"):
+            api._call("POST", runs_path, {"logical_date": None, "conf": conf})
+    assert api._call("GET", f"{runs_path}?limit=100")["total_entries"] == before
 
 
 def _texts_naming(page: Page, pattern: str) -> set[str]:

@@ -66,6 +66,7 @@ from flowctl.adapters.mrwq_sink import (
 from flowctl.core.backoff import BackoffPolicy, FlumeBackoff, retry
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.flusher import FlusherSnapshot, FlushPolicy, FlushResult, Gap, MrwqFlusher
+from flowctl.core.log_pacing import Tally
 from flowctl.core.persistence import (
     Store,
     head_key,
@@ -191,6 +192,7 @@ class FlusherService:
         self._reported: Gap | None = None
         self.last_gap: GapReport | None = None
         self.last_error: BaseException | None = None
+        self._tally = Tally()
         self.totals: dict[str, int] = {
             "flushes": 0,
             "items": 0,
@@ -351,7 +353,11 @@ class FlusherService:
         for name in ("items", "applied", "duplicates", "replayed", "dlq", "records"):
             self.totals[name] += getattr(s, name)
         self.last_error = None
-        log.info(
+        # Every flush at DEBUG; a flush that replayed, deduplicated or dead-lettered is
+        # news (INFO at once); the rest are summed up at most once a minute (log_pacing).
+        notable = s.duplicates or s.replayed or s.dlq
+        log.log(
+            logging.INFO if notable else logging.DEBUG,
             "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate, %d replayed, "
             "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
             self.namespace,
@@ -369,6 +375,19 @@ class FlusherService:
             r.trigger,
             f"; {s.coalesced} applied range row(s) merged away" if s.coalesced else "",
         )
+        due = self._tally.add(self.clock.now(), items=s.items, records=s.records)
+        if due is not None:
+            flushes, sums, seconds = due
+            log.info(
+                "MRWQ %s: flushed %d item(s), %d record(s) in %d flush(es) %s; to seq %d, queue %d",
+                self.namespace,
+                sums["items"],
+                sums["records"],
+                flushes,
+                f"in the last {seconds:.0f} s" if seconds else "(the first)",
+                r.last_seq,
+                r.pending,
+            )
 
     # -- gaps --
 

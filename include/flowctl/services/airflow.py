@@ -4,6 +4,8 @@ Everything Airflow needs is derived from :class:`flowctl.config.Settings`:
 
 - ``AIRFLOW_HOME`` is ``<FLOWCTL_HOME>/airflow`` (project-local; SQLite
   metadata database, logs, the generated admin password);
+- SQLite writers wait up to a minute for the lock, not Python's 5 s
+  (:mod:`flowctl.services.airflow_sqlite`);
 - the DAGs come from ``dags/``, plugins from ``plugins/``; no examples;
 - the platform's connections (``spark_default``, ``flowctl_kafka``,
   ``flowctl_memcached``, ``flowctl_db``) are written into Airflow's database
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 NAME = "airflow"
 ADMIN_USER = "admin"
+#: The module holding the metadata database's connection arguments (a longer busy timeout).
+SQLITE_ARGS = "flowctl.services.airflow_sqlite"
 
 
 def airflow_home(settings: Settings) -> Path:
@@ -90,6 +94,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         # Explicit, so an AIRFLOW__DATABASE__* inherited from the caller's shell cannot point
         # the embedded Airflow at another instance's metadata database.
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}",
+        # A writer waits up to a minute for SQLite's lock, not 5 s (see airflow_sqlite).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{SQLITE_ARGS}.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{SQLITE_ARGS}.CONNECT_ARGS_ASYNC",
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from flowctl.config import Settings
+from flowctl.core.log_pacing import QUIET_EVERY_S
 from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import (  # re-exported: the job's command line
     COLOURS,
@@ -46,8 +47,8 @@ from flowctl.spark.job_args import (  # re-exported: the job's command line
     default_topology_id,
     parse_args,
 )
+from flowctl.spark.job_reports import JobReports
 from flowctl.spark.niceness import yield_shutdown
-from flowctl.spark.progress import batch_phases
 from flowctl.spark.startup import SessionStarter, StartupClock
 
 __all__ = [
@@ -65,7 +66,9 @@ __all__ = [
 log = logging.getLogger("flowctl.job")
 
 #: Seconds between two lines of Spark's micro-batch phases (:mod:`flowctl.spark.progress`).
-PHASES_EVERY_S = 30.0
+PHASES_EVERY_S = QUIET_EVERY_S
+#: Seconds without a finished batch before the job says so (then once a minute).
+NO_BATCH_AFTER_S = 10.0
 
 
 def build_session(app_name: str) -> Any:
@@ -106,7 +109,7 @@ class _Progress:
         self.last_batch_at = time.monotonic()
 
 
-class StreamJob:
+class StreamJob(JobReports):
     """One run of a stream topology; :meth:`run` returns the process exit code."""
 
     #: The last batch whose Spark phases were logged (set when the loop starts).
@@ -179,24 +182,6 @@ class StreamJob:
 
         return masked_url(self.database_url)
 
-    def _lag(self) -> int | None:
-        """Records in the log not yet in the durable checkpoint (None if Kafka is unreachable)."""
-        from flowctl.adapters import kafka_log
-
-        try:
-            with self._lag_lock:  # a KafkaConsumer is not thread-safe: batch thread vs loop
-                if self._lag_consumer is None:
-                    self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
-                latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
-        except Exception as exc:  # lag is informative only; never fail a batch over it
-            log.warning("lag unknown: %s", exc)
-            with self._lag_lock:  # a consumer stuck after a broker or worker loss: a new one
-                consumer, self._lag_consumer = self._lag_consumer, None
-            kafka_log.close_quietly(consumer)
-            return None
-        committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
-        return sum(max(0, n - committed.get(p, 0)) for p, n in latest.items())
-
     def _on_batch(self, df: Any, batch_id: int) -> None:
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
@@ -207,7 +192,14 @@ class StreamJob:
             self.progress.batches += 1
             self.progress.records += report.records
             self.progress.last_batch_at = time.monotonic()
-        log.info(
+            first = self.progress.batches == 1
+        # The first batch (the data flows) and a fallback are news; the rest at DEBUG, and
+        # then the total and the lag are not read at all.
+        level = logging.INFO if first or report.fallback else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
+        log.log(
+            level,
             "batch %d: %d records (applied %d, skipped %d%s) in %.2f s = %.0f records/s; "
             "total counted %d words; lag %s records",
             report.batch_id,
@@ -269,7 +261,7 @@ class StreamJob:
         """Return the id of a pending ``stop`` signal, if any; log the kinds not handled yet."""
         for sig in self.control.pending_signals(self.topology_id):
             if sig.kind == "stop":
-                return sig.id
+                return int(sig.id)
             if sig.kind not in self._ignored_signals:
                 self._ignored_signals.add(sig.kind)
                 log.warning(
@@ -353,23 +345,9 @@ class StreamJob:
     def _cleanup(self) -> None:
         """Whatever the run started besides the query (the flow job's flusher thread)."""
 
-    def _log_batch_phases(self, query: Any) -> None:
-        """One line: Spark's micro-batch phases since the last line (:mod:`.progress`)."""
-        try:
-            self._phases_after, phases = batch_phases(query.recentProgress, self._phases_after)
-        except Exception as exc:  # a diagnostic: never let it stop the loop
-            log.debug("reading the query's progress failed: %s", exc)
-            return
-        if phases:
-            log.info(
-                "topology %s: Spark micro-batches up to batch %d, ms p50/p99: %s",
-                self.topology_id,
-                self._phases_after,
-                ", ".join(f"{name} {p50:g}/{p99:g}" for name, (p50, p99) in phases.items()),
-            )
-
     def _loop(self, query: Any) -> int:
         last_idle_log = time.monotonic()
+        quiet_s = NO_BATCH_AFTER_S  # the first line after 10 s, then once a minute
         last_phases_log = time.monotonic()
         self._phases_after = -1
         last_db_warning = -1e9
@@ -420,19 +398,9 @@ class StreamJob:
                 self._log_batch_phases(query)
             with self.progress.lock:
                 idle_for = now - self.progress.last_batch_at
-            if idle_for > 10 and now - last_idle_log > 10:
-                last_idle_log = now
-                try:
-                    lag: int | str | None = self._lag()
-                except Exception as exc:  # the database may be away: report, go on
-                    lag = f"unknown ({type(exc).__name__})"
-                log.info(
-                    "topology %s idle: %d batches, %d records so far; lag %s records",
-                    self.topology_id,
-                    self.progress.batches,
-                    self.progress.records,
-                    lag,
-                )
+            if idle_for > NO_BATCH_AFTER_S and now - last_idle_log >= quiet_s:
+                last_idle_log, quiet_s = now, QUIET_EVERY_S
+                self._report_no_batch(idle_for)
             self._terminate.wait(self.args.poll_seconds)
 
     def _drop_spark_checkpoint(self) -> None:

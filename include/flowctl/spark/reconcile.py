@@ -397,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from flowctl.config import Settings
+    from flowctl.pipelines.config import load_pipeline_config
     from flowctl.spark.job import build_session, configure_logging
 
     parser = argparse.ArgumentParser(
@@ -428,7 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("--stall-minutes=%r must be a number > 0", args.stall_minutes)
         return 2
     settings = Settings.from_env()
-    spark = build_session(f"flowctl-reconcile-{args.pipeline_config}")
+    # The pipeline's name, not the config's path, names the Spark application (and its UI).
+    pipeline = load_pipeline_config(args.pipeline_config).name
+    spark = build_session(f"flowctl-reconcile-{pipeline}")
     spark.sparkContext.setLogLevel("WARN")
     try:
         report = reconcile(

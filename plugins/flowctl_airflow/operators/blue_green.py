@@ -4,7 +4,8 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
 
 1. start green as a NEW DAG RUN of ``stream_<pipeline>`` with conf
    ``{parallelism, colour, standby: true, replaces, topology_id}`` (so green's
-   Spark driver log is that run's task log; created by ``TriggerDagRunOperator``)
+   Spark driver log is that run's task log; created through the Task SDK's
+   ``DagRunTriggerException``, as ``TriggerDagRunOperator`` creates runs)
    and wait until green is READY;
 2. ``deactivate`` blue and wait until it is DRAINED (on timeout: ``stop`` it;
    its unapplied tuples are gaps that green dispatches first);
@@ -90,9 +91,9 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
     ``Decision.to_dict()``) or from ``new_parallelism``. Returns the replacement
     event as a dict (XCom).
 
-    Green is started with :class:`TriggerDagRunOperator`, Airflow's supported way for a
-    task to create a DAG run (tasks have no metadata-database access; the private
-    supervisor channel it uses underneath is the Task SDK's to change). It waits for the
+    Green is started the way ``TriggerDagRunOperator`` starts a run, Airflow's supported
+    way for a task to create one (the Task SDK's ``DagRunTriggerException``; tasks have
+    no metadata-database access). It waits for the
     new run to exist (``wait_for_completion`` on the states ``queued``/``running``, in the
     triggerer: ``DagStateTrigger``) and resumes this operator at :meth:`execute_complete`.
     With ``deferrable`` the waits for READY, DRAINED, ACTIVE and STOPPED are deferred too
@@ -437,38 +438,40 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
     def _trigger_stream_run(
         self, context: Context, *, dag_id: str, run_id: str, conf: dict[str, Any], note: str
     ) -> None:
-        """Create a run of the stream DAG with TriggerDagRunOperator; resumes at
-        execute_complete once it exists (green's, and the next warm standby's).
+        """Create a run of the stream DAG; resumes at execute_complete once it exists
+        (green's, and the next warm standby's).
 
         Why this way: an Airflow 3 task has no metadata-database access, and the public
         ways to create a run are the REST API (an api-server URL and credentials in every
-        worker, and none under ``dag.test()``) and ``TriggerDagRunOperator`` (the
-        ``standard`` provider, kept in step with the Task SDK by its maintainers). Its
-        ``execute`` raises the Task SDK's ``DagRunTriggerException``; the task runner
-        creates the run and, with ``wait_for_completion`` and ``deferrable``, defers this
-        task on ``DagStateTrigger`` until the run is in ``allowed_states`` (a new run is
-        queued at once) or ``failed_states``, then resumes it at :meth:`execute_complete`
-        (the resume point the operator documents). Running one operator inside another
-        is allowed by ``allow_nested_operators`` (the default; Airflow logs a warning).
-        The private ``SUPERVISOR_COMMS`` channel used before is the Task SDK's to change.
+        worker, and none under ``dag.test()``) and the Task SDK's ``DagRunTriggerException``
+        (what ``TriggerDagRunOperator.execute`` raises): the task runner creates the run
+        and, with ``wait_for_completion`` and ``deferrable``, defers this task on
+        ``DagStateTrigger`` until the run is in ``allowed_states`` (a new run is queued at
+        once) or ``failed_states``, then resumes it at :meth:`execute_complete`. Raised
+        here, not through a nested ``TriggerDagRunOperator``: Airflow warns about every
+        operator executed inside another ("cannot be called outside of the Task Runner"),
+        a warning in every successful replacement's log that asked nothing of its reader.
         """
-        from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+        from airflow.sdk.exceptions import DagRunTriggerException
+        from airflow.sdk.timezone import utcnow
 
         self._check_stream_dag(context, dag_id)
-        TriggerDagRunOperator(
-            task_id=f"{self.task_id}__start_stream",
+        now = utcnow()
+        raise DagRunTriggerException(
             trigger_dag_id=dag_id,
-            trigger_run_id=run_id,
+            dag_run_id=run_id,
             conf=conf,
-            note=note,
+            logical_date=now,
+            run_after=now,
+            reset_dag_run=False,
+            skip_when_already_exists=False,
             wait_for_completion=True,
-            deferrable=True,
             allowed_states=["queued", "running", "success"],
             failed_states=["failed"],
             poke_interval=1,
-            openlineage_inject_parent_info=False,
-            allow_nested_operators=True,
-        ).execute(context)
+            deferrable=True,
+            note=note,
+        )
 
     @staticmethod
     def _check_stream_dag(context: Context, dag_id: str) -> None:

@@ -6,7 +6,9 @@ The job exits 3 and prints the first differing keys when the stored results
 differ from the reference of the durable Kafka log, and 4 when the stream made
 no durable progress over a log that has records (records past the checkpoint
 older than ``stall_minutes`` and no checkpoint moved within it): either fails
-this task loudly, the reason in the task log (the Spark driver's log).
+this task loudly, the reason in the task log (the Spark driver's log), which is
+as quiet as the stream task's: Spark's start-up lines are left out, each line
+has one timestamp and its own level (``driver_log``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
-from flowctl_airflow.operators.stream import SPARK_JOBS_DIR
+from flowctl_airflow.operators.driver_log import DriverLogHook, quiet_driver_conf
+from flowctl_airflow.operators.stream import DRIVER_LOG4J, SPARK_JOBS_DIR
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -106,6 +110,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
             raise ValueError(f"stall_minutes={self.stall_minutes!r} must be a number > 0")
         self.stall_minutes = minutes
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        self.conf = quiet_driver_conf(self.conf, DRIVER_LOG4J)
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
@@ -120,3 +125,8 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         self.log.info("reconciling %s (the job's log follows)", self.pipeline)
         super().execute(context)
         self.log.info("%s reconciled: stored results equal the durable reference", self.pipeline)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, relaying the driver's lines tidied and levelled, as the
+        stream task's are (see ``driver_log``)."""
+        return DriverLogHook.adopt(super()._get_hook(), None, self.pipeline)

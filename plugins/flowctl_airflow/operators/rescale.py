@@ -1,13 +1,15 @@
 """Rescale a pipeline by hand: the ``rescale_<pipeline>`` DAG's operator.
 
-The request is either a ``direction`` (``up`` doubles, ``down`` halves the
-ACTIVE topology's parallelism) or a ``target_parallelism`` (a power of two
-within the pipeline's bounds), plus a ``reason`` that is stored with the
-replacement event. The DAG's Params form rejects bad input first; the
-operator validates again (a run triggered through the API or CLI with
-another DAG version, or a templated value, must get the same clear message
-naming the field and the allowed values), then runs the blue-green
-replacement of :class:`BlueGreenReplaceOperator`.
+The DAG's form has one field, ``change``: ``up`` (double the ACTIVE
+topology's parallelism), ``down`` (halve it) or one of the allowed
+parallelisms (powers of two within the pipeline's bounds), so no combination
+of fields can contradict another; plus a ``reason`` that is stored with the
+replacement event. The Params schema refuses anything else when the run is
+triggered (the form, the REST API, the CLI). The operator takes the request
+as a ``direction`` or a ``target_parallelism`` (what a replacement records)
+and validates again (a run of another DAG version, or a templated value, must
+get the same clear message naming the field and the allowed values), then runs
+the blue-green replacement of :class:`BlueGreenReplaceOperator`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,39 @@ DIRECTIONS = ("up", "down")
 
 class RescaleRequestError(ValueError):
     """A rescale request with a missing or bad field; the message names it and what is allowed."""
+
+
+def change_choices(min_parallelism: int, max_parallelism: int) -> list[str | int]:
+    """The values of the form's ``change`` field: the directions, then each parallelism."""
+    return [*DIRECTIONS, *allowed_parallelisms(min_parallelism, max_parallelism)]
+
+
+def change_labels(min_parallelism: int, max_parallelism: int) -> dict[str, str]:
+    """How the form's dropdown shows each ``change`` value (keyed by its text)."""
+    lanes = allowed_parallelisms(min_parallelism, max_parallelism)
+    return {
+        "up": "up (double)",
+        "down": "down (halve)",
+        **{str(p): f"{p} lane{'s' if p > 1 else ''}" for p in lanes},
+    }
+
+
+def split_change(change: Any) -> tuple[str | None, int | None]:
+    """``change`` (as the form held it, or its rendered text) as ``(direction, target)``.
+
+    ``up``/``down`` is a direction; a whole number is a target parallelism, whose
+    bounds :func:`validate_request` checks. Anything else raises
+    :class:`RescaleRequestError` naming ``change`` and what it may be.
+    """
+    value = _as_form_value(change)
+    if value in DIRECTIONS:
+        return value, None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None, value
+    raise RescaleRequestError(
+        f"change={change!r} is not allowed; allowed values: {', '.join(DIRECTIONS)} or a "
+        f"parallelism (a power of two within the pipeline's bounds)"
+    )
 
 
 def _as_form_value(value: Any) -> Any:
@@ -135,6 +170,8 @@ def resolve_rescale(
 class RescaleOperator(BlueGreenReplaceOperator):
     """Replace the pipeline's ACTIVE topology with the parallelism a person asked for.
 
+    :param change: the form's one field: ``up``, ``down`` or a parallelism; or empty,
+        and then ``direction`` or ``target_parallelism``. (templated)
     :param direction: ``up``, ``down`` or empty. (templated)
     :param target_parallelism: a power of two within the bounds, or empty. (templated)
     :param reason: why; required. (templated)
@@ -143,6 +180,7 @@ class RescaleOperator(BlueGreenReplaceOperator):
 
     template_fields: Sequence[str] = (
         *BlueGreenReplaceOperator.template_fields,
+        "change",
         "direction",
         "target_parallelism",
     )
@@ -150,17 +188,26 @@ class RescaleOperator(BlueGreenReplaceOperator):
     def __init__(
         self,
         *,
+        change: str | int | None = None,
         direction: str | None = None,
         target_parallelism: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.change = change
         self.direction = direction
         self.target_parallelism = target_parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.direction = _as_form_value(self.direction)
         self.target_parallelism = _as_form_value(self.target_parallelism)
+        if not _blank(self.change):
+            if not (_blank(self.direction) and _blank(self.target_parallelism)):
+                raise RescaleRequestError(
+                    f"give change={self.change!r} alone; got also direction="
+                    f"{self.direction!r}, target_parallelism={self.target_parallelism!r}"
+                )
+            self.direction, self.target_parallelism = split_change(self.change)
         config = self._config()
         # The request's own fields first: a bad form is reported before anything is read.
         validate_request(

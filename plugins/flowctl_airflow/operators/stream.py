@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.hooks.memcached import FlowctlMemcachedHook
 from flowctl_airflow.metrics_relay import MetricsRelay
-from flowctl_airflow.operators.driver_log import tidy_lines, topology_label
+from flowctl_airflow.operators.driver_log import DriverLogHook, quiet_driver_conf, topology_label
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -176,14 +176,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         )
         self.topology_id = topology_id
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
-        # Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
-        # nothing to a reader of the task log (the log4j2 file keeps them out from the
-        # JVM's start); the job's own lines are Python logging.
-        self.conf = {
-            "spark.log.level": "WARN",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{DRIVER_LOG4J}",
-            **(self.conf or {}),
-        }
+        self.conf = quiet_driver_conf(self.conf, DRIVER_LOG4J)
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
@@ -226,16 +219,10 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self.log.info("topology %s ended cleanly", topology_id)
 
     def _get_hook(self) -> SparkSubmitHook:
-        """The provider's hook, relaying the driver's lines tidied (see ``driver_log``)."""
-        hook = super()._get_hook()
-        relay = hook._process_spark_submit_log
+        """The provider's hook, relaying the driver's lines tidied and levelled
+        (see ``driver_log``)."""
         label = topology_label(self.pipeline, self.colour)
-
-        def tidied(lines: Iterator[Any]) -> None:
-            relay(tidy_lines(lines, self.topology_id, label))
-
-        hook._process_spark_submit_log = tidied  # type: ignore[method-assign]
-        return hook
+        return DriverLogHook.adopt(super()._get_hook(), self.topology_id, label)
 
     def _start_metrics_relay(self, topology_id: str) -> MetricsRelay | None:
         """Relay the topology's metrics windows to Airflow's StatsD/OpenTelemetry, if any."""

@@ -34,6 +34,7 @@ from typing import Any
 from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
 from flowctl.core.handover import GreenHandover
+from flowctl.core.log_pacing import QUIET_EVERY_S
 from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
@@ -45,9 +46,9 @@ log = logging.getLogger("flowctl.job")
 
 #: Seconds a flush of the whole MRWQ may take at start, activation, drain and stop.
 FLUSH_ALL_TIMEOUT_S = 120.0
-#: Seconds between status lines in the log (the story between them: window changes,
-#: backpressure, replays, flushes and signals, each logged when it happens).
-STATUS_EVERY_S = 30.0
+#: Seconds between status lines in the log (the story between them: state changes,
+#: backpressure, replays, failures and signals, each logged when it happens).
+STATUS_EVERY_S = QUIET_EVERY_S
 #: Seconds between rewrites of the control key (it survives a memcached restart that
 #: way) and copies of the planner's closed metrics windows to the database.
 UPKEEP_EVERY_S = 1.0

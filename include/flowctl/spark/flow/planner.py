@@ -21,6 +21,7 @@ from typing import Any
 from flowctl.core.backpressure import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
+from flowctl.core.log_pacing import Tally
 from flowctl.core.metrics import MetricsWindow, SpoutMetrics
 from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
@@ -130,6 +131,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
         self._last_windows: tuple[int, ...] = ()
         self._last_states: tuple[str, ...] = ()
         self._last_window_log = -1e9
+        self._returned = Tally()  # lanes' time budgets spent, summed up once a minute
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
@@ -369,14 +371,24 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
         self.guard.lane_results(feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
-        if summary.returned:
+        due = (
+            self._returned.add(self.clock.now(), tuples=summary.returned)
+            if summary.returned
+            else None
+        )
+        if due is not None:
+            times, sums, seconds = due
             log.info(
                 "flow lane %d: time budget spent after %d tuple(s); %d returned unstarted, "
-                "dispatched again to other lanes (window now %d)",
+                "dispatched again to other lanes (window now %d); all lanes: %d time(s), "
+                "%d tuple(s) %s",
                 lane,
                 summary.acked,
                 summary.returned,
                 self.spout.lane_gauges()[lane]["window"],
+                times,
+                sums["tuples"],
+                f"in the last {seconds:.0f} s" if seconds else "(the first)",
             )
         if summary.requeued > summary.returned:
             log.warning(
@@ -415,7 +427,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
         assert self.spout is not None
         self.chain.step({"process": self.spout.outstanding, "persist": persist_len})
         levels = self.chain.levels()
-        # Readable: at once when a stage enters or leaves backpressure, else every 5 s.
+        # Readable: at once when a stage enters or leaves backpressure, else once a minute.
         edge = {k for k, v in levels.items() if v} != {k for k, v in self._last_levels.items() if v}
         due = self.clock.now() - self._last_level_log >= WINDOW_LOG_EVERY_S
         if levels != self._last_levels and (edge or due):

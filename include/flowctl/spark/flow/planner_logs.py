@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from flowctl.core.log_pacing import QUIET_EVERY_S
+
 if TYPE_CHECKING:
     from flowctl.core.clock import Clock
     from flowctl.core.spout import Spout
@@ -17,11 +19,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flowctl.spark.flow.planner")
 
-#: Seconds between log lines about windows that only grew (or backpressure levels that
-#: only moved, without a stage entering or leaving backpressure).
-WINDOW_LOG_EVERY_S = 5.0
+#: Seconds between log lines about windows that only resized (or backpressure levels that
+#: only moved, without a stage entering or leaving backpressure): a lane's state change
+#: is logged at once, the sizes' ups and downs of a steady stream once a minute.
+WINDOW_LOG_EVERY_S = QUIET_EVERY_S
 #: How often the planning cost per batch is logged (seconds).
-PLANNING_LOG_EVERY_S = 30.0
+PLANNING_LOG_EVERY_S = QUIET_EVERY_S
 #: ... the first time after this many seconds: Spark does not always stop a query's
 #: source runner through ``stop()``, so a short run (a benchmark) would log none.
 PLANNING_FIRST_LOG_S = 10.0
@@ -58,23 +61,20 @@ class PlannerLogs:
         )
 
     def _log_windows(self, dispatched: int) -> None:
-        """Window changes at a readable rate: at once when a window shrinks or a lane's
-        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
+        """Window changes at a readable rate: at once when a lane's state changes
+        (congestion is news), sizes at most every ``WINDOW_LOG_EVERY_S``. The line names
+        no batch number: the planner's count is not Spark's batch id."""
         assert self.spout is not None
         sizes = tuple(w.size for w in self.spout.windows)
         states = tuple(str(w.state) for w in self.spout.windows)
-        shrank = len(sizes) == len(self._last_windows) and any(
-            new < old for new, old in zip(sizes, self._last_windows, strict=True)
-        )
         now = self.clock.now()
         due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
-        if sizes != self._last_windows and (shrank or states != self._last_states or due):
+        if sizes != self._last_windows and (states != self._last_states or due):
             self._last_window_log = now
             self._last_states = states
             log.info(
-                "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
+                "flow %s: %d tuple(s) dispatched; windows %s -> %s, states %s",
                 self.settings.topology_id,
-                self.seq,
                 dispatched,
                 list(self._last_windows),
                 list(sizes),

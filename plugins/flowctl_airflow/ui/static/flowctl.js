@@ -66,7 +66,7 @@
         getJSON(base + "/replacements?limit=50"),
       ]);
       render(metrics, topologies, replacements);
-      setStatus("updated " + new Date().toLocaleTimeString() + " · every " + REFRESH_MS / 1000 + " s", false);
+      setStatus("updated " + clock(Date.now()) + " UTC · every " + REFRESH_MS / 1000 + " s", false);
     } catch (error) {
       setStatus(String(error.message || error), true);
     } finally {
@@ -114,16 +114,30 @@
     return Number(value).toFixed(d);
   }
 
+  // One time format on the page, as Airflow shows times: 24-hour, UTC (Airflow's default
+  // time zone); the status line says "UTC".
   function clock(ms) {
-    const d = new Date(ms);
-    return d.toLocaleTimeString([], { hour12: false });
+    return new Date(ms).toISOString().slice(11, 19);
   }
 
-  // Topology ids run to ~60 characters (pipeline, colour, Airflow run id, try): shown
-  // shortened, with the full id on hover (a title).
+  function stamp(ms) {
+    return new Date(ms).toISOString().slice(0, 19).replace("T", " ");
+  }
+
+  // Topology ids run to ~60 characters: pipeline, colour, then a start time (a stream
+  // DAG run's id and try: "wordcount-blue-manual-2026-11-26t04-34-58-123456-00-00-1"; a
+  // replacement's green: "wordcount-green-p4-20261126T043458123456"). Shown as what tells
+  // them apart, "wordcount-blue 04:34:58" ("… try 2" after a retry), with the full id on
+  // hover (a title).
+  const RUN_ID = /^(.+?)-(?:[a-z_]+-)?\d{4}-\d\d-\d\dt(\d\d)-(\d\d)-(\d\d)(?:-\d+)?(?:-\d\d-\d\d)?-(\d+)$/;
+  const STAMP = /^(.+?)-\d{8}T(\d\d)(\d\d)(\d\d)\d*$/;
   const SHORT_ID = 24;
   function shortId(id) {
     const text = String(id);
+    const run = text.match(RUN_ID);
+    if (run) return `${run[1]} ${run[2]}:${run[3]}:${run[4]}${run[5] !== "1" ? " try " + run[5] : ""}`;
+    const started = text.match(STAMP);
+    if (started) return `${started[1]} ${started[2]}:${started[3]}:${started[4]}`;
     return text.length <= SHORT_ID ? text : text.slice(0, 15) + "…" + text.slice(-8);
   }
 
@@ -414,7 +428,8 @@
         overlap.append(el("title", {}, `overlap ${fmt(h.overlap_s)} s: both topologies admitting`));
         f.svg.append(overlap);
       }
-      const text = `${r.old_parallelism}→${r.new_parallelism} · ${handoverText(h)} · pause ${fmt(r.pause_ms)} ms · ${r.outcome}`;
+      const pause = r.pause_ms == null ? "" : ` · pause ${fmt(r.pause_ms)} ms`;
+      const text = `${r.old_parallelism}→${r.new_parallelism} · ${handoverText(r)}${pause} · ${r.outcome}`;
       // After the end line when it fits in the chart, else before it (never clipped).
       const after = f.x(end) + 4 + text.length * 7 <= f.width;
       const label = el("text", { x: after ? f.x(end) + 4 : f.x(end) - 4, y: top - 6, "text-anchor": after ? "start" : "end" }, text);
@@ -504,7 +519,12 @@
     return parts.join(" · ");
   }
 
-  function handoverText(h) {
+  // A replacement's handover row is written once an overlapped handover begins: until
+  // then (green starting) a running replacement's handover is not known yet; a
+  // sequential one has begun once blue was deactivated.
+  function handoverText(r) {
+    const h = r.handover;
+    if (!h && r.outcome === "running") return r.deactivated_at ? "sequential (in progress)" : "not begun yet";
     if (!h) return "sequential";
     if (h.overlap_s !== null) return `overlap ${fmt(h.overlap_s)} s`;
     return h.frontier_at ? "overlap (in progress)" : "overlap (frontier pending)";
@@ -518,12 +538,12 @@
       table(
         [["started"], ["old → new"], ["parallelism"], ["outcome"], ["handover"], ["pause ms", true], ["duplicates", true], ["took s", true], ["what the sensor saw"], ["reason / error"]],
         rows.map((r) => [
-          [new Date(Date.parse(r.started_at)).toLocaleString()],
+          [stamp(Date.parse(r.started_at))],
           [html("span", { title: `${r.old_topology_id} → ${r.new_topology_id || "–"}` }, `${shortId(r.old_topology_id)} → ${r.new_topology_id ? shortId(r.new_topology_id) : "–"}`)],
           [`${r.old_parallelism} → ${r.new_parallelism}`],
           [html("span", { class: "state " + r.outcome }, r.outcome)],
-          [html("span", { title: r.handover ? `frontier ${r.handover.frontier_at || "–"}, green admitting ${r.handover.green_admitting_at || "–"}, blue gone ${r.handover.blue_gone_at || "–"}` : "blue drained, then green activated" }, handoverText(r.handover))],
-          [fmt(r.pause_ms), true],
+          [html("span", { title: r.handover ? `frontier ${r.handover.frontier_at || "–"}, green admitting ${r.handover.green_admitting_at || "–"}, blue gone ${r.handover.blue_gone_at || "–"}` : r.outcome === "running" ? "green is starting; the handover follows once it is ready" : "blue drained, then green activated" }, handoverText(r))],
+          [r.pause_ms == null && r.outcome === "running" ? "pending" : fmt(r.pause_ms), true],
           [fmt(r.duplicates), true],
           [fmt(r.duration_s), true],
           [sensorSaw(r.decision)],
