@@ -25,7 +25,14 @@ from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
 pytestmark = pytest.mark.integration
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-PAPER = WindowPolicy("paper", 4, 1.0, 60.0, 1, 16)
+PAPER = WindowPolicy(
+    policy="paper",
+    history_windows=4,
+    threshold_c=1.0,
+    cooldown_s=60.0,
+    min_parallelism=1,
+    max_parallelism=16,
+)
 ADAPTIVE = dataclasses.replace(PAPER, policy="adaptive")
 
 

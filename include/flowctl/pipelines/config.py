@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.adaptive_scaling import ScalingThresholds
 from flowctl.core.sink_rules import SinkSpec, parse_sink
 from flowctl.core.validation import InvalidValue, choice, integer, number
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
@@ -43,31 +44,25 @@ SCALING_POLICIES = ("paper", "adaptive")
 HANDOVERS = ("overlap", "sequential")
 
 
-@dataclass(frozen=True)
-class ScalingConfig:
+@dataclass(frozen=True, kw_only=True)
+class ScalingConfig(ScalingThresholds):
     """The ``[scaling]`` section: how the autoscale DAG decides and how a replacement runs.
 
     Defaults are what a pipeline without the section gets; every key is described in
-    ``include/pipelines/wordcount.toml``. The bounds (min/max parallelism) live in
-    ``[stream]`` because the stream job enforces them too.
+    ``include/pipelines/wordcount.toml``. The decision thresholds and their defaults are
+    :class:`~flowctl.core.adaptive_scaling.ScalingThresholds`' (defined once, there). The
+    bounds (min/max parallelism) live in ``[stream]`` because the stream job enforces
+    them too.
     """
 
     policy: str = "paper"
     history_windows: int = 6
-    threshold_c: float = 4.0
-    cooldown_s: float = 120.0
     schedule: str = "* * * * *"
     poke_interval_s: float = 10.0
     sensor_timeout_s: float = 50.0
     ready_timeout_s: float = 180.0
     drain_timeout_s: float = 120.0
     stop_timeout_s: float = 60.0
-    target_utilisation: float = 0.7
-    high_saturation: float = 0.9
-    low_saturation: float = 0.3
-    low_batch_fraction: float = 0.5
-    poison_share: float = 0.5
-    scale_down_delay_s: float = 300.0
     handover: str = "overlap"
     handover_lease_s: float = 10.0
 

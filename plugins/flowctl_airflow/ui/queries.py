@@ -29,7 +29,7 @@ from flowctl.adapters.control_plane import TERMINAL_STATES, lane_list
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
-from flowctl.core.scaling import dispersion
+from flowctl.core.scaling import dispersion, paper_signal
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -87,15 +87,6 @@ def scaling_rule(pipeline: str) -> tuple[int, float, str, str | None]:
     except PipelineConfigError as exc:
         return defaults.history_windows, defaults.threshold_c, "default", str(exc)
     return scaling.history_windows, scaling.threshold_c, "config", None
-
-
-def paper_signal(fail_num: int, mean: float, s2: float, threshold_c: float) -> str:
-    """What Algorithm 2 would say about this window: ``up``, ``down`` or ``none``."""
-    if s2 > threshold_c and fail_num > mean:
-        return "up"
-    if s2 > threshold_c and fail_num < mean:
-        return "down"
-    return "none"
 
 
 class MetricsReader:

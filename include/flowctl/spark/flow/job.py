@@ -25,18 +25,18 @@ owns in a flow-controlled topology:
 from __future__ import annotations
 
 import collections
-import datetime as dt
+import dataclasses
 import logging
 import threading
 import time
 from typing import Any
 
-from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
 from flowctl.core.handover import GreenHandover
+from flowctl.core.metrics_row import MetricsRow
 from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import Control, SpoutState
 from flowctl.spark.flow.job_handover import HandoverSides
 from flowctl.spark.flow.lane import WARMUP
 from flowctl.spark.job import JobArgs, StreamJob
@@ -308,34 +308,14 @@ class FlowStreamJob(HandoverSides, StreamJob):
         for row in rows:
             if row.window_end <= self._last_row_end:
                 continue
-            p50, p99 = row.latency_p50_s, row.latency_p99_s
             try:
-                self.control.write_metrics_window(
-                    self.topology_id,
-                    dt.datetime.fromtimestamp(row.window_start, dt.UTC),
-                    dt.datetime.fromtimestamp(row.window_end, dt.UTC),
-                    admitted=row.admitted,
-                    acked=row.acked,
-                    failed=row.failed,
-                    timed_out=row.timed_out,
-                    replayed=row.replayed,
-                    dlq=row.dlq,
-                    records=row.records,
-                    records_per_s=row.records_per_s,
-                    latency_p50_ms=None if p50 is None else p50 * 1000.0,
-                    latency_p99_ms=None if p99 is None else p99 * 1000.0,
-                    backlog=row.backlog,
-                    backpressure_level=float(row.backpressure_level),
-                    lanes=row.lanes,
-                    figures=WindowFigures(
-                        repeat_failures=row.repeat_failures,
-                        mrwq=row.mrwq,
-                        arrival_rate=row.arrival_rate,
-                        lane_rate=row.lane_rate,
+                self.control.write_row(
+                    dataclasses.replace(
+                        row,
+                        topology=self.topology_id,
                         batch_duration_s=self._batch_duration(row),
                         trigger_s=self.config.trigger_interval_s,
-                        levels=row.levels,
-                    ),
+                    )
                 )
             except Exception as exc:
                 self._warn("writing a metrics window", exc)

@@ -30,7 +30,7 @@ from flowctl.core.spout_contract import Dispatch
 from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, SpoutState
 from flowctl.spark.flow.log_ends import BackgroundEnds, Ends, KafkaEnds, LogEnds
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_handover import HandoverPlanning
@@ -479,7 +479,7 @@ class FlowPlanner(HandoverPlanning):
 
     def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:
         state = self.spout_state(persist_len, levels)
-        rows = [MetricsRow(**row) for row in self.metrics.rows]  # type: ignore[arg-type]
+        rows = self.metrics.rows
         ns = self.settings.ns
         try:
             store = self.store()
