@@ -104,6 +104,21 @@ def test_failed_and_timed_out_both_count_as_failures(sqlite_url: str) -> None:
     assert evaluate(sqlite_url, "wordcount", PAPER).decision.figures["fail_num"] == 9
 
 
+def test_a_stalled_or_halted_topology_is_never_scaled(sqlite_url: str) -> None:
+    tid = _topology(sqlite_url, [0, 0, 0, 9])  # the paper's rule would scale up
+    plane = ControlPlane(sqlite_url)
+    for health in ("STALLED", "HALTED"):
+        plane.write_metrics_window(
+            tid, T0 + dt.timedelta(seconds=40), T0 + dt.timedelta(seconds=50),
+            failed=9, health=health, health_cause="broker not answering",
+        )  # fmt: skip
+        result = evaluate(sqlite_url, "wordcount", PAPER)
+        assert result.decision is None
+        assert result.reason == (
+            f"topology {tid} is {health} (broker not answering): not scaled until HEALTHY"
+        )
+
+
 def test_fewer_windows_than_the_history_is_no_decision(sqlite_url: str) -> None:
     _topology(sqlite_url, [0, 0, 9])
     result = evaluate(sqlite_url, "wordcount", PAPER)

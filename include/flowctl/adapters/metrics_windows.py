@@ -130,18 +130,19 @@ class MetricsWindowRows:
         latency_p99_ms: float | None = None,
         lanes: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
         figures: WindowFigures | None = None,
-        **counts: Any,
+        **values: Any,
     ) -> int:
         """:meth:`write_row` of a window given in the columns' units (datetimes, ms).
 
-        ``counts``: the row's counts and gauges (``admitted``, ``records_per_s``,
-        ``backlog``, ...; any left out are 0); ``figures`` (:class:`WindowFigures`)
+        ``values``: the row's counts and gauges (``admitted``, ``records_per_s``,
+        ``backlog``, ...; any left out are 0) and its ``health`` and ``health_cause``;
+        ``figures`` (:class:`WindowFigures`)
         complete those found in ``lanes``.
         """
         check_text("topology_id", topology_id)
         check_time("window_start", window_start)
         check_time("window_end", window_end)
-        unknown = sorted(set(counts) - set(_ZEROS))
+        unknown = sorted(set(values) - set(_ZEROS) - {"health", "health_cause"})
         if unknown:
             raise ValueError(f"write_metrics_window: {unknown} are not metrics window fields")
         row = MetricsRow(
@@ -151,7 +152,7 @@ class MetricsWindowRows:
             latency_p50_s=_s(latency_p50_ms),
             latency_p99_s=_s(latency_p99_ms),
             lanes=lanes,
-            **(_ZEROS | counts),
+            **(_ZEROS | values),
             **dataclasses.asdict(figures or WindowFigures()),
         )
         return self.write_row(row)

@@ -26,7 +26,8 @@ from flowctl.core.window_figures import WindowFigures
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
 #: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
-SCHEMA_VERSION = 2
+#: 3: ``metrics_windows`` has the topology's health (``health``, ``health_cause``).
+SCHEMA_VERSION = 3
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
@@ -209,6 +210,8 @@ def _window_columns() -> list[sa.Column[Any]]:
         nullable = f.name in figures or type(None) in getattr(hint, "__args__", ())
         if f.name == "topology":
             kind: Any = sa.String(200)
+        elif hint is str or str in getattr(hint, "__args__", ()):
+            kind = sa.Text
         elif f.name in ("window_start", "window_end"):
             kind = UTCDateTime
         elif name.endswith("_json"):

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .clock import Clock
+from .health import Health
 from .metrics_row import COUNTS, LaneGauge, MetricsRow
 
 __all__ = ["LaneGauge", "MetricsRow", "MetricsWindow", "SpoutMetrics", "percentile"]
@@ -206,8 +207,13 @@ class SpoutMetrics:
         *,
         now: float,
         wall_offset: float,
+        health: Health | None = None,
     ) -> None:
-        """Count what the spout did since the last call; close the windows that ended."""
+        """Count what the spout did since the last call; close the windows that ended.
+
+        ``health``: the topology's health now, stamped on every window closed now.
+        """
+        health = health or Health()
         self._count(spout, latest, levels)
         gauges = {g["lane"]: g for g in spout.lane_gauges()}
         rolled = self.window.roll()
@@ -223,6 +229,8 @@ class SpoutMetrics:
                     lanes=[gauges.get(g["lane"], g) for g in row.lane_list],
                     levels=dict(levels),
                     mrwq=mrwq,
+                    health=health.state,
+                    health_cause=health.cause,
                     **figures,
                 )
             )

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .health import HEALTH_STATES
 from .window_figures import WindowFigures, lane_list, split_lanes
 
 __all__ = ["COUNTS", "LaneGauge", "MetricsRow"]
@@ -68,6 +69,12 @@ class MetricsRow(WindowFigures):
     backpressure_level: float
     lanes: Sequence[Any] | None = field(default_factory=tuple)
     n: int = 0
+    #: The topology's health at the window's end (:mod:`flowctl.core.health`) and why.
+    #: Health lives on the window, not the topology's row: the planner measures it, and
+    #: the planner's only channel to the control plane is its windows (one write per
+    #: window, no extra path); the page, the CLI and the sensors read the last window.
+    health: str = "HEALTHY"
+    health_cause: str | None = None
 
     @property
     def fail_count(self) -> int:
@@ -117,12 +124,14 @@ class MetricsRow(WindowFigures):
             value, hint = getattr(self, f.name), _HINTS[f.name]
             if value is None and _nullable(hint):
                 continue
-            if f.name in ("lanes", "levels", "topology"):
+            if f.name in ("lanes", "levels", "topology", "health", "health_cause"):
                 _typed(f.name, value, hint)
             elif _base(hint) is int and (_is_number(value) is not int or value < 0):
                 raise ValueError(f"{f.name}={value!r} must be an integer >= 0")
             elif _is_number(value) is None or value < 0 or not math.isfinite(value):
                 raise ValueError(f"{f.name}={value!r} must be a number >= 0")
+        if self.health not in HEALTH_STATES:
+            raise ValueError(f"health={self.health!r} must be one of {', '.join(HEALTH_STATES)}")
         if not self.topology:
             raise ValueError(f"topology={self.topology!r} must be a non-empty string")
         if self.window_end < self.window_start:

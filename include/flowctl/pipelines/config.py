@@ -20,6 +20,7 @@ from typing import Any
 
 from flowctl.config import PROJECT_ROOT
 from flowctl.core.adaptive_scaling import ScalingThresholds
+from flowctl.core.health import CODE_ERROR_ACTIONS
 from flowctl.core.sink_rules import SinkSpec, parse_sink
 from flowctl.core.validation import InvalidValue, choice, integer, number
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
@@ -118,6 +119,11 @@ class FlowConfig:
     backpressure_factor: float = 2.0
     admission_rate: float = 500.0
     metrics_window_s: float = 10.0
+    #: STALLED after this long with a backlog and nothing durable (core/health.py).
+    stall_after_s: float = 60.0
+    #: A code error (a window's tuples all raising one exception type): ``halt`` stops
+    #: admitting and keeps the offsets; ``dead_letter`` treats it as records' failures.
+    on_code_error: str = "halt"
 
     @property
     def lane_budget_s(self) -> float | None:
@@ -456,4 +462,6 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         backpressure_factor=factor,
         admission_rate=amount("admission_rate", lo=0),
         metrics_window_s=amount("metrics_window_s", lo=0),
+        stall_after_s=amount("stall_after_s", lo=0),
+        on_code_error=one_of("on_code_error", CODE_ERROR_ACTIONS),
     )

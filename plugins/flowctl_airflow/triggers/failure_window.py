@@ -125,8 +125,10 @@ def evaluate(
     time) or a :class:`ControlPlane` whose schema the caller ensured once (the trigger).
     No decision (``decision`` None or direction ``none``) when: no single ACTIVE
     topology (none runs, or two during a replacement); a replacement of the pipeline
-    is running; the last replacement finished less than ``cooldown_s`` ago; fewer
-    than ``history_windows`` windows exist for the topology; or the policy says so.
+    is running; the last replacement finished less than ``cooldown_s`` ago; the
+    topology's last window says it is not HEALTHY (STALLED or HALTED: more lanes would
+    not help, a replacement would only move the problem); fewer than
+    ``history_windows`` windows exist for the topology; or the policy says so.
     """
     from flowctl.adapters.control_plane import ControlPlane
 
@@ -145,6 +147,10 @@ def evaluate(
     if gate.refusal is not None:
         return Evaluation(pipeline, tid, None, gate.refusal)
     windows = plane.metrics_windows(tid, limit=policy.history_windows)
+    if windows and windows[-1].health != "HEALTHY":
+        last = windows[-1]
+        why = f"topology {tid} is {last.health} ({last.health_cause}): not scaled until HEALTHY"
+        return Evaluation(pipeline, tid, None, why)
     if len(windows) < policy.history_windows:
         return Evaluation(
             pipeline,

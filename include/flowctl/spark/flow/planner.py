@@ -34,6 +34,7 @@ from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, SpoutSt
 from flowctl.spark.flow.log_ends import BackgroundEnds, Ends, KafkaEnds, LogEnds
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_handover import HandoverPlanning
+from flowctl.spark.flow.planner_health import PlannerHealth
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,12 @@ class FlowPlanner(HandoverPlanning):
             MetricsWindow(settings.topology_id, self.clock, window_s=self.flow.metrics_window_s),
             self.config.tuple_size,
         )
+        self.health = PlannerHealth(
+            settings.topology_id,
+            self.clock,
+            stall_after_s=self.flow.stall_after_s,
+            on_code_error=self.flow.on_code_error,
+        )
         self.chain = self._new_chain()
         self._last_plan_at = self.clock.now()
         self._persisted_replay: ReplaySnapshot | None = None
@@ -181,6 +188,7 @@ class FlowPlanner(HandoverPlanning):
 
     def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
         """Log a best-effort failure at most every ``every_s`` per kind (readable logs)."""
+        self.health.error(what, exc)
         now = self.clock.now()
         if now - self._last_warning.get(what, -1e9) >= every_s:
             self._last_warning[what] = now
@@ -237,8 +245,11 @@ class FlowPlanner(HandoverPlanning):
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
         with timed("admit"):
-            dispatches = self._admit() if self.admit and self._marked else []
+            admitting = self.admit and self._marked and not self.health.halted
+            dispatches = self._admit() if admitting else []
         with timed("metrics"):
+            backlog = self.spout.backlog(self._latest) + self.spout.in_flight
+            health = self.health.observe(backlog, self.timings.slowest())
             self.metrics.record(
                 self.spout,
                 self._latest,
@@ -246,6 +257,7 @@ class FlowPlanner(HandoverPlanning):
                 persist_len,
                 now=self.clock.now(),
                 wall_offset=time.time() - self.clock.now(),
+                health=health,
             )
             self._publish_state(persist_len, levels)
         if not dispatches:
@@ -371,6 +383,7 @@ class FlowPlanner(HandoverPlanning):
     def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
         assert self.spout is not None
         summary = self.spout.on_lane_results(lane, feedback.results)
+        self.health.results(lane, feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
         if summary.returned:
@@ -396,6 +409,7 @@ class FlowPlanner(HandoverPlanning):
             durable = self.state().durable()
             self._check_epoch(durable.flushed.epoch if durable.flushed else None)
             self.spout.durable(durable.checkpoints)
+            self.health.durable_at(durable.checkpoints)
             if durable.flushed is not None:
                 self.spout.confirm_replays(durable.flushed.epoch, int(durable.flushed.head))
             self._persist_replay()
