@@ -128,6 +128,7 @@ class FlowPlanner(HandoverPlanning):
         )
         self.health = PlannerHealth(
             settings.topology_id,
+            settings.topic,
             self.clock,
             stall_after_s=self.flow.stall_after_s,
             on_code_error=self.flow.on_code_error,
@@ -244,12 +245,12 @@ class FlowPlanner(HandoverPlanning):
         with timed("backpressure"):
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
+        backlog = self.spout.backlog(self._latest) + self.spout.in_flight
+        health = self.health.observe(backlog, self.timings.slowest())  # HALTED: admit nothing
         with timed("admit"):
             admitting = self.admit and self._marked and not self.health.halted
             dispatches = self._admit() if admitting else []
         with timed("metrics"):
-            backlog = self.spout.backlog(self._latest) + self.spout.in_flight
-            health = self.health.observe(backlog, self.timings.slowest())
             self.metrics.record(
                 self.spout,
                 self._latest,
@@ -383,7 +384,7 @@ class FlowPlanner(HandoverPlanning):
     def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
         assert self.spout is not None
         summary = self.spout.on_lane_results(lane, feedback.results)
-        self.health.results(lane, feedback.results)
+        self.health.results(feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
         if summary.returned:

@@ -27,9 +27,17 @@ class PlannerHealth:
     """One planner's health: the monitor, the inputs it needs, and the log of changes."""
 
     def __init__(
-        self, topology_id: str, clock: Clock, *, stall_after_s: float, on_code_error: str
+        self,
+        topology_id: str,
+        eden: str,
+        clock: Clock,
+        *,
+        stall_after_s: float,
+        on_code_error: str,
     ) -> None:
         self.topology_id = topology_id
+        self._eden = f"{eden}:"
+        self._outcomes: list[LaneResult] = []
         self.monitor = HealthMonitor(
             clock, stall_after_s=stall_after_s, on_code_error=on_code_error
         )
@@ -41,20 +49,27 @@ class PlannerHealth:
         """A code error stopped admission: the planner dispatches nothing more."""
         return self.monitor.halted
 
-    def results(self, lane: int, results: Sequence[LaneResult]) -> None:
-        """One lane's report of a batch; a code error halts (logged at ERROR, once)."""
-        acked = sum(1 for r in results if r.outcome is Outcome.ACKED)
-        others = sum(1 for r in results if r.outcome in _RECORDS)
-        errors = [r.error or "unknown" for r in results if r.outcome in _RAISED]
+    def results(self, results: Sequence[LaneResult]) -> None:
+        """A lane's report of a batch: its Eden tuples are judged with the others of this
+        planning call (:meth:`observe`). Replayed tuples are left out: a record failing
+        again is a record's failure, whichever exception it raises."""
+        self._outcomes.extend(r for r in results if r.tuple_id.startswith(self._eden))
+
+    def _judge(self) -> None:
+        """The outcomes since the last call as one window: a code error halts, logged at
+        ERROR once."""
+        outcomes, self._outcomes = self._outcomes, []
+        acked = sum(1 for r in outcomes if r.outcome is Outcome.ACKED)
+        others = sum(1 for r in outcomes if r.outcome in _RECORDS)
+        errors = [r.error or "unknown" for r in outcomes if r.outcome in _RAISED]
         found = self.monitor.window(acked, others, errors)
         if found is not None:
             log.error(
-                "flow %s: HALTED: %s; lane %d, first error: %s. Admission stopped, offsets "
-                "kept: fix the pipeline's code and deploy it, or stop the topology "
-                '([flow] on_code_error = "dead_letter" dead-letters such records instead)',
+                "flow %s: HALTED: %s. Admission stopped, offsets kept: fix the pipeline's "
+                "code and deploy it, or stop the topology ([flow] on_code_error = "
+                '"dead_letter" replays and dead-letters such records instead). Error: %s',
                 self.topology_id,
                 found.describe(),
-                lane,
                 found.example,
             )
 
@@ -68,6 +83,7 @@ class PlannerHealth:
 
     def observe(self, backlog: int, slowest_step: str | None) -> Health:
         """The health now; a change is logged (WARNING when not HEALTHY, else INFO)."""
+        self._judge()
         health = self.monitor.observe(
             backlog=backlog, durable=self.durable, slowest_step=slowest_step
         )
