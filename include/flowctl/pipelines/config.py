@@ -24,6 +24,7 @@ from flowctl.core.health import CODE_ERROR_ACTIONS
 from flowctl.core.sink_rules import SinkSpec, parse_sink
 from flowctl.core.validation import InvalidValue, choice, integer, number
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
+from flowctl.pipelines.health_callback import resolve_callback
 
 #: Where a bare pipeline name is looked up.
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
@@ -159,6 +160,9 @@ class PipelineConfig:
     #: The ``[params]`` section: the pipeline's own settings, handed to its definition
     #: module's ``configure(params)`` (see :meth:`pipeline_definition`).
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: ``[stream] on_health_callback``: ``"package.module:function"`` called when a
+    #: topology becomes STALLED, HALTED or FAILED (:mod:`flowctl.pipelines.health_callback`).
+    on_health_callback: str | None = None
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -212,6 +216,7 @@ _KNOWN = {
         "max_records_per_batch",
         "trigger_interval_s",
         "tuple_size",
+        "on_health_callback",
     },
     "scaling": set(ScalingConfig.__dataclass_fields__),
     "flow": set(FlowConfig.__dataclass_fields__),
@@ -304,6 +309,11 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     max_rows = count(stream, "stream", "max_records_per_batch", 50_000, 1)
     tuple_size = count(stream, "stream", "tuple_size", 100, 1)
     trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
+    callback = stream.get("on_health_callback", "")
+    if not isinstance(callback, str):
+        raise fail("stream.on_health_callback", callback, 'must be "package.module:function"')
+    if callback:
+        resolve_callback(callback)  # importable and callable now, not at the first alert
     scaling = _parse_scaling(raw.get("scaling", {}))
     flow = _parse_flow(raw.get("flow", {}))
     sink = parse_sink(raw["sink"]) if "sink" in raw else None  # checks its own keys
@@ -323,6 +333,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         flow=flow,
         sink=sink,
         params=params,
+        on_health_callback=callback or None,
     )
 
 

@@ -47,6 +47,7 @@ from flowctl.core.validation import (
     number_from_text,
     parallelism,
 )
+from flowctl.pipelines.health_callback import HealthCallback
 from flowctl.spark.niceness import yield_shutdown
 from flowctl.spark.progress import batch_phases
 from flowctl.spark.startup import SessionStarter, StartupClock
@@ -230,6 +231,9 @@ class StreamJob:
                 f"{self.config.max_parallelism}] of {self.config.source}"
             )
         self.topology_id = args.topology_id or default_topology_id(self.config.name, args.colour)
+        self.alerts = HealthCallback(
+            self.config.name, self.topology_id, self.config.on_health_callback
+        )
         self.checkpoint_dir = args.checkpoint_dir or str(
             settings.home / "checkpoints" / self.topology_id
         )
@@ -523,6 +527,8 @@ class StreamJob:
             self.control.set_state(self.topology_id, state)
         except Exception:  # the database may be the reason we are failing
             log.exception("could not record state %s for %s", state, self.topology_id)
+        if state == "FAILED":
+            self.alerts.failed("see the stream task's log", time.time())
 
     def request_stop(self, *_: Any) -> None:
         """SIGTERM handler: stop like a ``stop`` signal, from the control loop."""

@@ -321,6 +321,7 @@ class FlowStreamJob(HandoverSides, StreamJob):
                 self._warn("writing a metrics window", exc)
                 return
             self._last_row_end = row.window_end
+            self.alerts.health(row.health, row.health_cause, row.window_end)
 
     def _batch_duration(self, row: MetricsRow) -> float | None:
         """Mean time between batch completions inside the row's window (``None``: no batch)."""
