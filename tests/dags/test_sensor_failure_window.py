@@ -20,19 +20,12 @@ from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.config import load_pipeline_config
-from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
+from flowctl_airflow.triggers.failure_window import evaluate
+from tests.dags.policies import PAPER
 
 pytestmark = pytest.mark.integration
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-PAPER = WindowPolicy(
-    policy="paper",
-    history_windows=4,
-    threshold_c=1.0,
-    cooldown_s=60.0,
-    min_parallelism=1,
-    max_parallelism=16,
-)
 ADAPTIVE = dataclasses.replace(PAPER, policy="adaptive")
 
 

@@ -36,6 +36,7 @@ from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, 
 from flowctl.spark.flow.planner_handover import HandoverPlanning
 from flowctl.spark.flow.planner_health import PlannerHealth
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
+from flowctl.spark.flow.window_log import WindowLog
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +139,7 @@ class FlowPlanner(HandoverPlanning):
         self._persisted_replay: ReplaySnapshot | None = None
         self._last_warning: dict[str, float] = {}
         self._last_level_log = -1e9
-        self._last_windows: tuple[int, ...] = ()
-        self._last_states: tuple[str, ...] = ()
-        self._last_window_log = -1e9
+        self.window_log = WindowLog(settings.topology_id, self.clock, WINDOW_LOG_EVERY_S)
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
@@ -266,7 +265,7 @@ class FlowPlanner(HandoverPlanning):
             return dict(start) if warmup is None else warmup
         self.seq += 1
         self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
-        self._log_windows(len(dispatches))
+        self.window_log.batch(self.seq, len(dispatches), self.spout.windows)
         return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
 
     def planned(self, plan: Mapping[str, Any], partitions_ms: float) -> None:
@@ -505,31 +504,6 @@ class FlowPlanner(HandoverPlanning):
                 )
         except Exception as exc:
             self._warn("publishing the spout state", exc)
-
-    def _log_windows(self, dispatched: int) -> None:
-        """Window changes at a readable rate: at once when a window shrinks or a lane's
-        state changes (congestion is news), growth at most every ``WINDOW_LOG_EVERY_S``."""
-        assert self.spout is not None
-        sizes = tuple(w.size for w in self.spout.windows)
-        states = tuple(str(w.state) for w in self.spout.windows)
-        shrank = len(sizes) == len(self._last_windows) and any(
-            new < old for new, old in zip(sizes, self._last_windows, strict=True)
-        )
-        now = self.clock.now()
-        due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
-        if sizes != self._last_windows and (shrank or states != self._last_states or due):
-            self._last_window_log = now
-            self._last_states = states
-            log.info(
-                "flow %s: batch %d: %d tuple(s) dispatched; windows %s -> %s, states %s",
-                self.settings.topology_id,
-                self.seq,
-                dispatched,
-                list(self._last_windows),
-                list(sizes),
-                list(states),
-            )
-            self._last_windows = sizes
 
 
 def planner_for(settings: FlowSettings) -> FlowPlanner:
