@@ -244,7 +244,10 @@ class FlowPlanner(HandoverPlanning):
         with timed("backpressure"):
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
-        backlog = self.spout.backlog(self._latest) + self.spout.in_flight
+        # What should become durable: a standby or draining topology owes only its
+        # tuples in flight (the log's backlog is not its to take).
+        waiting = self.spout.backlog(self._latest) if self.admit else 0
+        backlog = waiting + self.spout.in_flight
         health = self.health.observe(backlog, self.timings.slowest())  # HALTED: admit nothing
         with timed("admit"):
             admitting = self.admit and self._marked and not self.health.halted
