@@ -71,3 +71,6 @@ def test_while_stalled_windows_say_so_and_a_quiet_planner_gets_one_written() -> 
     assert quiet.mrwq == 0
     assert watch.quiet_window(quiet, _state(time.time())) is None  # a window at most per window_s
     quiet.check()
+    first = watch.quiet_window(None, _state(time.time()))  # the planner closed none yet
+    assert first is not None and first.topology == "t-blue-1" and first.health == "STALLED"
+    assert first.window_end - first.window_start >= 2.0 and first.check() == first

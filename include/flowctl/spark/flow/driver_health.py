@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from flowctl.core.clock import Clock
 from flowctl.core.health import Health, HealthMonitor
-from flowctl.core.metrics_row import MetricsRow
+from flowctl.core.metrics_row import COUNTS, MetricsRow
 from flowctl.core.window_figures import WindowFigures
 from flowctl.spark.flow.channels import SpoutState
 
@@ -82,9 +82,23 @@ class DriverHealth:
 
     def quiet_window(self, last: MetricsRow | None, state: SpoutState | None) -> MetricsRow | None:
         """A window of its own while STALLED and the planner closed none for ``window_s``
-        since ``last`` (the last window written, the template of lanes and figures)."""
+        since ``last`` (the last window written, the template of lanes; ``None``: none
+        was written yet, the window then covers the last ``window_s``)."""
         now = time.time()
-        if self.current.healthy or last is None or now - last.window_end < self.window_s:
+        if last is None:  # no window yet (the planner blocked before closing one)
+            last = MetricsRow(
+                topology=self.topology_id,
+                window_start=now - self.window_s,
+                window_end=now - self.window_s,
+                **dict.fromkeys(COUNTS, 0),
+                records_per_s=0.0,
+                latency_p50_s=None,
+                latency_p99_s=None,
+                backlog=0,
+                backpressure_level=0,
+                lanes=[] if state is None else state.lanes,
+            )
+        if self.current.healthy or now - last.window_end < self.window_s:
             return None
         backlog = 0 if state is None else state.in_flight + state.buffered
         # Nothing was measured in it: no figure carries over but the MRWQ's length.
@@ -98,9 +112,7 @@ class DriverHealth:
             n=0,
             health=self.current.state,
             health_cause=self.current.cause,
-            **dict.fromkeys(("admitted", "acked", "failed", "timed_out", "replayed"), 0),
-            dlq=0,
-            records=0,
+            **dict.fromkeys(COUNTS, 0),
             records_per_s=0.0,
             latency_p50_s=None,
             latency_p99_s=None,
