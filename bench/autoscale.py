@@ -33,6 +33,7 @@ import argparse
 import json
 import random
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +70,9 @@ def run_policy(policy: str, args: argparse.Namespace, lane_rate: float) -> dict[
     config = load_pipeline_config("wordcount")
     sc = config.scaling
     adaptive = AdaptiveConfig(
-        threshold_c=sc.threshold_c,
+        **asdict(sc.thresholds()),
         min_parallelism=config.min_parallelism,
         max_parallelism=config.max_parallelism,
-        cooldown_s=sc.cooldown_s,
-        target_utilisation=sc.target_utilisation,
-        high_saturation=sc.high_saturation,
-        low_saturation=sc.low_saturation,
-        low_batch_fraction=sc.low_batch_fraction,
-        scale_down_delay_s=sc.scale_down_delay_s,
-        poison_share=sc.poison_share,
     )
     clock = FakeClock()
     scaler = Autoscaler(

@@ -4,7 +4,8 @@
   project-local home; ``env`` prints ``export`` lines so the plain ``airflow``
   CLI talks to the same instance (``eval "$(flowctl airflow env)"``).
 - ``flowctl ingest``: load demo text or a file into ``<pipeline>.eden``.
-- ``flowctl stream list|stop|counts``: the topologies and their results.
+- ``flowctl stream list|status|stop|counts``: the topologies, their health, their
+  results.
 - ``flowctl demo up|down``: everything at once (the README's run command).
 """
 
@@ -103,6 +104,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing = actions.add_parser("list", help="topologies of a pipeline and their states")
     listing.add_argument("--pipeline", default="wordcount")
     listing.set_defaults(func=_stream_list)
+    status = actions.add_parser(
+        "status",
+        help="live topologies with their health (exit 3 when one is STALLED or HALTED)",
+        description="Each live topology's state and its health at its last metrics window: "
+        "HEALTHY, STALLED or HALTED, and why. Exits 3 when a live topology is not HEALTHY.",
+    )
+    status.add_argument("--pipeline", default="wordcount")
+    status.set_defaults(func=_stream_status)
     stop = actions.add_parser("stop", help="send a stop signal to a topology")
     stop.add_argument("topology_id", nargs="?", help="topology to stop")
     stop.add_argument("--pipeline", help="stop every running topology of this pipeline")
@@ -111,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     counts.add_argument("--pipeline", default="wordcount")
     counts.add_argument("--top", type=_positive, default=10, help="show the N most frequent words")
     counts.set_defaults(func=_stream_counts)
-    for sub in (listing, stop, counts):
+    for sub in (listing, status, stop, counts):
         add_settings_arguments(sub, nested=True)
 
     demo = subparsers.add_parser("demo", help="the whole platform at once")
@@ -238,6 +247,32 @@ def _stream_list(args: argparse.Namespace) -> int:
             f"parallelism={topo.parallelism} heartbeat={topo.heartbeat_at}"
         )
     return 0
+
+
+#: ``flowctl stream status``'s exit code when a live topology is STALLED or HALTED.
+NOT_HEALTHY_EXIT = 3
+
+
+def _stream_status(args: argparse.Namespace) -> int:
+    """Live topologies, their health and its cause: the last metrics window's."""
+    from flowctl.adapters.control_plane import TERMINAL_STATES
+
+    plane = _plane(args)
+    live = [t for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES]
+    if not live:
+        _say(f"no live topologies for pipeline {args.pipeline!r}")
+    unhealthy = 0
+    for topo in live:
+        last = plane.metrics_windows(topo.topology_id, limit=1)
+        if not last:
+            health = "health unknown (no metrics window yet)"
+        else:
+            w = last[0]
+            unhealthy += w.health != "HEALTHY"
+            cause = f": {w.health_cause}" if w.health_cause else ""
+            health = f"{w.health} at {w.window_end.isoformat(timespec='seconds')}{cause}"
+        _say(f"{topo.topology_id}  {topo.state:<9} parallelism={topo.parallelism}  {health}")
+    return NOT_HEALTHY_EXIT if unhealthy else 0
 
 
 def _stream_stop(args: argparse.Namespace) -> int:

@@ -30,13 +30,14 @@ from typing import Any
 
 from airflow.sdk.observability.stats import Stats
 
-from flowctl.adapters.control_plane import MetricsWindow, lane_list
+from flowctl.adapters.control_plane import MetricsWindow
 from flowctl.core.metrics import MetricsRow
+from flowctl.core.metrics_row import COUNTS
 
 PREFIX = "flowctl"
 #: A lane's state as a number (a gauge), so a state change never starts a new series.
 LANE_STATES = {"NORMAL": 0, "SLOW": 1, "BUSY": 2}
-COUNTERS = ("admitted", "acked", "failed", "timed_out", "replayed", "dlq", "records")
+COUNTERS = COUNTS
 
 
 @dataclass(frozen=True)
@@ -49,23 +50,10 @@ class Emitted:
     tags: dict[str, str]
 
 
-def _lanes(raw: Any) -> list[dict[str, Any]]:
-    """Lanes as dicts from either row type (``LaneGauge`` tuples or decoded JSON)."""
-    return lane_list(raw)
-
-
 def _figures(row: MetricsRow | MetricsWindow) -> tuple[str, dict[str, float | None], list[Any]]:
-    if isinstance(row, MetricsRow):
-        to_ms = lambda s: None if s is None else s * 1000.0  # noqa: E731
-        latency = {
-            "latency_p50_ms": to_ms(row.latency_p50_s),
-            "latency_p99_ms": to_ms(row.latency_p99_s),
-        }
-        topology = row.topology
-    elif isinstance(row, MetricsWindow):
-        latency = {"latency_p50_ms": row.latency_p50_ms, "latency_p99_ms": row.latency_p99_ms}
-        topology = row.topology_id
-    else:
+    if isinstance(row, MetricsWindow):  # a stored window: its row
+        row = row.row
+    if not isinstance(row, MetricsRow):
         raise ValueError(
             f"row={row!r} must be a flowctl.core.metrics.MetricsRow or a control-plane "
             f"MetricsWindow, got {type(row).__name__}"
@@ -76,9 +64,10 @@ def _figures(row: MetricsRow | MetricsWindow) -> tuple[str, dict[str, float | No
         fail_num=row.failed + row.timed_out,
         backlog=row.backlog,
         backpressure_level=row.backpressure_level,
-        **latency,
+        latency_p50_ms=None if row.latency_p50_s is None else row.latency_p50_s * 1000.0,
+        latency_p99_ms=None if row.latency_p99_s is None else row.latency_p99_s * 1000.0,
     )
-    return topology, figures, _lanes(row.lanes)
+    return row.topology, figures, row.lane_list
 
 
 def emit_window(row: MetricsRow | MetricsWindow, *, pipeline: str | None = None) -> list[Emitted]:

@@ -60,3 +60,17 @@ def test_a_lanes_object_with_figures_is_split_on_write(plane: ControlPlane) -> N
     first, second = plane.metrics_windows("t")
     assert first.lanes == LANES and (first.sink_errors, first.trigger_s) == (3, 2.0)
     assert second.lanes is None and second.figures == WindowFigures()
+
+
+def test_health_is_stored_with_the_window_and_checked(plane: ControlPlane) -> None:
+    _write(plane, 0)
+    _write(plane, 1, health="STALLED", health_cause="backlog 5, nothing durable for 60 s")
+    first, second = plane.metrics_windows("t")
+    assert (first.health, first.health_cause) == ("HEALTHY", None)
+    assert (second.health, second.health_cause) == (
+        "STALLED",
+        "backlog 5, nothing durable for 60 s",
+    )
+    with pytest.raises(ValueError, match=r"health='SICK' must be one of HEALTHY, STALLED"):
+        _write(plane, 2, health="SICK")
+    assert len(plane.metrics_windows("t")) == 2

@@ -20,12 +20,12 @@ from flowctl.adapters import schema
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.config import load_pipeline_config
-from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
+from flowctl_airflow.triggers.failure_window import evaluate
+from tests.dags.policies import PAPER
 
 pytestmark = pytest.mark.integration
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-PAPER = WindowPolicy("paper", 4, 1.0, 60.0, 1, 16)
 ADAPTIVE = dataclasses.replace(PAPER, policy="adaptive")
 
 
@@ -95,6 +95,21 @@ def test_failed_and_timed_out_both_count_as_failures(sqlite_url: str) -> None:
             failed=failed, timed_out=timed_out,
         )  # fmt: skip
     assert evaluate(sqlite_url, "wordcount", PAPER).decision.figures["fail_num"] == 9
+
+
+def test_a_stalled_or_halted_topology_is_never_scaled(sqlite_url: str) -> None:
+    tid = _topology(sqlite_url, [0, 0, 0, 9])  # the paper's rule would scale up
+    plane = ControlPlane(sqlite_url)
+    for health in ("STALLED", "HALTED"):
+        plane.write_metrics_window(
+            tid, T0 + dt.timedelta(seconds=40), T0 + dt.timedelta(seconds=50),
+            failed=9, health=health, health_cause="broker not answering",
+        )  # fmt: skip
+        result = evaluate(sqlite_url, "wordcount", PAPER)
+        assert result.decision is None
+        assert result.reason == (
+            f"topology {tid} is {health} (broker not answering): not scaled until HEALTHY"
+        )
 
 
 def test_fewer_windows_than_the_history_is_no_decision(sqlite_url: str) -> None:

@@ -11,17 +11,11 @@ import pytest
 
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl_airflow.triggers.failure_window import FailureWindowTrigger, WindowPolicy
+from tests.dags.policies import PAPER
 
 pytestmark = pytest.mark.integration
 
-POLICY = WindowPolicy(
-    policy="paper",
-    history_windows=4,
-    threshold_c=1.0,
-    cooldown_s=60.0,
-    min_parallelism=1,
-    max_parallelism=16,
-)
+POLICY = PAPER
 
 
 @pytest.fixture

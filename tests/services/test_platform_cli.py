@@ -76,6 +76,31 @@ def test_stream_list_stop_and_counts(cli_env: str, capsys: pytest.CaptureFixture
     assert f"{top_count:>10,d}  {top_word}" in out
 
 
+def test_stream_status_says_each_live_topologys_health(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import datetime as dt
+
+    plane = ControlPlane(cli_env)
+    plane.ensure_schema()
+    t0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+    for tid in ("wordcount-blue-s1", "wordcount-green-s2"):
+        plane.register_topology(tid, "wordcount", tid.split("-")[1], 2)
+    plane.set_state("wordcount-blue-s1", "ACTIVE")
+    plane.write_metrics_window("wordcount-blue-s1", t0, t0 + dt.timedelta(seconds=10))
+    assert main(["stream", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "wordcount-blue-s1  ACTIVE    parallelism=2  HEALTHY at 2026-01-01T12:00:10+00:00" in out
+    assert "wordcount-green-s2  STARTING  parallelism=2  health unknown (no metrics window" in out
+    cause = "backlog 40, nothing durable for 61 s; reading the log ends: KafkaTimeoutError"
+    plane.write_metrics_window(
+        "wordcount-blue-s1", t0 + dt.timedelta(seconds=10), t0 + dt.timedelta(seconds=20),
+        health="STALLED", health_cause=cause,
+    )  # fmt: skip
+    assert main(["stream", "status"]) == 3
+    assert f"STALLED at 2026-01-01T12:00:20+00:00: {cause}" in capsys.readouterr().out
+
+
 def test_stream_stop_needs_exactly_one_target(
     cli_env: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,8 @@ whose ``DEFINITION`` they are:
   it must be replayed until ``max_attempts`` and then reach the DLQ; one containing
   ``SLEEPY`` outlasts the tuple deadline every time (timed out, replayed, then the DLQ);
   every other record is counted;
+- :class:`BrokenCode`: a bug in the pipeline's code: every record raises the same
+  ``AttributeError``, so the topology must halt (HALTED) and dead-letter nothing;
 - :class:`SlowLane`: lane 0 sleeps ``SLOW_S`` per tuple, the others do not, so lane 0's
   round-trip times exceed the latency target and its window must end smaller;
 - :class:`SleepyTuples` (:mod:`tests.spark.flow_def_sleepy`): every tuple sleeps
@@ -60,6 +62,13 @@ class Poisonous(_Wrapped):
             if r.value is not None and b"SLEEPY" in r.value:
                 time.sleep(SLEEPY_S)  # longer than the test's tuple_timeout_s
         return WORDCOUNT.process(records)
+
+
+class BrokenCode(_Wrapped):
+    """Word count with a bug: it reads an attribute records do not have."""
+
+    def process(self, records: Sequence[Record]) -> dict[str, int]:
+        return WORDCOUNT.process([r.text for r in records])  # type: ignore[attr-defined]
 
 
 class SlowLane(_Wrapped):

@@ -187,6 +187,7 @@ def test_metrics_carry_fail_num_e_m_s2_and_the_rule_signal(
     assert [(w["mean"], w["s2"], w["signal"]) for w in windows[4:]] == [(0.0, 0.0, "none")] * 2
     assert windows[5]["records_per_s"] == data.RECORDS_PER_S
     assert windows[4]["latency_p99_ms"] is None
+    assert [(w["health"], w["health_cause"]) for w in windows] == [("HEALTHY", None)] * 6
     assert "lanes" not in windows[0]
     assert body["dlq_total"] == data.DLQ_TOTAL
     [latest] = body["latest"]

@@ -113,22 +113,24 @@ def test_a_control_plane_window_is_accepted_and_missing_latency_skipped(
 ) -> None:
     window = MetricsWindow(
         id=1,
-        topology_id="wordcount-blue-1",
-        window_start=T0,
-        window_end=T0 + dt.timedelta(seconds=10),
-        admitted=5,
-        acked=5,
-        failed=0,
-        timed_out=0,
-        replayed=0,
-        dlq=2,
-        records=500,
-        records_per_s=50.0,
-        latency_p50_ms=None,
-        latency_p99_ms=None,
-        backlog=0,
-        backpressure_level=0.0,
-        lanes=[{"lane": 0, "window": 3, "state": "SLOW", "in_flight": 1}],
+        row=MetricsRow(
+            topology="wordcount-blue-1",
+            window_start=T0.timestamp(),
+            window_end=(T0 + dt.timedelta(seconds=10)).timestamp(),
+            admitted=5,
+            acked=5,
+            failed=0,
+            timed_out=0,
+            replayed=0,
+            dlq=2,
+            records=500,
+            records_per_s=50.0,
+            latency_p50_s=None,
+            latency_p99_s=None,
+            backlog=0,
+            backpressure_level=0.0,
+            lanes=[{"lane": 0, "window": 3, "state": "SLOW", "in_flight": 1}],
+        ),
     )
     sent = emit_window(window)
     got = collected(reader)
@@ -167,34 +169,37 @@ def test_the_flow_jobs_lanes_object_gives_one_gauge_set_per_lane() -> None:
     import datetime as dt
 
     from flowctl.adapters.control_plane import MetricsWindow
+    from flowctl.core.metrics_row import MetricsRow
     from flowctl_airflow.metrics_emitter import emit_window
 
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     row = MetricsWindow(
         id=1,
-        topology_id="wc-blue-1",
-        window_start=t0,
-        window_end=t0 + dt.timedelta(seconds=10),
-        admitted=4,
-        acked=4,
-        failed=0,
-        timed_out=0,
-        replayed=0,
-        dlq=0,
-        records=400,
-        records_per_s=40.0,
-        latency_p50_ms=None,
-        latency_p99_ms=None,
-        backlog=0,
-        backpressure_level=0.0,
-        lanes={
-            "lanes": [
-                {"lane": 0, "window": 8, "state": "NORMAL", "in_flight": 2},
-                {"lane": 1, "window": 3, "state": "SLOW", "in_flight": 1},
-            ],
-            "levels": {"source": 0},
-            "trigger_s": 1.0,
-        },
+        row=MetricsRow(
+            topology="wc-blue-1",
+            window_start=t0.timestamp(),
+            window_end=(t0 + dt.timedelta(seconds=10)).timestamp(),
+            admitted=4,
+            acked=4,
+            failed=0,
+            timed_out=0,
+            replayed=0,
+            dlq=0,
+            records=400,
+            records_per_s=40.0,
+            latency_p50_s=None,
+            latency_p99_s=None,
+            backlog=0,
+            backpressure_level=0.0,
+            lanes={
+                "lanes": [
+                    {"lane": 0, "window": 8, "state": "NORMAL", "in_flight": 2},
+                    {"lane": 1, "window": 3, "state": "SLOW", "in_flight": 1},
+                ],
+                "levels": {"source": 0},
+                "trigger_s": 1.0,
+            },
+        ),
     )
     sent = emit_window(row)
     windows = {e.tags["lane"]: e.value for e in sent if e.name == "flowctl.lane.window"}

@@ -131,6 +131,7 @@ def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str
     assert cards["DLQ size"] == str(data.DLQ_TOTAL)
     assert cards["parallelism"] == "4"
     assert cards["topology"] == data.GREEN
+    assert cards["health"] == "HEALTHY"
     assert f"{data.BLUE} → {data.GREEN}" in dom  # the replacement row
     assert ">321<" in dom  # its pause in ms
     assert ">overlap 1.90 s<" in dom  # how it handed over: both topologies admitting

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from flowctl.core.metrics_row import MetricsRow
 from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import Control, LaneFeedback, SpoutState
 
 
 def _through_json(data: object) -> object:
@@ -51,6 +52,7 @@ def test_spout_state_round_trips() -> None:
 
 def test_metrics_rows_round_trip() -> None:
     row = MetricsRow(
+        topology="wc-blue-1",
         n=4,
         window_start=100.0,
         window_end=110.0,
@@ -106,7 +108,7 @@ def test_lane_feedback_round_trips_with_64_bit_edges() -> None:
         (Control.decode, {"admit": "yes"}, r"control\.admit='yes'"),
         (Control.decode, {"admit": True, "rebuild": 1.5}, r"control\.rebuild=1\.5"),
         (SpoutState.decode, {"at": 1.0}, r"state\.admit=None"),
-        (MetricsRow.decode, {"n": True}, r"metrics row\.n=True is not a number"),
+        (MetricsRow.from_dict, {"n": True}, r"metrics row\.n=True is not a number"),
         (LaneFeedback.decode, {"results": {}}, r"lane feedback\.results=\{\}"),
         (LaneFeedback.decode, {"results": [{"outcome": "acked"}]}, r"lane result\.tuple_id"),
     ],

@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.checks import check_int, check_text
 from flowctl.adapters.db import engine_for, in_transaction
-from flowctl.adapters.lane_figures import WindowFigures, lane_list
 from flowctl.adapters.metrics_windows import MetricsWindow, MetricsWindowRows
 from flowctl.adapters.schema import SIGNAL_KINDS, TOPOLOGY_STATES, utcnow
+from flowctl.core.window_figures import WindowFigures, lane_list
 
 __all__ = ["ControlPlane", "MetricsWindow", "WindowFigures", "lane_list"]
 

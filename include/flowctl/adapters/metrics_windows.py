@@ -1,12 +1,16 @@
 """Metrics windows in the control plane: one aggregated row per topology per window (SPEC H).
 
 The driver writes a row per closed planner window; the metrics page, the StatsD/OTel
-emitter and the failure-window sensor read them. :class:`MetricsWindowRows` is the
-control plane's part that stores and reads them (``ControlPlane`` inherits it).
+emitter and the failure-window sensor read them. The window is one type,
+:class:`flowctl.core.metrics_row.MetricsRow`; the table's columns are built from its
+fields (``schema.metrics_windows``) and a stored window wraps it (:class:`MetricsWindow`).
+:class:`MetricsWindowRows` is the control plane's part that stores and reads them
+(``ControlPlane`` inherits it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +21,8 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.checks import check_int, check_text, check_time
-from flowctl.adapters.lane_figures import FIGURE_NAMES, WindowFigures, lane_list, split_lanes
+from flowctl.core.metrics_row import COUNTS, MetricsRow
+from flowctl.core.window_figures import WindowFigures, lane_list
 
 __all__ = ["MetricsWindow", "MetricsWindowRows"]
 
@@ -26,45 +31,69 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class MetricsWindow:
-    """One aggregated metrics row of a topology for one window (SPEC H)."""
+    """A metrics window as the control plane stored it: its id and its :class:`MetricsRow`.
+
+    Not a second type of the window: every field is the row's (``window.acked``,
+    ``window.figures``, ``window.lane_list`` read through to it). Only what storage
+    changes is spelled here: the row id, the times as UTC datetimes, the latencies in
+    milliseconds (the columns' unit) and the topology's column name.
+    """
 
     id: int
-    topology_id: str
-    window_start: dt.datetime
-    window_end: dt.datetime
-    admitted: int
-    acked: int
-    failed: int
-    timed_out: int
-    replayed: int
-    dlq: int
-    records: int
-    records_per_s: float
-    latency_p50_ms: float | None
-    latency_p99_ms: float | None
-    backlog: int
-    backpressure_level: float
-    lanes: Any  # the per-lane gauges (a list; older rows: any shape lane_list reads)
-    repeat_failures: int | None = None
-    sink_errors: int | None = None
-    mrwq: int | None = None
-    arrival_rate: float | None = None
-    lane_rate: float | None = None
-    batch_duration_s: float | None = None
-    trigger_s: float | None = None
-    saturation: float | None = None
-    levels: dict[str, int] | None = None
+    row: MetricsRow
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "row":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.row, name)
 
     @property
-    def lane_list(self) -> list[dict[str, Any]]:
-        """Per-lane figures, whichever shape the job wrote (see :func:`lane_list`)."""
-        return lane_list(self.lanes)
+    def topology_id(self) -> str:
+        return self.row.topology
 
     @property
-    def figures(self) -> WindowFigures:
-        """The window's topology-wide figures: its columns, else what ``lanes`` carries."""
-        own = WindowFigures(**{name: getattr(self, name) for name in FIGURE_NAMES})
-        return own.merged(split_lanes(self.lanes)[1])
+    def window_start(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.row.window_start, dt.UTC)
+
+    @property
+    def window_end(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.row.window_end, dt.UTC)
+
+    @property
+    def latency_p50_ms(self) -> float | None:
+        return _ms(self.row.latency_p50_s)
+
+    @property
+    def latency_p99_ms(self) -> float | None:
+        return _ms(self.row.latency_p99_s)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000.0
+
+
+#: What a window stores for a field, and what it reads back (else the value itself).
+_TO_COLUMN: dict[str, Callable[[Any], Any]] = {
+    "window_start": lambda t: dt.datetime.fromtimestamp(t, dt.UTC),
+    "window_end": lambda t: dt.datetime.fromtimestamp(t, dt.UTC),
+    "latency_p50_s": _ms,
+    "latency_p99_s": _ms,
+    "lanes": lambda v: None if v is None else json.dumps(lane_list(v), sort_keys=True),
+    "levels": lambda v: None if v is None else json.dumps(v),
+}
+_FROM_COLUMN: dict[str, Callable[[Any], Any]] = {
+    "window_start": lambda t: t.timestamp(),
+    "window_end": lambda t: t.timestamp(),
+    "latency_p50_s": _s,
+    "latency_p99_s": _s,
+    "lanes": lambda v: None if v is None else json.loads(v),
+    "levels": lambda v: None if v is None else json.loads(v),
+}
+_STORED = [f.name for f in dataclasses.fields(MetricsRow) if f.name not in schema.WINDOW_UNSTORED]
 
 
 class MetricsWindowRows:
@@ -73,79 +102,60 @@ class MetricsWindowRows:
     def _tx(self, what: str, work: Callable[[sa.Connection], T]) -> T:
         raise NotImplementedError
 
+    def write_row(self, row: MetricsRow) -> int:
+        """Store one closed window (checked whole first: :meth:`MetricsRow.check`); its id.
+
+        ``row.lanes`` may be the older object ``{"lanes": [...], <figures>}``: it is split
+        into the lanes and the figures the row does not carry itself.
+        """
+        lanes = None if row.lanes is None else lane_list(row.lanes)
+        row = dataclasses.replace(row, **dataclasses.asdict(row.figures), lanes=lanes).check()
+        values = {
+            schema.window_column(k): _TO_COLUMN.get(k, _same)(getattr(row, k)) for k in _STORED
+        }
+        m = schema.metrics_windows
+
+        def work(conn: sa.Connection) -> int:
+            return int(conn.execute(m.insert().values(**values)).inserted_primary_key[0])
+
+        return self._tx(f"writing a metrics window of {row.topology!r}", work)
+
     def write_metrics_window(
         self,
         topology_id: str,
         window_start: dt.datetime,
         window_end: dt.datetime,
         *,
-        admitted: int = 0,
-        acked: int = 0,
-        failed: int = 0,
-        timed_out: int = 0,
-        replayed: int = 0,
-        dlq: int = 0,
-        records: int = 0,
-        records_per_s: float = 0.0,
         latency_p50_ms: float | None = None,
         latency_p99_ms: float | None = None,
-        backlog: int = 0,
-        backpressure_level: float = 0.0,
         lanes: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
         figures: WindowFigures | None = None,
+        **values: Any,
     ) -> int:
-        """Store one aggregated metrics row for the window and return its id.
+        """:meth:`write_row` of a window given in the columns' units (datetimes, ms).
 
-        ``lanes``: the per-lane gauges (a list); an object ``{"lanes": [...], <figures>}``
-        is split into the list and the figures. ``figures`` (:class:`WindowFigures`) go
-        to their columns, completed by those found in ``lanes``.
+        ``values``: the row's counts and gauges (``admitted``, ``records_per_s``,
+        ``backlog``, ...; any left out are 0) and its ``health`` and ``health_cause``;
+        ``figures`` (:class:`WindowFigures`)
+        complete those found in ``lanes``.
         """
         check_text("topology_id", topology_id)
         check_time("window_start", window_start)
         check_time("window_end", window_end)
-        if window_end < window_start:
-            raise ValueError(f"window_end={window_end!r} is before window_start={window_start!r}")
-        counts = {
-            "admitted": admitted,
-            "acked": acked,
-            "failed": failed,
-            "timed_out": timed_out,
-            "replayed": replayed,
-            "dlq": dlq,
-            "records": records,
-            "backlog": backlog,
-        }
-        for field, value in counts.items():
-            check_int(field, value)
-        floats = {
-            "records_per_s": records_per_s,
-            "latency_p50_ms": latency_p50_ms,
-            "latency_p99_ms": latency_p99_ms,
-            "backpressure_level": backpressure_level,
-        }
-        for field, value in floats.items():
-            if value is None and field.startswith("latency"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{field}={value!r} must be a number >= 0")
-        per_lane, found = split_lanes(lanes)
-        measured = (figures or WindowFigures()).merged(found)
-        m = schema.metrics_windows
-        values = {
-            "topology_id": topology_id,
-            "window_start": window_start,
-            "window_end": window_end,
-            **counts,
-            **floats,
-            "lanes_json": None if lanes is None else json.dumps(per_lane, sort_keys=True),
-            **{name: getattr(measured, name) for name in FIGURE_NAMES if name != "levels"},
-            "levels_json": None if measured.levels is None else json.dumps(measured.levels),
-        }
-
-        def work(conn: sa.Connection) -> int:
-            return int(conn.execute(m.insert().values(**values)).inserted_primary_key[0])
-
-        return self._tx(f"writing a metrics window of {topology_id!r}", work)
+        unknown = sorted(set(values) - set(_ZEROS) - {"health", "health_cause"})
+        if unknown:
+            raise ValueError(f"write_metrics_window: {unknown} are not metrics window fields")
+        row = MetricsRow(
+            topology=topology_id,
+            window_start=window_start.timestamp(),
+            window_end=window_end.timestamp(),
+            latency_p50_s=_s(latency_p50_ms),
+            latency_p99_s=_s(latency_p99_ms),
+            lanes=lanes,
+            **(_ZEROS | values),
+            **dataclasses.asdict(figures or WindowFigures()),
+        )
+        return self.write_row(row)
 
     def metrics_windows(
         self,
@@ -165,11 +175,21 @@ class MetricsWindowRows:
         rows = self._tx(
             f"reading metrics windows of {topology_id!r}", lambda conn: conn.execute(query).all()
         )
-        result = []
-        for row in reversed(rows):
-            data = dict(row._mapping)
-            lanes_json, levels_json = data.pop("lanes_json"), data.pop("levels_json")
-            data["lanes"] = None if lanes_json is None else json.loads(lanes_json)
-            data["levels"] = None if levels_json is None else json.loads(levels_json)
-            result.append(MetricsWindow(**data))
-        return result
+        return [_stored(dict(row._mapping)) for row in reversed(rows)]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _stored(columns: Mapping[str, Any]) -> MetricsWindow:
+    values = {k: _FROM_COLUMN.get(k, _same)(columns[schema.window_column(k)]) for k in _STORED}
+    return MetricsWindow(id=columns["id"], row=MetricsRow(**values))
+
+
+#: The counts and gauges of a window that :meth:`write_metrics_window` defaults to 0.
+_ZEROS: dict[str, Any] = {
+    f.name: 0
+    for f in dataclasses.fields(MetricsRow)
+    if f.name in (*COUNTS, "records_per_s", "backlog", "backpressure_level")
+}

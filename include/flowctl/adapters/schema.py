@@ -7,7 +7,9 @@ a clear error rather than half-used.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +18,16 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
+from flowctl.core.metrics_row import MetricsRow
 from flowctl.core.persistence import OUTCOMES
+from flowctl.core.window_figures import WindowFigures
 
 #: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
 #: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
-SCHEMA_VERSION = 2
+#: 3: ``metrics_windows`` has the topology's health (``health``, ``health_cause``).
+SCHEMA_VERSION = 3
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
@@ -206,37 +211,58 @@ mrwq_state = sa.Table(
     sa.CheckConstraint("head >= 1", name="ck_mrwq_state_head"),
 )
 
+#: ``metrics_windows`` columns whose name is not their field's (:func:`window_column`).
+_WINDOW_RENAMED = {
+    "topology": "topology_id",
+    "latency_p50_s": "latency_p50_ms",  # stored in milliseconds
+    "latency_p99_s": "latency_p99_ms",
+    "lanes": "lanes_json",  # the per-lane gauges, a JSON list
+    "levels": "levels_json",  # backpressure level per stage, a JSON object
+}
+#: Fields of a window that are not stored: the planner's window number.
+WINDOW_UNSTORED = ("n",)
+
+
+def window_column(name: str) -> str:
+    """The ``metrics_windows`` column of :class:`MetricsRow` field ``name``."""
+    return _WINDOW_RENAMED.get(name, name)
+
+
+def _window_columns() -> list[sa.Column[Any]]:
+    """One column per :class:`MetricsRow` field: the table is derived from the type.
+
+    Counts are BigInteger, other numbers Float, times UTC datetimes, lanes and levels
+    JSON text; the figures of :class:`WindowFigures` may be NULL (not measured).
+    """
+    hints = typing.get_type_hints(MetricsRow)
+    figures = {f.name for f in dataclasses.fields(WindowFigures)}
+    columns: list[sa.Column[Any]] = []
+    for f in dataclasses.fields(MetricsRow):
+        if f.name in WINDOW_UNSTORED:
+            continue
+        hint, name = hints[f.name], window_column(f.name)
+        nullable = f.name in figures or type(None) in getattr(hint, "__args__", ())
+        if f.name == "topology":
+            kind: Any = sa.String(200)
+        elif hint is str or str in getattr(hint, "__args__", ()):
+            kind = sa.Text
+        elif f.name in ("window_start", "window_end"):
+            kind = UTCDateTime
+        elif name.endswith("_json"):
+            kind = sa.Text
+        elif int in (hint, *getattr(hint, "__args__", ())):
+            kind = sa.BigInteger
+        else:
+            kind = sa.Float
+        columns.append(sa.Column(name, kind, nullable=nullable, index=f.name == "topology"))
+    return columns
+
+
 metrics_windows = sa.Table(
     "metrics_windows",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("topology_id", sa.String(200), nullable=False, index=True),
-    sa.Column("window_start", UTCDateTime, nullable=False),
-    sa.Column("window_end", UTCDateTime, nullable=False),
-    sa.Column("admitted", sa.BigInteger, nullable=False, default=0),
-    sa.Column("acked", sa.BigInteger, nullable=False, default=0),
-    sa.Column("failed", sa.BigInteger, nullable=False, default=0),
-    sa.Column("timed_out", sa.BigInteger, nullable=False, default=0),
-    sa.Column("replayed", sa.BigInteger, nullable=False, default=0),
-    sa.Column("dlq", sa.BigInteger, nullable=False, default=0),
-    sa.Column("records", sa.BigInteger, nullable=False, default=0),
-    sa.Column("records_per_s", sa.Float, nullable=False, default=0.0),
-    sa.Column("latency_p50_ms", sa.Float, nullable=True),
-    sa.Column("latency_p99_ms", sa.Float, nullable=True),
-    sa.Column("backlog", sa.BigInteger, nullable=False, default=0),
-    sa.Column("backpressure_level", sa.Float, nullable=False, default=0.0),
-    sa.Column("lanes_json", sa.Text, nullable=True),  # the per-lane gauges, a JSON list
-    # Topology-wide figures the UI and the autoscaler read (NULL: not measured); see
-    # flowctl.adapters.lane_figures.WindowFigures.
-    sa.Column("repeat_failures", sa.BigInteger, nullable=True),
-    sa.Column("sink_errors", sa.BigInteger, nullable=True),
-    sa.Column("mrwq", sa.BigInteger, nullable=True),
-    sa.Column("arrival_rate", sa.Float, nullable=True),
-    sa.Column("lane_rate", sa.Float, nullable=True),
-    sa.Column("batch_duration_s", sa.Float, nullable=True),
-    sa.Column("trigger_s", sa.Float, nullable=True),
-    sa.Column("saturation", sa.Float, nullable=True),
-    sa.Column("levels_json", sa.Text, nullable=True),  # backpressure level per stage
+    *_window_columns(),
 )
 
 # One row per blue-green replacement (SPEC E). No foreign keys to ``topologies``: the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .scaling import (
     Decision,
@@ -24,14 +24,19 @@ from .scaling import (
     next_power_of_two,
 )
 
-__all__ = ["AdaptiveConfig", "adaptive_decision", "ds2_target"]
+__all__ = ["AdaptiveConfig", "ScalingThresholds", "adaptive_decision", "ds2_target"]
 
 
 @dataclass(frozen=True)
-class AdaptiveConfig:
-    """Thresholds of the adaptive policy (every one is validated, names in errors).
+class ScalingThresholds:
+    """The autoscaler's thresholds and their defaults, defined once (validated, names in errors).
 
-    ``target_utilisation`` is the DS2 headroom: lanes = arrival / (lane_rate * target).
+    A pipeline's ``[scaling]`` section (``flowctl.pipelines.config.ScalingConfig``), the
+    failure-window sensor's policy (``WindowPolicy``) and :class:`AdaptiveConfig` extend
+    this class, so a threshold and its default are one field here.
+
+    ``threshold_c`` is the paper's C (both policies use it). ``target_utilisation`` is
+    the DS2 headroom: lanes = arrival / (lane_rate * target).
     ``poison_share``: failures counted as poison when at least this share of them are
     repeat failures. ``cooldown_s`` applies after any applied change, both directions.
     ``scale_down_delay_s``: no scale-down this soon after a scale-up (Kubernetes' HPA
@@ -40,9 +45,7 @@ class AdaptiveConfig:
     buy a lane and give it back (measured live: 1 -> 2 -> 1 lanes within 92 s).
     """
 
-    threshold_c: float
-    min_parallelism: int = 1
-    max_parallelism: int = 64
+    threshold_c: float = 4.0
     cooldown_s: float = 120.0
     target_utilisation: float = 0.7
     high_saturation: float = 0.9
@@ -53,12 +56,6 @@ class AdaptiveConfig:
 
     def __post_init__(self) -> None:
         check_number("threshold_c", self.threshold_c)
-        check_int("min_parallelism", self.min_parallelism, 1)
-        check_int("max_parallelism", self.max_parallelism, 1)
-        if self.max_parallelism < self.min_parallelism:
-            raise ValueError(
-                f"max_parallelism={self.max_parallelism} < min_parallelism={self.min_parallelism}"
-            )
         check_number("cooldown_s", self.cooldown_s)
         check_number("scale_down_delay_s", self.scale_down_delay_s)
         for name in ("target_utilisation", "high_saturation", "poison_share"):
@@ -73,6 +70,29 @@ class AdaptiveConfig:
                 f"low_saturation={self.low_saturation} must be < "
                 f"high_saturation={self.high_saturation}"
             )
+
+    def thresholds(self) -> ScalingThresholds:
+        """The thresholds alone (of a subclass that adds other settings)."""
+        return ScalingThresholds(
+            **{f.name: getattr(self, f.name) for f in fields(ScalingThresholds)}
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptiveConfig(ScalingThresholds):
+    """What the adaptive policy decides with: the thresholds and the parallelism bounds."""
+
+    min_parallelism: int = 1
+    max_parallelism: int = 64
+
+    def __post_init__(self) -> None:
+        check_int("min_parallelism", self.min_parallelism, 1)
+        check_int("max_parallelism", self.max_parallelism, 1)
+        if self.max_parallelism < self.min_parallelism:
+            raise ValueError(
+                f"max_parallelism={self.max_parallelism} < min_parallelism={self.min_parallelism}"
+            )
+        super().__post_init__()
 
 
 def ds2_target(arrival_rate: float, lane_rate: float, target_utilisation: float) -> int:

@@ -18,58 +18,21 @@ including empty ones (a window without failures is a data point too).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .clock import Clock
+from .health import Health
+from .metrics_row import COUNTS, LaneGauge, MetricsRow
+
+__all__ = ["LaneGauge", "MetricsRow", "MetricsWindow", "SpoutMetrics", "percentile"]
 
 if TYPE_CHECKING:
     from .spout import Spout
     from .tuples import TopicPartition
-
-
-@dataclass(frozen=True)
-class LaneGauge:
-    """One lane's flow-control state at the end of a window."""
-
-    lane: int
-    window: int
-    state: str
-    in_flight: int
-
-
-@dataclass(frozen=True)
-class MetricsRow:
-    """The aggregated metrics of one topology over one window."""
-
-    topology: str
-    window_start: float
-    window_end: float
-    admitted: int
-    acked: int
-    failed: int
-    timed_out: int
-    replayed: int
-    dlq: int
-    records: int
-    records_per_s: float
-    latency_p50_s: float | None
-    latency_p99_s: float | None
-    backlog: int
-    backpressure_level: int
-    lanes: tuple[LaneGauge, ...] = field(default_factory=tuple)
-
-    @property
-    def fail_count(self) -> int:
-        """failNum of SPEC E: tuples failed or timed out in this window."""
-        return self.failed + self.timed_out
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain types only (lanes as a list of dicts), ready for JSON or SQL."""
-        return asdict(self) | {"lanes": [asdict(g) for g in self.lanes]}
 
 
 def percentile(samples: Sequence[float], q: float) -> float | None:
@@ -170,18 +133,12 @@ class MetricsWindow:
             self._reset()
 
     def _row(self, end: float) -> MetricsRow:
-        c = self._counts
+        c: dict[str, Any] = dict(self._counts)
         return MetricsRow(
             topology=self.topology,
             window_start=self._start,
             window_end=end,
-            admitted=c["admitted"],
-            acked=c["acked"],
-            failed=c["failed"],
-            timed_out=c["timed_out"],
-            replayed=c["replayed"],
-            dlq=c["dlq"],
-            records=c["records"],
+            **c,
             records_per_s=c["records"] / self.window_s,
             latency_p50_s=percentile(self._samples, 50),
             latency_p99_s=percentile(self._samples, 99),
@@ -191,9 +148,7 @@ class MetricsWindow:
         )
 
     def _reset(self) -> None:
-        self._counts = dict.fromkeys(
-            ("admitted", "acked", "failed", "timed_out", "replayed", "dlq", "records"), 0
-        )
+        self._counts = dict.fromkeys(COUNTS, 0)
         self._samples: list[float] = []
         self._seen = 0
 
@@ -225,7 +180,7 @@ class SpoutMetrics:
 
     The spout keeps cumulative counters; :meth:`record` turns their growth since the last
     call into events of the :class:`MetricsWindow` and, for every window that closed,
-    appends a row (a dict of plain types) with the lanes' gauges, the backpressure
+    appends a :class:`MetricsRow` (times on the wall clock) with the lanes' gauges, the backpressure
     levels, the MRWQ length and the figures the adaptive autoscaler reads: replayed
     records failing again (poison, not load), how fast Eden grows, and how fast one lane
     processes records (its tuples/s by Little's law x tuple size). Window times are
@@ -236,7 +191,7 @@ class SpoutMetrics:
         self.window = window
         self.tuple_size = tuple_size
         self.keep = keep
-        self.rows: list[dict[str, object]] = []
+        self.rows: list[MetricsRow] = []
         self.row_no = 0
         self._spout: object | None = None
         self._prev: dict[str, int] = {}
@@ -252,25 +207,34 @@ class SpoutMetrics:
         *,
         now: float,
         wall_offset: float,
+        health: Health | None = None,
     ) -> None:
-        """Count what the spout did since the last call; close the windows that ended."""
+        """Count what the spout did since the last call; close the windows that ended.
+
+        ``health``: the topology's health now, stamped on every window closed now.
+        """
+        health = health or Health()
         self._count(spout, latest, levels)
         gauges = {g["lane"]: g for g in spout.lane_gauges()}
         rolled = self.window.roll()
         figures = self._figures(spout, latest, now) if rolled else {}
         for row in rolled:
             self.row_no += 1
-            data = row.to_dict()
-            del data["topology"]
-            data["n"] = self.row_no
-            data["window_start"] = row.window_start + wall_offset
-            data["window_end"] = row.window_end + wall_offset
-            data["lanes"] = [gauges.get(g["lane"], g) for g in data["lanes"]]  # type: ignore[attr-defined,index]
-            data["levels"] = dict(levels)
-            data["mrwq"] = mrwq
-            data.update(figures)
+            self.rows.append(
+                dataclasses.replace(
+                    row,
+                    n=self.row_no,
+                    window_start=row.window_start + wall_offset,
+                    window_end=row.window_end + wall_offset,
+                    lanes=[gauges.get(g["lane"], g) for g in row.lane_list],
+                    levels=dict(levels),
+                    mrwq=mrwq,
+                    health=health.state,
+                    health_cause=health.cause,
+                    **figures,
+                )
+            )
             figures["repeat_failures"] = 0  # counted once, in the first window rolled now
-            self.rows.append(data)
         self.rows = self.rows[-self.keep :]
 
     def _count(
@@ -297,7 +261,7 @@ class SpoutMetrics:
 
     def _figures(
         self, spout: Spout, latest: Mapping[TopicPartition, int], now: float
-    ) -> dict[str, object]:
+    ) -> dict[str, Any]:
         total = sum(latest.values())
         arrival = None
         if self._arrival_mark is not None and now > self._arrival_mark[0]:
@@ -305,7 +269,7 @@ class SpoutMetrics:
         self._arrival_mark = (now, total)
         rates = [g["rate"] for g in spout.lane_gauges() if g["rate"] is not None]
         lane_rate = sum(rates) / len(rates) * self.tuple_size if rates else None  # type: ignore[arg-type]
-        figures: dict[str, object] = {
+        figures: dict[str, Any] = {
             "repeat_failures": self._repeat,
             "arrival_rate": None if arrival is None else round(arrival, 3),
             "lane_rate": None if lane_rate is None else round(lane_rate, 3),

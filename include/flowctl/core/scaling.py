@@ -31,7 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .metrics_row import MetricsRow
 
 __all__ = [
     "Decision",
@@ -44,6 +47,7 @@ __all__ = [
     "linear_weights",
     "next_power_of_two",
     "paper_decision",
+    "paper_signal",
 ]
 
 Direction = Literal["up", "down", "none"]
@@ -154,6 +158,38 @@ class WindowStats:
             if value is not None and check_number(name, value) == 0:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
 
+    @classmethod
+    def of(cls, windows: Sequence[MetricsRow]) -> WindowStats:
+        """The last window's stats, its backlog change from the one before (oldest first).
+
+        A figure the window does not carry stays unmeasured (it never triggers an
+        action); lanes in no known shape count as no figures.
+        """
+        from .window_figures import WindowFigures
+
+        current = windows[-1]
+        try:
+            extra = current.figures
+        except ValueError:  # lanes in no known shape: no figures
+            extra = WindowFigures()
+        fail_num = current.fail_count
+        repeat = extra.repeat_failures
+        return cls(
+            fail_num=fail_num,
+            repeat_failures=min(int(repeat), fail_num) if isinstance(repeat, int) else 0,
+            dlq_added=int(current.dlq),
+            sink_errors=int(extra.sink_errors or 0),
+            saturation=extra.saturation,
+            backlog=int(current.backlog),
+            backlog_delta=(
+                int(current.backlog) - int(windows[-2].backlog) if len(windows) > 1 else None
+            ),
+            batch_duration_s=extra.batch_duration_s,
+            trigger_s=extra.trigger_s or None,
+            arrival_rate=extra.arrival_rate,
+            lane_rate=extra.lane_rate or None,
+        )
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -240,6 +276,20 @@ def direction_of(old: int, new: int) -> Direction:
     return "up" if new > old else "down" if new < old else "none"
 
 
+def paper_signal(fail_num: int, mean: float, s2: float, threshold_c: float) -> Direction:
+    """Algorithm 2's rule alone: ``up`` when the counts spread (S^2 > C) and this window
+    fails more than the mean, ``down`` when it fails less, else ``none``.
+
+    The one statement of the rule: :func:`paper_decision` and the metrics page's
+    per-window signal both ask it.
+    """
+    if s2 > threshold_c and fail_num > mean:
+        return "up"
+    if s2 > threshold_c and fail_num < mean:
+        return "down"
+    return "none"
+
+
 def paper_decision(
     counts: Sequence[int],
     parallelism: int,
@@ -268,8 +318,9 @@ def paper_decision(
         return Decision(direction, parallelism, new, reason, cause, mean, s2, c, "paper", figures)
 
     stats = f"failNum={fail_num}, E(M)={mean:g}, S^2={s2:g}, C={c:g}"
-    if s2 > c and fail_num != mean:
-        up = fail_num > mean
+    signal = paper_signal(fail_num, mean, s2, c)
+    if signal != "none":
+        up = signal == "up"
         wanted = parallelism << 1 if up else parallelism >> 1
         new = clamp(wanted, min_parallelism, max_parallelism)
         verb = "up" if up else "down"

@@ -44,6 +44,13 @@ class PhaseTimings:
         """Count ``ms`` for phase ``name`` of the round (e.g. one timed elsewhere)."""
         self._pending[name] = self._pending.get(name, 0.0) + ms
 
+    def slowest(self) -> str | None:
+        """The phase that took longest so far in the batch being timed, with its time."""
+        if not self._pending:
+            return None
+        name = max(self._pending, key=self._pending.__getitem__)
+        return f"{name} ({self._pending[name]:.0f} ms)"
+
     def end_batch(self) -> None:
         """The round planned a batch: its phases are samples, their sum one of the total."""
         for name, ms in self._pending.items():

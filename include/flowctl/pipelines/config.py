@@ -19,6 +19,8 @@ from types import ModuleType
 from typing import Any
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.adaptive_scaling import ScalingThresholds
+from flowctl.core.health import CODE_ERROR_ACTIONS
 from flowctl.core.sink_rules import SinkSpec, parse_sink
 from flowctl.core.validation import (
     DEFAULT_COMPRESSION,
@@ -29,6 +31,7 @@ from flowctl.core.validation import (
     number,
 )
 from flowctl.core.window import GROWTHS, SLOW_DECREASES
+from flowctl.pipelines.health_callback import resolve_callback
 
 #: Where a bare pipeline name is looked up.
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
@@ -50,31 +53,25 @@ SCALING_POLICIES = ("paper", "adaptive")
 HANDOVERS = ("overlap", "sequential")
 
 
-@dataclass(frozen=True)
-class ScalingConfig:
+@dataclass(frozen=True, kw_only=True)
+class ScalingConfig(ScalingThresholds):
     """The ``[scaling]`` section: how the autoscale DAG decides and how a replacement runs.
 
     Defaults are what a pipeline without the section gets; every key is described in
-    ``include/pipelines/wordcount.toml``. The bounds (min/max parallelism) live in
-    ``[stream]`` because the stream job enforces them too.
+    ``include/pipelines/wordcount.toml``. The decision thresholds and their defaults are
+    :class:`~flowctl.core.adaptive_scaling.ScalingThresholds`' (defined once, there). The
+    bounds (min/max parallelism) live in ``[stream]`` because the stream job enforces
+    them too.
     """
 
     policy: str = "paper"
     history_windows: int = 6
-    threshold_c: float = 4.0
-    cooldown_s: float = 120.0
     schedule: str = "* * * * *"
     poke_interval_s: float = 10.0
     sensor_timeout_s: float = 50.0
     ready_timeout_s: float = 180.0
     drain_timeout_s: float = 120.0
     stop_timeout_s: float = 60.0
-    target_utilisation: float = 0.7
-    high_saturation: float = 0.9
-    low_saturation: float = 0.3
-    low_batch_fraction: float = 0.5
-    poison_share: float = 0.5
-    scale_down_delay_s: float = 300.0
     handover: str = "overlap"
     handover_lease_s: float = 10.0
 
@@ -138,6 +135,11 @@ class FlowConfig:
     #: Seconds a read error of the same partition (the planner's ends read, a lane's
     #: read of a tuple) may persist before the topology fails with it as its cause.
     read_error_timeout_s: float = 60.0
+    #: STALLED after this long with a backlog and nothing durable (core/health.py).
+    stall_after_s: float = 60.0
+    #: A code error (a window's tuples all raising one exception type): ``halt`` stops
+    #: admitting and keeps the offsets; ``dead_letter`` treats it as records' failures.
+    on_code_error: str = "halt"
 
     @property
     def lane_budget_s(self) -> float | None:
@@ -183,6 +185,9 @@ class PipelineConfig:
     #: ``[topics] on_data_loss``: ``fail`` (stop the topology, the lost range named) or
     #: ``skip`` (record the lost range, move the checkpoint over it, go on).
     on_data_loss: str = "fail"
+    #: ``[stream] on_health_callback``: ``"package.module:function"`` called when a
+    #: topology becomes STALLED, HALTED or FAILED (:mod:`flowctl.pipelines.health_callback`).
+    on_health_callback: str | None = None
 
     @property
     def replay_topics(self) -> tuple[str, str]:
@@ -237,6 +242,7 @@ _KNOWN = {
         "trigger_interval_s",
         "tuple_size",
         "spark_batches_to_retain",
+        "on_health_callback",
     },
     "scaling": set(ScalingConfig.__dataclass_fields__),
     "flow": set(FlowConfig.__dataclass_fields__),
@@ -338,6 +344,11 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
     tuple_size = count(stream, "stream", "tuple_size", 100, 1)
     trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
     retain = count(stream, "stream", "spark_batches_to_retain", 10, 1)
+    callback = stream.get("on_health_callback", "")
+    if not isinstance(callback, str):
+        raise fail("stream.on_health_callback", callback, 'must be "package.module:function"')
+    if callback:
+        resolve_callback(callback)  # importable and callable now, not at the first alert
     scaling = _parse_scaling(raw.get("scaling", {}))
     flow = _parse_flow(raw.get("flow", {}))
     sink = parse_sink(raw["sink"]) if "sink" in raw else None  # checks its own keys
@@ -360,6 +371,7 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         params=params,
         compression=codec,
         on_data_loss=on_loss,
+        on_health_callback=callback or None,
     )
 
 
@@ -501,4 +513,6 @@ def _parse_flow(table: dict[str, Any]) -> FlowConfig:
         admission_rate=amount("admission_rate", lo=0),
         metrics_window_s=amount("metrics_window_s", lo=0),
         read_error_timeout_s=amount("read_error_timeout_s", lo=0),
+        stall_after_s=amount("stall_after_s", lo=0),
+        on_code_error=one_of("on_code_error", CODE_ERROR_ACTIONS),
     )

@@ -39,6 +39,7 @@ from typing import Any
 
 from flowctl.config import Settings
 from flowctl.core.log_pacing import QUIET_EVERY_S
+from flowctl.pipelines.health_callback import HealthCallback
 from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import (  # re-exported: the job's command line
     COLOURS,
@@ -133,6 +134,9 @@ class StreamJob(JobReports):
                 f"{self.config.max_parallelism}] of {self.config.source}"
             )
         self.topology_id = args.topology_id or default_topology_id(self.config.name, args.colour)
+        self.alerts = HealthCallback(
+            self.config.name, self.topology_id, self.config.on_health_callback
+        )
         self.checkpoint_dir = args.checkpoint_dir or str(
             settings.home / "checkpoints" / self.topology_id
         )
@@ -442,6 +446,8 @@ class StreamJob(JobReports):
             self.control.set_state(self.topology_id, state)
         except Exception:  # the database may be the reason we are failing
             log.exception("could not record state %s for %s", state, self.topology_id)
+        if state == "FAILED":
+            self.alerts.failed("see the stream task's log", time.time())
 
     def request_stop(self, *_: Any) -> None:
         """SIGTERM handler: stop like a ``stop`` signal, from the control loop."""

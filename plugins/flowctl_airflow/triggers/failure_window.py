@@ -22,50 +22,37 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from flowctl.core.adaptive_scaling import AdaptiveConfig
+
 if TYPE_CHECKING:
     from flowctl.adapters.control_plane import ControlPlane, MetricsWindow, Topology
-    from flowctl.core.scaling import Decision, WindowStats
+    from flowctl.core.scaling import Decision
     from flowctl.pipelines.config import PipelineConfig
 
 
-@dataclass(frozen=True)
-class WindowPolicy:
+@dataclass(frozen=True, kw_only=True)
+class WindowPolicy(AdaptiveConfig):
     """Everything a decision depends on besides the database: plain values, JSON-safe.
 
-    Built from a pipeline's ``[scaling]`` and ``[stream]`` sections by :meth:`from_config`
-    and carried through the trigger's ``serialize()`` as a dict.
+    The policy's name and its history ``A`` beside :class:`AdaptiveConfig` (the
+    thresholds and bounds, whose defaults are defined once in core). Built from a
+    pipeline's ``[scaling]`` and ``[stream]`` sections by :meth:`from_config` and carried
+    through the trigger's ``serialize()`` as a dict.
     """
 
     policy: str
     history_windows: int
-    threshold_c: float
-    cooldown_s: float
-    min_parallelism: int
-    max_parallelism: int
-    target_utilisation: float = 0.7
-    high_saturation: float = 0.9
-    low_saturation: float = 0.3
-    low_batch_fraction: float = 0.5
-    poison_share: float = 0.5
-    scale_down_delay_s: float = 300.0
 
     @classmethod
     def from_config(cls, config: PipelineConfig, **overrides: Any) -> WindowPolicy:
         """The pipeline's policy; ``overrides`` (not None) replace single values."""
         s = config.scaling
         values = {
+            **asdict(s.thresholds()),
             "policy": s.policy,
             "history_windows": s.history_windows,
-            "threshold_c": s.threshold_c,
-            "cooldown_s": s.cooldown_s,
             "min_parallelism": config.min_parallelism,
             "max_parallelism": config.max_parallelism,
-            "target_utilisation": s.target_utilisation,
-            "high_saturation": s.high_saturation,
-            "low_saturation": s.low_saturation,
-            "low_batch_fraction": s.low_batch_fraction,
-            "poison_share": s.poison_share,
-            "scale_down_delay_s": s.scale_down_delay_s,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(values)
@@ -77,39 +64,27 @@ class WindowPolicy:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"window policy has unknown key(s) {unknown} (known: {sorted(names)})")
-        policy = cls(**data)
+        return cls(**data)  # the thresholds and bounds are validated by AdaptiveConfig
+
+    def __post_init__(self) -> None:
         from flowctl.core.scaling import POLICIES
 
-        if policy.policy not in POLICIES:
-            raise ValueError(f"policy={policy.policy!r} must be one of {', '.join(POLICIES)}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r} must be one of {', '.join(POLICIES)}")
         if (
-            isinstance(policy.history_windows, bool)
-            or not isinstance(policy.history_windows, int)
-            or policy.history_windows < 2
+            isinstance(self.history_windows, bool)
+            or not isinstance(self.history_windows, int)
+            or self.history_windows < 2
         ):
-            raise ValueError(f"history_windows={policy.history_windows!r} must be an integer >= 2")
-        policy.adaptive_config()  # validates the thresholds (both policies use C and bounds)
-        return policy
+            raise ValueError(f"history_windows={self.history_windows!r} must be an integer >= 2")
+        super().__post_init__()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def adaptive_config(self) -> Any:
-        """The :class:`~flowctl.core.scaling.AdaptiveConfig` of these values (validated)."""
-        from flowctl.core.adaptive_scaling import AdaptiveConfig
-
-        return AdaptiveConfig(
-            threshold_c=self.threshold_c,
-            min_parallelism=self.min_parallelism,
-            max_parallelism=self.max_parallelism,
-            cooldown_s=self.cooldown_s,
-            target_utilisation=self.target_utilisation,
-            high_saturation=self.high_saturation,
-            low_saturation=self.low_saturation,
-            low_batch_fraction=self.low_batch_fraction,
-            poison_share=self.poison_share,
-            scale_down_delay_s=self.scale_down_delay_s,
-        )
+    def adaptive_config(self) -> AdaptiveConfig:
+        """The :class:`AdaptiveConfig` part of these values."""
+        return AdaptiveConfig(**{f.name: getattr(self, f.name) for f in fields(AdaptiveConfig)})
 
 
 @dataclass(frozen=True)
@@ -136,38 +111,6 @@ class Evaluation:
         }
 
 
-def _fail_num(window: MetricsWindow) -> int:
-    """SPEC E's ``failNum``: tuples failed or timed out in the window."""
-    return int(window.failed) + int(window.timed_out)
-
-
-def window_stats(windows: Sequence[MetricsWindow]) -> WindowStats:
-    """The current (last) window's :class:`WindowStats`, its backlog change from the one before."""
-    from flowctl.adapters.lane_figures import WindowFigures
-    from flowctl.core.scaling import WindowStats
-
-    current = windows[-1]
-    try:
-        extra = current.figures
-    except ValueError:  # lanes in no known shape: no figures (a missing one triggers nothing)
-        extra = WindowFigures()
-    fail_num = _fail_num(current)
-    repeat = extra.repeat_failures
-    return WindowStats(
-        fail_num=fail_num,
-        repeat_failures=min(int(repeat), fail_num) if isinstance(repeat, int) else 0,
-        dlq_added=int(current.dlq),
-        sink_errors=int(extra.sink_errors or 0),
-        saturation=extra.saturation,
-        backlog=int(current.backlog),
-        backlog_delta=int(current.backlog) - int(windows[-2].backlog) if len(windows) > 1 else None,
-        batch_duration_s=extra.batch_duration_s,
-        trigger_s=extra.trigger_s or None,
-        arrival_rate=extra.arrival_rate,
-        lane_rate=extra.lane_rate or None,
-    )
-
-
 def evaluate(
     database: str | ControlPlane,
     pipeline: str,
@@ -182,8 +125,10 @@ def evaluate(
     time) or a :class:`ControlPlane` whose schema the caller ensured once (the trigger).
     No decision (``decision`` None or direction ``none``) when: no single ACTIVE
     topology (none runs, or two during a replacement); a replacement of the pipeline
-    is running; the last replacement finished less than ``cooldown_s`` ago; fewer
-    than ``history_windows`` windows exist for the topology; or the policy says so.
+    is running; the last replacement finished less than ``cooldown_s`` ago; the
+    topology's last window says it is not HEALTHY (STALLED or HALTED: more lanes would
+    not help, a replacement would only move the problem); fewer than
+    ``history_windows`` windows exist for the topology; or the policy says so.
     """
     from flowctl.adapters.control_plane import ControlPlane
 
@@ -202,6 +147,10 @@ def evaluate(
     if gate.refusal is not None:
         return Evaluation(pipeline, tid, None, gate.refusal)
     windows = plane.metrics_windows(tid, limit=policy.history_windows)
+    if windows and windows[-1].health != "HEALTHY":
+        last = windows[-1]
+        why = f"topology {tid} is {last.health} ({last.health_cause}): not scaled until HEALTHY"
+        return Evaluation(pipeline, tid, None, why)
     if len(windows) < policy.history_windows:
         return Evaluation(
             pipeline,
@@ -280,9 +229,9 @@ def _decide(
 ) -> Decision:
     """The pipeline's policy over the topology's last windows."""
     from flowctl.core.adaptive_scaling import adaptive_decision
-    from flowctl.core.scaling import paper_decision
+    from flowctl.core.scaling import WindowStats, paper_decision
 
-    counts = [_fail_num(w) for w in windows]
+    counts = [w.fail_count for w in windows]
     if policy.policy == "paper":
         return paper_decision(
             counts,
@@ -293,7 +242,7 @@ def _decide(
         )
     return adaptive_decision(
         counts,
-        window_stats(windows),
+        WindowStats.of([w.row for w in windows]),
         parallelism,
         policy.adaptive_config(),
         now=now.timestamp(),

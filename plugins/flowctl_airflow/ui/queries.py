@@ -30,7 +30,7 @@ from flowctl.adapters.data_loss import causes
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
-from flowctl.core.scaling import dispersion
+from flowctl.core.scaling import dispersion, paper_signal
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -88,15 +88,6 @@ def scaling_rule(pipeline: str) -> tuple[int, float, str, str | None]:
     except PipelineConfigError as exc:
         return defaults.history_windows, defaults.threshold_c, "default", str(exc)
     return scaling.history_windows, scaling.threshold_c, "config", None
-
-
-def paper_signal(fail_num: int, mean: float, s2: float, threshold_c: float) -> str:
-    """What Algorithm 2 would say about this window: ``up``, ``down`` or ``none``."""
-    if s2 > threshold_c and fail_num > mean:
-        return "up"
-    if s2 > threshold_c and fail_num < mean:
-        return "down"
-    return "none"
 
 
 class MetricsReader:
@@ -233,8 +224,10 @@ class MetricsReader:
         ``signal``: what the paper's rule with threshold C would decide there.
         ``rule_source`` says where A and C came from: ``query``, ``config`` (the
         pipeline's ``[scaling]``) or ``default`` (then ``rule_problem`` says why).
-        ``latest`` holds, per live topology, its newest window with the per-lane
-        send windows and states; ``dlq_total`` counts every DLQ record ever.
+        ``health`` and ``health_cause``: the topology's health at the window's end
+        (HEALTHY, STALLED, HALTED; the autoscaler never scales a topology that is not
+        HEALTHY). ``latest`` holds, per live topology, its newest window with the
+        per-lane send windows and states; ``dlq_total`` counts every DLQ record ever.
         """
         self._require(pipeline)
         history, threshold_c, source, problem = scaling_rule(pipeline)
@@ -341,5 +334,7 @@ def _with_dispersion(
             "s2": s2,
             "windows_in_history": len(ring),
             "signal": paper_signal(fail_num, mean, s2, threshold_c),
+            "health": row.health,
+            "health_cause": row.health_cause,
             "lanes": None if row.lanes_json is None else lane_list(json.loads(row.lanes_json)),
         }

@@ -9,7 +9,9 @@ channel is needed for correctness: losing them in a memcached restart only costs
 - ``<ns>:state`` planner -> driver: :class:`SpoutState` (in flight, buffered, admitting,
   backpressure levels, lane windows, cumulative counters);
 - ``<ns>:rows`` planner -> driver: the closed metrics windows, a list of
-  :class:`MetricsRow`; only the driver writes them to ``metrics_windows``;
+  :class:`flowctl.core.metrics_row.MetricsRow` in its wire form (the one metrics window
+  type: its ``to_dict`` / ``from_dict``); only the driver writes them to
+  ``metrics_windows``;
 - ``<ns>:fb:<seq>:<lane>`` lane -> planner: :class:`LaneFeedback`, the per-tuple outcomes
   of batch ``seq`` (stored by :class:`~flowctl.adapters.memcached_store.LaneFeedback`),
   read one batch behind.
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from flowctl.core.metrics_row import MetricsRow
 from flowctl.core.spout_contract import LaneResult, Outcome
 
 #: How long the planner's published state and rows live in memcached (seconds).
@@ -192,71 +195,9 @@ class SpoutState:
         )
 
 
-@dataclass(frozen=True)
-class MetricsRow:
-    """Planner -> driver: one closed metrics window of the topology (wall-clock times).
-
-    The counts and gauges of :class:`flowctl.core.metrics.MetricsRow`, the lanes' gauges,
-    and the figures the autoscaler and the UI read: backpressure ``levels``, the MRWQ
-    length, replayed records failing again (``repeat_failures``), Eden's growth
-    (``arrival_rate``) and one lane's records/s (``lane_rate``).
-    """
-
-    n: int
-    window_start: float
-    window_end: float
-    admitted: int
-    acked: int
-    failed: int
-    timed_out: int
-    replayed: int
-    dlq: int
-    records: int
-    records_per_s: float
-    latency_p50_s: float | None
-    latency_p99_s: float | None
-    backlog: int
-    backpressure_level: int
-    lanes: list[dict[str, Any]] = field(default_factory=list)
-    levels: dict[str, int] = field(default_factory=dict)
-    mrwq: int = 0
-    repeat_failures: int = 0
-    arrival_rate: float | None = None
-    lane_rate: float | None = None
-
-    def encode(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def decode(cls, data: Any) -> MetricsRow:
-        d = _object("metrics row", data)
-        f = lambda key, kind: _field("metrics row", d, key, kind)  # noqa: E731
-        o = lambda key, kind: _optional("metrics row", d, key, kind)  # noqa: E731
-        counts = {
-            k: f(k, int)
-            for k in ("n", "admitted", "acked", "failed", "timed_out", "replayed", "dlq")
-        }
-        return cls(
-            **counts,
-            window_start=float(f("window_start", _NUMBER)),
-            window_end=float(f("window_end", _NUMBER)),
-            records=f("records", int),
-            records_per_s=float(f("records_per_s", _NUMBER)),
-            latency_p50_s=o("latency_p50_s", _NUMBER),
-            latency_p99_s=o("latency_p99_s", _NUMBER),
-            backlog=f("backlog", int),
-            backpressure_level=f("backpressure_level", int),
-            lanes=[dict(_object("metrics row.lanes[]", g)) for g in f("lanes", list)],
-            levels=dict(f("levels", dict)),
-            mrwq=f("mrwq", int),
-            repeat_failures=f("repeat_failures", int),
-            arrival_rate=o("arrival_rate", _NUMBER),
-            lane_rate=o("lane_rate", _NUMBER),
-        )
-
-
 def encode_rows(rows: Sequence[MetricsRow]) -> list[dict[str, Any]]:
-    return [row.encode() for row in rows]
+    """The closed windows' wire form (:meth:`MetricsRow.to_dict`, read from its fields)."""
+    return [row.to_dict() for row in rows]
 
 
 def decode_rows(data: Any) -> list[MetricsRow]:
@@ -264,7 +205,7 @@ def decode_rows(data: Any) -> list[MetricsRow]:
         return []
     if not isinstance(data, list):
         raise ValueError(f"metrics rows must be a JSON list, got {data!r:.200}")
-    return [MetricsRow.decode(row) for row in data]
+    return [MetricsRow.from_dict(row) for row in data]
 
 
 def _encode_result(r: LaneResult) -> dict[str, Any]:

@@ -25,20 +25,22 @@ owns in a flow-controlled topology:
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import logging
 import threading
 import time
 from typing import Any
 
-from flowctl.adapters.lane_figures import WindowFigures
 from flowctl.config import Settings
+from flowctl.core.clock import MonotonicClock
 from flowctl.core.handover import GreenHandover
 from flowctl.core.log_pacing import QUIET_EVERY_S
+from flowctl.core.metrics_row import MetricsRow
 from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import Control, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import Control, SpoutState
+from flowctl.spark.flow.driver_health import DriverHealth
 from flowctl.spark.flow.job_handover import HandoverSides
+from flowctl.spark.flow.job_windows import WindowPublishing
 from flowctl.spark.flow.lane import WARMUP
 from flowctl.spark.job import JobArgs, StreamJob
 
@@ -58,7 +60,7 @@ UPKEEP_EVERY_S = 1.0
 WARMUP_READY_TIMEOUT_S = 60.0
 
 
-class FlowStreamJob(HandoverSides, StreamJob):
+class FlowStreamJob(HandoverSides, WindowPublishing, StreamJob):
     """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -86,6 +88,13 @@ class FlowStreamJob(HandoverSides, StreamJob):
         self._flusher_thread: threading.Thread | None = None
         self._flusher_lock = threading.Lock()
         self._last_row_end = 0.0
+        self._last_row: MetricsRow | None = None
+        self.driver_health = DriverHealth(
+            self.topology_id,
+            MonotonicClock(),
+            stall_after_s=self.config.flow.stall_after_s,
+            window_s=self.config.flow.metrics_window_s,
+        )
         self._draining_since: float | None = None
         self._drain_signals: set[int] = set()
         self._last_status = 0.0
@@ -303,60 +312,6 @@ class FlowStreamJob(HandoverSides, StreamJob):
             self._warn("reading the spout state", exc)
             return None
 
-    def _publish_metrics(self) -> None:
-        """Write the planner's closed windows to ``metrics_windows`` (each once)."""
-        try:
-            rows = channels.decode_rows(self.store.get_json(channels.rows_key(self.ns)))
-        except Exception as exc:
-            self._warn("reading metrics windows", exc)
-            return
-        for row in rows:
-            if row.window_end <= self._last_row_end:
-                continue
-            p50, p99 = row.latency_p50_s, row.latency_p99_s
-            try:
-                self.control.write_metrics_window(
-                    self.topology_id,
-                    dt.datetime.fromtimestamp(row.window_start, dt.UTC),
-                    dt.datetime.fromtimestamp(row.window_end, dt.UTC),
-                    admitted=row.admitted,
-                    acked=row.acked,
-                    failed=row.failed,
-                    timed_out=row.timed_out,
-                    replayed=row.replayed,
-                    dlq=row.dlq,
-                    records=row.records,
-                    records_per_s=row.records_per_s,
-                    latency_p50_ms=None if p50 is None else p50 * 1000.0,
-                    latency_p99_ms=None if p99 is None else p99 * 1000.0,
-                    backlog=row.backlog,
-                    backpressure_level=float(row.backpressure_level),
-                    lanes=row.lanes,
-                    figures=WindowFigures(
-                        repeat_failures=row.repeat_failures,
-                        mrwq=row.mrwq,
-                        arrival_rate=row.arrival_rate,
-                        lane_rate=row.lane_rate,
-                        batch_duration_s=self._batch_duration(row),
-                        trigger_s=self.config.trigger_interval_s,
-                        levels=row.levels,
-                    ),
-                )
-            except Exception as exc:
-                self._warn("writing a metrics window", exc)
-                return
-            self._last_row_end = row.window_end
-
-    def _batch_duration(self, row: MetricsRow) -> float | None:
-        """Mean time between batch completions inside the row's window (``None``: no batch)."""
-        ends = [t for t in self._batch_ends if row.window_start <= t < row.window_end]
-        before = [t for t in self._batch_ends if t < row.window_start]
-        if before:
-            ends.insert(0, before[-1])
-        if len(ends) < 2:
-            return None
-        return round((ends[-1] - ends[0]) / (len(ends) - 1), 3)
-
     def _checkpoint(self) -> dict[int, int] | str:
         try:
             return self.control.committed_offsets(self.config.name, self.config.eden_topic)
@@ -380,6 +335,7 @@ class FlowStreamJob(HandoverSides, StreamJob):
             self._write_ctl()
             self._publish_metrics()
         state = self._spout_state()
+        self._watch_health(state)
         if self.state == "STARTING":
             self._check_warm(state)
         if self._green is not None:

@@ -30,12 +30,13 @@ from flowctl.core.spout_contract import Dispatch
 from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, MetricsRow, SpoutState
+from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, SpoutState
 from flowctl.spark.flow.log_ends import BackgroundEnds, KafkaEnds, LogEnds
 from flowctl.spark.flow.log_guard import LogGuard
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_ends import EndsPlanning
 from flowctl.spark.flow.planner_handover import HandoverPlanning
+from flowctl.spark.flow.planner_health import PlannerHealth
 from flowctl.spark.flow.planner_logs import (
     PLANNING_FIRST_LOG_S,
     PLANNING_LOG_EVERY_S,
@@ -43,6 +44,7 @@ from flowctl.spark.flow.planner_logs import (
     PlannerLogs,
 )
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
+from flowctl.spark.flow.window_log import WindowLog
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +125,20 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
             MetricsWindow(settings.topology_id, self.clock, window_s=self.flow.metrics_window_s),
             self.config.tuple_size,
         )
+        self.health = PlannerHealth(
+            settings.topology_id,
+            settings.topic,
+            self.clock,
+            stall_after_s=self.flow.stall_after_s,
+            on_code_error=self.flow.on_code_error,
+        )
         self.chain = self._new_chain()
         self._last_plan_at = self.clock.now()
         self._persisted_replay: ReplaySnapshot | None = None
         self._last_warning: dict[str, float] = {}
         self._last_level_log = -1e9
-        self._last_windows: tuple[int, ...] = ()
-        self._last_states: tuple[str, ...] = ()
-        self._last_window_log = -1e9
         self._returned = Tally()  # lanes' time budgets spent, summed up once a minute
+        self.window_log = WindowLog(settings.topology_id, self.clock, WINDOW_LOG_EVERY_S)
         self._last_levels: dict[str, int] = {}
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
@@ -192,6 +199,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
 
     def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None:
         """Log a best-effort failure at most every ``every_s`` per kind (readable logs)."""
+        self.health.error(what, exc)
         now = self.clock.now()
         if now - self._last_warning.get(what, -1e9) >= every_s:
             self._last_warning[what] = now
@@ -250,8 +258,14 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
         with timed("backpressure"):
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
+        # What should become durable: a standby or draining topology owes only its
+        # tuples in flight (the log's backlog is not its to take).
+        waiting = self.spout.backlog(self._latest) if self.admit else 0
+        backlog = waiting + self.spout.in_flight
+        health = self.health.observe(backlog, self.timings.slowest())  # HALTED: admit nothing
         with timed("admit"):
-            dispatches = self._admit() if self.admit and self._marked else []
+            admitting = self.admit and self._marked and not self.health.halted
+            dispatches = self._admit() if admitting else []
         with timed("metrics"):
             self.metrics.record(
                 self.spout,
@@ -260,6 +274,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
                 persist_len,
                 now=self.clock.now(),
                 wall_offset=time.time() - self.clock.now(),
+                health=health,
             )
             self._publish_state(persist_len, levels)
         if not dispatches:
@@ -267,7 +282,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
             return dict(start) if warmup is None else warmup
         self.seq += 1
         self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
-        self._log_windows(len(dispatches))
+        self.window_log.batch(self.seq, len(dispatches), self.spout.windows)
         return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
 
     def planned(self, plan: Mapping[str, Any], partitions_ms: float) -> None:
@@ -369,6 +384,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
         assert self.spout is not None
         summary = self.spout.on_lane_results(lane, feedback.results)
         self.guard.lane_results(feedback.results)
+        self.health.results(feedback.results)
         for error in summary.errors[:3]:
             log.warning("flow lane %d: %s", lane, error)
         due = (
@@ -410,6 +426,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
             }
             self._check_epoch(durable.flushed.epoch if durable.flushed else None)
             self.spout.durable(durable.checkpoints)
+            self.health.durable_at(durable.checkpoints)
             if durable.flushed is not None:
                 self.spout.confirm_replays(durable.flushed.epoch, int(durable.flushed.head))
             self._persist_replay()
@@ -469,7 +486,7 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
 
     def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:
         state = self.spout_state(persist_len, levels)
-        rows = [MetricsRow(**row) for row in self.metrics.rows]  # type: ignore[arg-type]
+        rows = self.metrics.rows
         ns = self.settings.ns
         try:
             store = self.store()

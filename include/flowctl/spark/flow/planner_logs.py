@@ -1,7 +1,7 @@
 """The planner's story in the task log, at a readable rate.
 
 Mixed into :class:`~flowctl.spark.flow.planner.FlowPlanner` (whose attributes it uses):
-the planning cost per batch and phase, and the lanes' windows when they change.
+the planning cost per batch and phase (the lanes' windows: :mod:`.window_log`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ PLANNING_FIRST_LOG_S = 10.0
 
 
 class PlannerLogs:
-    """Planning cost and window changes, logged."""
+    """Planning cost, logged."""
 
     settings: FlowSettings
     clock: Clock
@@ -39,9 +39,6 @@ class PlannerLogs:
     seq: int
     timings: PhaseTimings
     _last_timings_log: float
-    _last_windows: tuple[int, ...]
-    _last_states: tuple[str, ...]
-    _last_window_log: float
 
     def _log_timings(self) -> None:
         self._last_timings_log = self.clock.now()
@@ -59,25 +56,3 @@ class PlannerLogs:
             total["max"],
             ", ".join(f"{name} {v['p50']}/{v['p99']}" for name, v in summary.items()),
         )
-
-    def _log_windows(self, dispatched: int) -> None:
-        """Window changes at a readable rate: at once when a lane's state changes
-        (congestion is news), sizes at most every ``WINDOW_LOG_EVERY_S``. The line names
-        no batch number: the planner's count is not Spark's batch id."""
-        assert self.spout is not None
-        sizes = tuple(w.size for w in self.spout.windows)
-        states = tuple(str(w.state) for w in self.spout.windows)
-        now = self.clock.now()
-        due = now - self._last_window_log >= WINDOW_LOG_EVERY_S
-        if sizes != self._last_windows and (states != self._last_states or due):
-            self._last_window_log = now
-            self._last_states = states
-            log.info(
-                "flow %s: %d tuple(s) dispatched; windows %s -> %s, states %s",
-                self.settings.topology_id,
-                dispatched,
-                list(self._last_windows),
-                list(sizes),
-                list(states),
-            )
-            self._last_windows = sizes

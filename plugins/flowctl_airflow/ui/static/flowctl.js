@@ -444,11 +444,15 @@
     const live = topologies.topologies.filter((t) => !t.ended_at);
     const current = live[live.length - 1] || topologies.topologies[topologies.topologies.length - 1];
     const last = metrics.windows[metrics.windows.length - 1];
+    const now = (current && metrics.latest.find((t) => t.topology_id === current.topology_id)) || last;
+    const health = now ? now.health || "HEALTHY" : null;
+    const healthNote = health && health !== "HEALTHY" ? `${now.health_cause || "no cause recorded"}; the autoscaler does not scale a ${health} topology` : "";
     const cards = [
       ["pipeline", metrics.pipeline, ""],
       ["topology", current ? shortId(current.topology_id) : "–", "", current && shortId(current.topology_id) !== current.topology_id ? current.topology_id : ""],
       ["parallelism", current ? current.parallelism : "–", ""],
       ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
+      ["health", health || "–", health === "HALTED" ? "bad" : health === "STALLED" ? "warn" : "", healthNote],
       ["records/s", last ? fmt(last.records_per_s) : "–", ""],
       ["latency p99 ms", last ? fmt(last.latency_p99_ms) : "–", ""],
       ["DLQ size", fmt(metrics.dlq_total), metrics.dlq_total > 0 ? "warn" : ""],
@@ -461,6 +465,7 @@
         html("div", { class: "card", "data-card": label }, [
           html("div", { class: "label" }, label),
           html("div", { class: "value " + cls, ...(title ? { title } : {}) }, String(value)),
+          ...(label === "health" && healthNote ? [html("div", { class: "cause muted" }, healthNote)] : []),
         ]),
       ),
     );

@@ -1,11 +1,15 @@
-"""The one reader of a metrics window's lane figures (``metrics_windows``).
+"""A metrics window's topology-wide figures, and the one reader of its lane figures.
 
-A row stores the per-lane gauges as a JSON list in ``lanes_json`` and the topology-wide
-figures the UI and the autoscaler read in columns of their own (:class:`WindowFigures`).
-Rows written before those columns existed, and hand-built rows, carry the figures inside
-a ``lanes`` object ``{"lanes": [...], "repeat_failures": ..., ...}``: :func:`split_lanes`
-reads every shape, so the control plane, the metrics emitter and the failure-window
-sensor agree on what a row says.
+:class:`WindowFigures` is defined once here and extended by the metrics window itself
+(:class:`flowctl.core.metrics_row.MetricsRow`), so a figure is one field: the planner's
+wire form, the ``metrics_windows`` columns (their schema is built from these fields),
+the metrics page and the autoscaler's sensor all follow from it.
+
+A stored row keeps the per-lane gauges as a JSON list in ``lanes_json``. Rows written
+before the figures had columns, and hand-built rows, carry the figures inside a ``lanes``
+object ``{"lanes": [...], "repeat_failures": ..., ...}``: :func:`split_lanes` reads every
+shape, so the control plane, the metrics emitter and the failure-window sensor agree on
+what a row says.
 """
 
 from __future__ import annotations

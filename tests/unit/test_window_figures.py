@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flowctl.adapters.lane_figures import WindowFigures, lane_list, saturation, split_lanes
 from flowctl.core.metrics import LaneGauge
+from flowctl.core.window_figures import WindowFigures, lane_list, saturation, split_lanes
 
 LANES = [
     {"lane": 0, "window": 8, "state": "NORMAL", "in_flight": 2},

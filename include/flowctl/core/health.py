@@ -1,0 +1,180 @@
+"""A topology's health beside its state: HEALTHY, STALLED or HALTED (pure; time passed in).
+
+A topology can be ACTIVE and still do nothing useful. Two such cases must not pass
+silently:
+
+- **STALLED**: there is a backlog (``backlog > 0``) and nothing became durable for
+  ``stall_after_s`` (the broker stopped answering, the database refuses the flush, a step
+  hangs). The cause is the last read or flush error seen since the last progress, else
+  the slowest step. Any durable progress makes the topology HEALTHY again, at once.
+- **HALTED**: a code error. When, in one window, most tuples fail with the same
+  exception type and none succeeds, the error is the pipeline's code, not its records:
+  retrying and dead-lettering would only move the whole stream to the DLQ,
+  "successfully". With ``on_code_error = "halt"`` (the default) the topology stops
+  admitting, keeps its offsets and waits for a fix (a new deployment) or a stop; HALTED
+  is not left by itself. ``"dead_letter"`` keeps today's behaviour (records' failures).
+  ``PoisonRecord`` (a record the code refuses on purpose) and timeouts are always
+  records' failures and never halt.
+
+:class:`HealthMonitor` applies both rules; the planner feeds it once per planning call
+and stamps its :class:`Health` on each metrics window it closes (the window carries
+health, see :class:`flowctl.core.metrics_row.MetricsRow`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .clock import Clock
+
+__all__ = [
+    "CODE_ERROR_ACTIONS",
+    "HEALTH_STATES",
+    "CodeError",
+    "Health",
+    "HealthMonitor",
+    "code_error",
+]
+
+HEALTH_STATES = ("HEALTHY", "STALLED", "HALTED")
+#: ``[flow] on_code_error``: what a code error does to the topology.
+CODE_ERROR_ACTIONS = ("halt", "dead_letter")
+#: Exception types that are a record's fault by contract, never the code's.
+RECORD_ERRORS = frozenset({"PoisonRecord"})
+#: A window needs at least this many tuples failing alike to be a code error: one or two
+#: failures of a quiet window are not evidence enough to stop a topology.
+MIN_CODE_ERRORS = 3
+
+
+@dataclass(frozen=True)
+class Health:
+    """A topology's health: the state, why (``None`` when HEALTHY), since when (clock s)."""
+
+    state: str = "HEALTHY"
+    cause: str | None = None
+    since: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in HEALTH_STATES:
+            raise ValueError(f"health state={self.state!r} must be one of {HEALTH_STATES}")
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "HEALTHY"
+
+
+@dataclass(frozen=True)
+class CodeError:
+    """The verdict of :func:`code_error`: ``failed`` of ``tuples`` raised ``error_type``."""
+
+    error_type: str
+    failed: int
+    tuples: int
+    example: str
+
+    def describe(self) -> str:
+        return (
+            f"code error: {self.failed} of {self.tuples} tuples raised {self.error_type} "
+            f"and none succeeded ({self.example[:300]})"
+        )
+
+
+def error_type(error: str) -> str:
+    """The exception type of a tuple's error text (``"KeyError: 'x'"`` -> ``KeyError``)."""
+    head = error.strip().split(":", 1)[0].strip()
+    return head.rsplit(".", 1)[-1] or "unknown"
+
+
+def code_error(succeeded: int, timed_out: int, errors: Sequence[str]) -> CodeError | None:
+    """Whether one window's tuples show a code error (see the module's docstring).
+
+    ``succeeded``: tuples acked; ``timed_out``: tuples that ran out of time; ``errors``:
+    the error text (``"Type: message"``) of each tuple that raised. A code error: none
+    succeeded, and one exception type, not a record error, was raised by more than half
+    of the window's tuples and by at least :data:`MIN_CODE_ERRORS` of them.
+    """
+    for name, value in (("succeeded", succeeded), ("timed_out", timed_out)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"code_error: {name}={value!r} must be an int >= 0")
+    tuples = succeeded + timed_out + len(errors)
+    if succeeded or not errors:
+        return None
+    kinds = Counter(error_type(e) for e in errors if error_type(e) not in RECORD_ERRORS)
+    if not kinds:
+        return None
+    kind, failed = kinds.most_common(1)[0]
+    if failed < MIN_CODE_ERRORS or failed * 2 <= tuples:
+        return None
+    example = next(e for e in errors if error_type(e) == kind)
+    return CodeError(kind, failed, tuples, example)
+
+
+class HealthMonitor:
+    """The health rules over time: fed by the planner, read once per metrics window."""
+
+    def __init__(
+        self, clock: Clock, *, stall_after_s: float = 60.0, on_code_error: str = "halt"
+    ) -> None:
+        if (
+            isinstance(stall_after_s, bool)
+            or not isinstance(stall_after_s, int | float)
+            or not math.isfinite(stall_after_s)
+            or stall_after_s <= 0
+        ):
+            raise ValueError(f"stall_after_s={stall_after_s!r} must be a number > 0")
+        if on_code_error not in CODE_ERROR_ACTIONS:
+            raise ValueError(
+                f"on_code_error={on_code_error!r} must be one of {', '.join(CODE_ERROR_ACTIONS)}"
+            )
+        self._clock = clock
+        self.stall_after_s = float(stall_after_s)
+        self.on_code_error = on_code_error
+        self._durable: int | None = None
+        self._progress_at = clock.now()
+        self._error: str | None = None
+        self._halted: Health | None = None
+        self._stalled_since: float | None = None
+
+    @property
+    def halted(self) -> bool:
+        return self._halted is not None
+
+    def error(self, what: str) -> None:
+        """A read or flush error (``what`` says which and why): the cause of a stall."""
+        self._error = what
+
+    def window(self, succeeded: int, timed_out: int, errors: Sequence[str]) -> CodeError | None:
+        """One batch's tuple outcomes; returns the code error when it halts the topology.
+
+        Returns ``None`` when there is none, when the topology is halted already (the
+        error is reported once), or when ``on_code_error`` is ``"dead_letter"``.
+        """
+        found = code_error(succeeded, timed_out, errors)
+        if found is None or self.halted or self.on_code_error != "halt":
+            return None
+        self._halted = Health("HALTED", found.describe(), self._clock.now())
+        return found
+
+    def observe(self, *, backlog: int, durable: int, slowest_step: str | None = None) -> Health:
+        """The health now, given the backlog and the durable position (any growing count).
+
+        ``slowest_step`` names the step that took longest lately (the cause of a stall
+        when no error was seen).
+        """
+        now = self._clock.now()
+        if self._durable is None or durable > self._durable or backlog <= 0:
+            self._progress_at, self._error, self._stalled_since = now, None, None
+        self._durable = durable if self._durable is None else max(self._durable, durable)
+        if self._halted is not None:
+            return self._halted
+        if now - self._progress_at < self.stall_after_s:
+            return Health()
+        if self._stalled_since is None:
+            self._stalled_since = now
+        idle = now - self._progress_at
+        why = self._error or (f"slowest step: {slowest_step}" if slowest_step else "unknown")
+        cause = f"backlog {backlog}, nothing durable for {idle:.0f} s; {why}"
+        return Health("STALLED", cause, self._stalled_since)
