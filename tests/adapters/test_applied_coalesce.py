@@ -58,7 +58,7 @@ def rows_of(url: str, pipeline: str) -> list[tuple[int, int, str]]:
 
 def classes(url: str, pipeline: str, end: int) -> list[str]:
     """The reconcile's class of every offset below ``end``, from its durable cut."""
-    checkpoints, rows, _ = read_durable_cut(url, pipeline, TOPIC, lambda _c, _p: {})
+    checkpoints, rows, *_ = read_durable_cut(url, pipeline, TOPIC, lambda _c, _p: {})
     classify = Classifier(rows.get(0, []), checkpoints.get(0, 0))
     return [classify.outcome(o) for o in range(end)]
 

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 
@@ -151,7 +151,8 @@ class MetricsWindowRows:
             window_end=window_end.timestamp(),
             latency_p50_s=_s(latency_p50_ms),
             latency_p99_s=_s(latency_p99_ms),
-            lanes=lanes,
+            # An older ``{"lanes": [...], <figures>}`` object is split by write_row.
+            lanes=cast(Any, lanes),
             **(_ZEROS | values),
             **dataclasses.asdict(figures or WindowFigures()),
         )

@@ -67,7 +67,7 @@ class MetricsRow(WindowFigures):
     latency_p99_s: float | None
     backlog: int
     backpressure_level: float
-    lanes: Sequence[Any] | Mapping[str, Any] | None = field(default_factory=tuple)
+    lanes: Sequence[Any] | None = field(default_factory=tuple)
     n: int = 0
     #: The topology's health at the window's end (:mod:`flowctl.core.health`) and why.
     #: Health lives on the window, not the topology's row: the planner measures it, and
