@@ -85,10 +85,13 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from flowctl.cli import settings_from_args
+    from flowctl.services.s3 import durability
 
-    rows = manager.status(settings_from_args(args), only=args.only)
+    settings = settings_from_args(args)
+    rows = manager.status(settings, only=args.only)
     if args.json:
         _emit(args, [], rows)
     else:
         print(format_table(rows))
+        print(durability(settings))
     return 1 if args.check and not all(r.ok for r in rows) else 0
