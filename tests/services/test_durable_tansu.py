@@ -60,8 +60,10 @@ def _read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
 
 def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
     manager.up(durable_settings, only="tansu")  # pulls in the local S3 store
-    states = {s.name: s.state for s in manager.status(durable_settings)}
+    rows = {s.name: s for s in manager.status(durable_settings)}
+    states = {name: row.state for name, row in rows.items()}
     assert states["s3"] == UP and states["tansu"] == UP
+    assert rows["s3"].detail.endswith("moto, in memory: not durable")  # a test double of S3
     bootstrap = durable_settings.kafka_bootstrap
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
