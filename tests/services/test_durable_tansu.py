@@ -1,4 +1,5 @@
-"""Durable Tansu: records survive a broker restart when stored in (local moto) S3."""
+"""Tansu on S3: records survive a broker restart when stored in (local moto) S3 (not a
+restart of moto, which keeps them in memory)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def durable_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     # moto[server] is an optional extra: without it this mode is not available at all.
-    pytest.importorskip("moto.server", reason="moto[server] not installed (durable mode's S3)")
+    pytest.importorskip("moto.server", reason="moto[server] not installed (Tansu's S3 mode)")
     for name in ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(s3.PORT_ENV, str(free_port()))
