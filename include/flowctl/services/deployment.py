@@ -44,14 +44,9 @@ class Deployment:
 
     def describe(self) -> str:
         """One line: which deployment, its broker and its database (password hidden)."""
-        from sqlalchemy.engine import make_url
+        from flowctl.adapters.db import masked_url
 
-        try:
-            database = make_url(self.settings.resolved_database_url).render_as_string(
-                hide_password=True
-            )
-        except Exception:  # an unparsable URL is reported by whoever opens it
-            database = self.settings.resolved_database_url
+        database = masked_url(self.settings.resolved_database_url)
         line = (
             f"deployment: {self.name} (home {self.settings.home}; "
             f"broker {self.settings.kafka_bootstrap}; database {database})"
