@@ -27,6 +27,7 @@ EXPERIMENTS = (
     "crc",
     "codecs",
     "cluster",
+    "broker_cost",
 )
 
 
@@ -48,7 +49,7 @@ def main() -> int:
             continue
         d = json.loads(path.read_text())
         met = "yes" if d.get("meets_target") else "**no**"
-        if d.get("target") is None:  # reported, not targeted
+        if d.get("target") is None or d.get("meets_target") is None:  # reported, not targeted
             met = "-"
         unit = f" ({d['unit']})" if d.get("unit") else ""
         print(
