@@ -97,3 +97,12 @@ def test_stream_list_reads_the_running_clusters_postgres_database(
     finally:
         engine.dispose()
     assert not (tmp_path / "flowctl.db").exists()
+
+
+def test_the_markers_are_pid_files_the_cluster_writes(tmp_path: Path) -> None:
+    from flowctl.services.cluster import all_daemons
+    from flowctl.services.deployment import CLUSTER_MARKERS
+
+    layout = ClusterLayout(home=tmp_path)
+    written = {d.pid_file.name for d in all_daemons(layout)}
+    assert set(CLUSTER_MARKERS) <= written
