@@ -29,6 +29,7 @@ EXPERIMENTS = (
     "crc",
     "codecs",
     "cluster",
+    "broker_cost",
 )
 
 
@@ -60,7 +61,7 @@ def main() -> int:
             continue
         d = json.loads(path.read_text())
         met = "yes" if d.get("meets_target") else "**no**"
-        if d.get("target") is None:  # reported, not targeted
+        if d.get("target") is None or d.get("meets_target") is None:  # reported, not targeted
             met = "-"
         unit = f" ({d['unit']})" if d.get("unit") else ""
         print(

@@ -64,6 +64,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser, nested: bool = False
     )
 
 
+def named_settings(args: argparse.Namespace) -> set[str]:
+    """The Settings fields this command line gives explicitly (by a flag)."""
+    return {f for flag, f in _SETTINGS_FLAGS.items() if getattr(args, flag, None) is not None}
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """``Settings.from_env()`` with the command-line flags applied on top."""
     settings = Settings.from_env()

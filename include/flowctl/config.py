@@ -46,7 +46,7 @@ class Settings:
     kafka_port: int = 9092
     tansu_storage: str = "memory"  # "memory" or "s3"
     tansu_s3_url: str = "s3://tansu/"
-    s3_port: int = 9000  # the local S3 server of durable mode
+    s3_port: int = 9000  # the local (moto) S3 server of Tansu's S3 mode
     memcached_port: int = 11211
     memcached_memory_mb: int = 256
     database_url: str = ""  # empty: SQLite file in ``home``
@@ -63,7 +63,7 @@ class Settings:
         ``<project>/.flowctl``), ``FLOWCTL_HOST`` (bind address, default
         127.0.0.1), ``FLOWCTL_KAFKA_PORT`` (9092), ``FLOWCTL_TANSU_STORAGE``
         (``memory`` or ``s3``), ``FLOWCTL_TANSU_S3_URL`` (``s3://tansu/``),
-        ``FLOWCTL_S3_PORT`` (9000; the local S3 server of durable mode),
+        ``FLOWCTL_S3_PORT`` (9000; the local moto S3 server of Tansu's S3 mode),
         ``FLOWCTL_MEMCACHED_PORT`` (11211), ``FLOWCTL_MEMCACHED_MEMORY_MB``
         (256), ``FLOWCTL_DATABASE_URL`` (any SQLAlchemy URL; default a SQLite
         file in the home), ``FLOWCTL_SPARK_MASTER`` (``local[2]``),

@@ -157,6 +157,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings_from_args(args)
 
 
+def _target_settings(args: argparse.Namespace) -> Settings:
+    """Settings of the deployment that is up (the process cluster if its files say so, else
+    the embedded platform; flags and ``FLOWCTL_*`` variables win); named in one line on
+    stderr, so stdout stays the command's answer."""
+    from flowctl.cli_settings import named_settings
+    from flowctl.services.deployment import choose, explicit_fields
+
+    deployment = choose(_settings(args), explicit_fields(named_settings(args)))
+    print(deployment.describe(), file=sys.stderr, flush=True)
+    return deployment.settings
+
+
 def _say(message: str) -> None:
     print(message, flush=True)
 
@@ -201,7 +213,7 @@ def _ingest(args: argparse.Namespace) -> int:
     """Load seeded synthetic input (--lines, --seed; the pipeline's own generator) or a file."""
     from flowctl.ingest import IngestRequest, ingest
 
-    settings = _settings(args)
+    settings = _target_settings(args)
     try:
         request = IngestRequest.parse(
             pipeline=args.pipeline,
@@ -232,7 +244,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _plane(args: argparse.Namespace) -> ControlPlane:
     from flowctl.adapters.control_plane import ControlPlane
 
-    plane = ControlPlane(_settings(args).resolved_database_url)
+    plane = ControlPlane(_target_settings(args).resolved_database_url)
     plane.ensure_schema()
     return plane
 
@@ -303,7 +315,7 @@ def _stream_counts(args: argparse.Namespace) -> int:
     from flowctl.pipelines.sinks import result_store
 
     config = load_pipeline_config(args.pipeline)
-    engine = engine_for(_settings(args).resolved_database_url)
+    engine = engine_for(_target_settings(args).resolved_database_url)
     with engine.connect() as conn:
         stored = dict(result_store(config).stored(conn, config.name))
     if all(isinstance(v, int) for v in stored.values()):  # a count per key (word count)

@@ -1,4 +1,5 @@
-"""The broker restarted: Tansu in durable mode, its log in a local (moto) S3."""
+"""The broker restarted: Tansu in S3 mode, its log in a local (moto) S3 (survives a broker
+restart, not a restart of moto)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ pytestmark = [
 def durable_settings(
     flowctl_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Settings]:
-    """A private durable Tansu (log in a local moto S3) beside the session's memcached."""
-    pytest.importorskip("moto.server", reason="moto[server] not installed (durable mode's S3)")
+    """A private Tansu on S3 (log in a local moto S3) beside the session's memcached."""
+    pytest.importorskip("moto.server", reason="moto[server] not installed (Tansu's S3 mode)")
     for name in ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name, raising=False)
     settings = dataclasses.replace(
@@ -66,4 +67,4 @@ def test_broker_restarted_durable_tansu_on_s3(
     with run.feeding():
         time.sleep(3.0)
     run.settle(job, "faulttansu-blue-1")
-    check(run, "broker restarted (durable Tansu on S3)", spark, tallies)
+    check(run, "broker restarted (Tansu on a local moto S3)", spark, tallies)

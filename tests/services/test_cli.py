@@ -71,6 +71,7 @@ def test_console_script_up_status_down(tmp_path: Path) -> None:
             "detail",
         ]
         assert f"{rows['tansu']['pid']}" in table.stdout
+        assert "log: in Tansu's memory, NOT durable" in table.stdout.splitlines()[-1]
 
         down = _flowctl(env, "services", "down")
         assert down.returncode == 0, down.stderr

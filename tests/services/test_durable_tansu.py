@@ -1,4 +1,5 @@
-"""Durable Tansu: records survive a broker restart when stored in (local moto) S3."""
+"""Tansu on S3: records survive a broker restart when stored in (local moto) S3 (not a
+restart of moto, which keeps them in memory)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def durable_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     # moto[server] is an optional extra: without it this mode is not available at all.
-    pytest.importorskip("moto.server", reason="moto[server] not installed (durable mode's S3)")
+    pytest.importorskip("moto.server", reason="moto[server] not installed (Tansu's S3 mode)")
     for name in ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(s3.PORT_ENV, str(free_port()))
@@ -60,8 +61,10 @@ def _read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
 
 def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
     manager.up(durable_settings, only="tansu")  # pulls in the local S3 store
-    states = {s.name: s.state for s in manager.status(durable_settings)}
+    rows = {s.name: s for s in manager.status(durable_settings)}
+    states = {name: row.state for name, row in rows.items()}
     assert states["s3"] == UP and states["tansu"] == UP
+    assert rows["s3"].detail.endswith("moto, in memory: not durable")  # a test double of S3
     bootstrap = durable_settings.kafka_bootstrap
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)

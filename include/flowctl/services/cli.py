@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from flowctl.cli_settings import add_settings_arguments, settings_from_args
 from flowctl.services import manager
 from flowctl.services.base import ServiceStatus
+from flowctl.services.s3 import durability
 
 COLUMNS = ("service", "state", "pid", "address", "detail")
 
@@ -79,9 +80,11 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    rows = manager.status(settings_from_args(args), only=args.only)
+    settings = settings_from_args(args)
+    rows = manager.status(settings, only=args.only)
     if args.json:
         _emit(args, [], rows)
     else:
         print(format_table(rows))
+        print(durability(settings))
     return 1 if args.check and not all(r.ok for r in rows) else 0

@@ -2,8 +2,9 @@
 
 What runs (see :mod:`flowctl.services.cluster_layout` for ports and commands):
 
-- the embedded services of ``flowctl services`` in durable mode (Tansu on its
-  S3 store, memcached) and PostgreSQL databases of their own on the local server
+- the embedded services of ``flowctl services`` in S3 mode (Tansu on an S3 store:
+  a local moto server, in memory and not durable, unless ``AWS_ENDPOINT`` names a
+  real S3; memcached) and PostgreSQL databases of their own on the local server
   (results and control plane; Airflow's metadata);
 - Redis, the Celery broker: the one answering at the layout's URL, else a
   ``redis-server`` of our own;

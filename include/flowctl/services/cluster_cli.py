@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "cluster",
         help="run the distributed deployment (Spark standalone, split Airflow) as processes",
         description=(
-            "Start, stop and inspect the process cluster: durable Tansu, memcached, "
+            "Start, stop and inspect the process cluster: Tansu on S3 (moto, in memory, "
+            "unless AWS_ENDPOINT names a real S3), memcached, "
             "PostgreSQL databases, Redis, a Spark master + 2 workers, and Airflow's "
             "api-server, scheduler, dag-processor, triggerer and 2 Celery workers."
         ),
@@ -64,10 +65,13 @@ def _down(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from flowctl.services import cluster
     from flowctl.services.cli import format_table
+    from flowctl.services.s3 import durability
 
-    rows = cluster.status(_layout(args))
+    layout = _layout(args)
+    rows = cluster.status(layout)
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
         print(format_table(rows))
+        print(durability(layout.settings))
     return 1 if args.check and not all(r.ok for r in rows) else 0

@@ -116,7 +116,8 @@ class ClusterLayout:
 
     @property
     def settings(self) -> Settings:
-        """The platform settings of this cluster: durable Tansu, PostgreSQL, Spark standalone."""
+        """The platform settings of this cluster: Tansu on S3 (moto unless ``AWS_ENDPOINT``
+        names a real S3), PostgreSQL, Spark standalone."""
         return Settings(
             home=self.home,
             host=self.host,

@@ -1,7 +1,7 @@
 """Bring the embedded services up and down together, in dependency order.
 
 The database comes first (it is only checked), then memcached, then the S3
-store (durable Tansu only), then Tansu; ``down`` goes in reverse. Each step
+store (Tansu's S3 mode only), then Tansu; ``down`` goes in reverse. Each step
 logs what happened and how long it took, so ``flowctl services up`` explains
 itself.
 """
@@ -32,7 +32,7 @@ NAMES: tuple[str, ...] = tuple(SERVICES)
 
 
 def _in_use(settings: Settings, name: str) -> bool:
-    """s3 matters only for durable Tansu (or while a local one is still running)."""
+    """s3 matters only for Tansu's S3 mode (or while a local one is still running)."""
     if name != "s3":
         return True
     return settings.tansu_storage == "s3" or (run_dir(settings) / f"{name}.pid").exists()
@@ -48,7 +48,7 @@ def _select(
     if unknown:
         raise ServiceError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
     if starting and "tansu" in wanted and settings.tansu_storage == "s3":
-        wanted.add("s3")  # durable Tansu cannot start without its store
+        wanted.add("s3")  # Tansu's S3 mode cannot start without its store
     return [svc for name, svc in SERVICES.items() if name in wanted]
 
 
@@ -97,5 +97,5 @@ def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[st
 
 
 def status(settings: Settings, only: Iterable[str] | str | None = None) -> list[ServiceStatus]:
-    """The state of every selected service (db, memcached, tansu; s3 in durable mode)."""
+    """The state of every selected service (db, memcached, tansu; s3 in S3 mode)."""
     return [svc.status(settings) for svc in _select(settings, only)]

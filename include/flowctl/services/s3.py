@@ -1,4 +1,4 @@
-"""The S3 endpoint behind Tansu's durable mode (``FLOWCTL_TANSU_STORAGE=s3``).
+"""The S3 endpoint behind Tansu's S3 mode (``FLOWCTL_TANSU_STORAGE=s3``).
 
 Tansu stores its log in an S3 bucket through the standard ``AWS_*``
 variables. If ``AWS_ENDPOINT`` is set, that endpoint (MinIO, AWS, ...) is
@@ -6,12 +6,14 @@ used as is and only checked. Otherwise, when ``moto[server]`` is installed, a
 local moto S3 server is started on ``FLOWCTL_S3_PORT`` (default 9000) and the
 bucket of ``FLOWCTL_TANSU_S3_URL`` is created in it. moto keeps objects in its
 own memory: topics survive Tansu restarts (``down --only tansu`` / ``up``) and
-crashes, but not a restart of the S3 server itself (a full ``down``); point
-``AWS_ENDPOINT`` at a real S3 or MinIO for data that must outlive everything.
+crashes, but not a restart of the S3 server itself (a full ``down``): moto is a test
+double of S3, and a log in it is not durable. Point ``AWS_ENDPOINT`` at a real S3 or
+MinIO for data that must outlive everything (:func:`durability` says which holds).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -59,6 +61,32 @@ def moto_available() -> bool:
     return (
         importlib.util.find_spec("moto") is not None
         and importlib.util.find_spec("flask") is not None
+    )
+
+
+def durability(settings: Settings) -> str:
+    """One line saying where the broker's log lives and whether it survives a full ``down``:
+    only a real S3 endpoint the operator names (``AWS_ENDPOINT``) makes Tansu's log durable;
+    moto and the memory engine keep it in a process's memory."""
+    if settings.kafka_bootstrap_servers:
+        return (
+            f"log: in the external Kafka at {settings.kafka_bootstrap_servers}; "
+            "durable as that cluster is"
+        )
+    if settings.tansu_storage != "s3":
+        return (
+            "log: in Tansu's memory, NOT durable (lost when Tansu stops); durability: "
+            "docker-compose's Apache Kafka, or FLOWCTL_TANSU_STORAGE=s3 with AWS_ENDPOINT "
+            "naming a real S3"
+        )
+    endpoint = external_endpoint()
+    if endpoint:
+        return f"log: in the S3 bucket {bucket(settings)!r} at {endpoint}; durable as that store is"
+    return (
+        f"log: in moto's memory (a test double of S3 at {local_endpoint(settings)}), NOT "
+        "durable: it survives a Tansu restart, not `down`; durability: docker-compose's "
+        "Apache Kafka, or AWS_ENDPOINT (+ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_DEFAULT_REGION) naming a real S3"
     )
 
 
@@ -155,4 +183,6 @@ class S3Service:
             return ServiceStatus(NAME, EXTERNAL, None, endpoint, "external S3")
         if settings.tansu_storage != "s3" and daemon(settings).running() is None:
             return ServiceStatus(NAME, DOWN, None, local_endpoint(settings), "not used")
-        return daemon(settings).status()
+        status = daemon(settings).status()
+        note = "moto, in memory: not durable"
+        return dataclasses.replace(status, detail=f"{status.detail}; {note}".lstrip("; "))

