@@ -159,13 +159,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _target_settings(args: argparse.Namespace) -> Settings:
     """Settings of the deployment that is up (the process cluster if its files say so, else
-    the embedded platform; flags and ``FLOWCTL_*`` variables win); named in one line on
-    stderr, so stdout stays the command's answer."""
+    the embedded platform; flags and ``FLOWCTL_*`` variables win). The cluster is named in
+    one line on stderr (stdout stays the command's answer); the embedded platform, the
+    default, is not, so that an error stays one line."""
     from flowctl.cli_settings import named_settings
     from flowctl.services.deployment import choose, explicit_fields
 
     deployment = choose(_settings(args), explicit_fields(named_settings(args)))
-    print(deployment.describe(), file=sys.stderr, flush=True)
+    if deployment.name != "embedded":
+        print(deployment.describe(), file=sys.stderr, flush=True)
     return deployment.settings
 
 
@@ -213,7 +215,6 @@ def _ingest(args: argparse.Namespace) -> int:
     """Load seeded synthetic input (--lines, --seed; the pipeline's own generator) or a file."""
     from flowctl.ingest import IngestRequest, ingest
 
-    settings = _target_settings(args)
     try:
         request = IngestRequest.parse(
             pipeline=args.pipeline,
@@ -226,6 +227,7 @@ def _ingest(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ServiceError(str(exc)) from None
+    settings = _target_settings(args)  # named once the request is known to be good
     total = request.lines if request.source == "synthetic" else None
 
     def progress(n: int) -> None:
