@@ -133,7 +133,8 @@ def lost_ranges(
             old_end = max((seen_ends or {}).get(p, 0), position)
             detail = (
                 f"the log ends at {end}, below the position {position} the topology had "
-                f"reached (the topic was deleted and recreated, or the broker's log was reset)"
+                f"reached (start offset {position} is past the log end {end}: the topic was "
+                f"deleted and recreated, or the broker's log was reset)"
             )
             out.append(LostRange(topic, p, checkpoint, old_end, LossKind.LOG_RESET, detail))
             continue
