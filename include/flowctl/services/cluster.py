@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
@@ -300,7 +301,9 @@ def ship_code(layout: ClusterLayout) -> str:
     from flowctl.services.shipping import build_zip, spark_defaults, write_spark_defaults
 
     zip_path = build_zip(layout.home / "dist")
-    properties = spark_defaults(zip_path, executor_memory=layout.executor_memory, cores_max=WORKERS)
+    properties = spark_defaults(
+        zip_path, executor_memory=layout.executor_memory, cores_max=DEFAULT_PLAN.stream_cores
+    )
     conf = write_spark_defaults(layout.spark_conf_dir, properties)
     return f"code: {zip_path} shipped to the executors by {conf}"
 

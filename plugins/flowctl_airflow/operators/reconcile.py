@@ -5,6 +5,10 @@ Airflow connections into the job's environment (as the stream operator does).
 The job exits 3 and prints the first differing keys when the stored results
 differ from the reference of the durable Kafka log, which fails this task
 loudly; the differences are in the task log (the Spark driver's log).
+
+On a Spark cluster it takes the batch share of the slot plan
+(:mod:`flowctl.core.slot_plan`): without a ``spark.cores.max`` of its own it
+asked for a stream's share and, beside a stream and its green, got no executor.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
+from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.operators.stream import SPARK_JOBS_DIR
@@ -92,6 +97,8 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
             setattr(self, name, number)
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
+        # The batch share of the slot plan; a local master ignores it. ``conf`` overrides.
+        self.conf = {"spark.cores.max": str(DEFAULT_PLAN.batch_cores), **(self.conf or {})}
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,
