@@ -14,8 +14,8 @@ the same time always fit:
   over both; its lanes are tasks, and more lanes than cores run in turns;
 - a batch job (reconcile) takes :attr:`SlotPlan.batch_cores`;
 - at most :attr:`SlotPlan.streams_at_once` streams of a pipeline run at once: the
-  ACTIVE one, a warm standby, and the green of a rescale to another parallelism (which
-  cannot take the standby), or after the switch the draining blue and the next standby;
+  ACTIVE one, a warm standby, and a green started beside it (a replacement takes the
+  standby as green when it can; the next standby starts only once blue has stopped);
 - at most :attr:`SlotPlan.batch_at_once` batch jobs.
 
 The cluster's layout (``flowctl.services.cluster_layout``) and the compose file take
