@@ -81,3 +81,14 @@ def test_purge_with_the_server_unreachable_deletes_nothing(tmp_path: Path) -> No
     with pytest.raises(ServiceError, match=r"127\.0\.0\.1:1.*nothing deleted"):
         purge(layout)
     assert layout.path.exists()
+
+
+def test_only_down_takes_purge_and_it_is_off_unless_given() -> None:
+    from flowctl import cli
+
+    parser = cli.build_parser()
+    assert parser.parse_args(["cluster", "down"]).purge is False
+    assert parser.parse_args(["cluster", "down", "--purge"]).purge is True
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["cluster", "up", "--purge"])
+    assert exc.value.code == 2
