@@ -60,7 +60,9 @@ def _active_run(c: Cluster, plane: ControlPlane) -> str:
 def test_cluster_down_with_a_stuck_topology_closes_its_run(process_cluster: Cluster) -> None:
     c = process_cluster
     c.api.wait_for_dag(STREAM, timeout=120.0)
-    run_id = _active_run(c, ControlPlane(c.url))
+    plane = ControlPlane(c.url)
+    plane.ensure_schema()  # run alone, no topology has created the tables yet
+    run_id = _active_run(c, plane)
     task_pid = int(c.api.task_instance(STREAM, run_id, "topology")["pid"])
     commands = {pid: proc_cmdline(pid) or () for pid in process_tree(task_pid)}
     drivers = [  # the driver's Python process, a child of spark-submit's JVM
