@@ -4,18 +4,21 @@ On a standalone master an application whose cores are all taken gets no executor
 and waits; Spark's only word on it is a WARN of TaskSchedulerImpl (``Initial job has
 not accepted any resources``), and only once a job has been submitted. A stream that
 waited so, or a reconcile beside a stream and its green, looked like a slow start in
-its task log for minutes (issue 28). :class:`ExecutorWatch` counts the application's
-executors from the driver (``SparkStatusTracker.getExecutorInfos``, which lists the
-driver too) from the session's start, and logs a WARNING after
+its task log for minutes. :class:`ExecutorWatch` counts the application's executors
+from the driver's own monitoring REST API (``/api/v1/applications/<id>/executors`` on
+``SparkContext.uiWebUrl``, which lists the driver too) from the session's start, and logs
+a WARNING after
 :data:`WARN_AFTER_S` without one, again every :data:`WARN_AFTER_S` while it lasts,
 and one INFO line once executors came. A local master has no such wait: no watch.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -92,16 +95,24 @@ class ExecutorWatch:
         self.done.set()
 
 
-def executor_count(spark: Any) -> int:
-    """Executors registered with the driver of ``spark`` (the driver not counted), by the
-    JVM's public ``SparkStatusTracker`` (PySpark's StatusTracker does not have it)."""
-    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
-    return max(len(infos) - 1, 0)
+def executor_count(ui_url: str, app_id: str, timeout_s: float = 5.0) -> int:
+    """Executors registered with the driver whose web UI is ``ui_url`` (the driver not
+    counted), from Spark's monitoring REST API: public and documented, where PySpark's
+    ``StatusTracker`` has no executor list."""
+    url = f"{ui_url.rstrip('/')}/api/v1/applications/{app_id}/executors"
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        executors = json.load(response)
+    return sum(1 for e in executors if e.get("id") != "driver")
 
 
 def watch_session(spark: Any) -> ExecutorWatch | None:
     """Start an :class:`ExecutorWatch` on ``spark``'s application unless its master is local."""
-    master = spark.sparkContext.master
+    sc = spark.sparkContext
+    master = sc.master
     if master.startswith("local"):
         return None
-    return ExecutorWatch(lambda: executor_count(spark), master, time.monotonic()).start()
+    ui_url, app_id = sc.uiWebUrl, sc.applicationId
+    if not ui_url:  # spark.ui.enabled=false: no monitoring API to ask
+        log.info("no Spark web UI: the driver cannot say whether it waits for executors")
+        return None
+    return ExecutorWatch(lambda: executor_count(ui_url, app_id), master, time.monotonic()).start()
