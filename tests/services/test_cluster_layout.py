@@ -66,3 +66,16 @@ def test_a_launcher_that_execs_its_program_still_matches() -> None:
     assert _matches(java, argv)
     assert not _matches(("/usr/bin/java", "org.x.Master", "--port", "8"), argv)
     assert not _matches(java, ("/bin/other", "org.x.Master", "--port", "7"))
+
+
+def test_the_layout_sizes_its_workers_by_the_slot_plan(tmp_path: Path) -> None:
+    from flowctl.core.slot_plan import DEFAULT_PLAN
+    from flowctl.services.cluster_layout import WORKERS
+
+    layout = ClusterLayout(home=tmp_path)
+    assert DEFAULT_PLAN.workers == WORKERS
+    assert layout.worker_cores * WORKERS >= DEFAULT_PLAN.cores_needed()
+    argv = layout.worker_argv(1)
+    assert argv[argv.index("--cores") + 1] == str(DEFAULT_PLAN.worker_cores())
+    assert argv[argv.index("--memory") + 1] == f"{DEFAULT_PLAN.worker_memory_mb()}m"
+    assert layout.executor_memory == f"{DEFAULT_PLAN.executor_memory_mb}m"

@@ -22,7 +22,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "adapters": frozenset({"core"}),
     "pipelines": frozenset({"core", "adapters", TOP}),
     "spark": frozenset({"core", "adapters", "pipelines", TOP}),
-    "services": frozenset({"adapters", TOP}),
+    "services": frozenset({"core", "adapters", TOP}),
     "sim": frozenset({"core"}),
     "plugins": frozenset({"core", "adapters", "pipelines", TOP}),
     TOP: frozenset({"core", "adapters", "pipelines", "services", TOP}),

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
@@ -301,7 +302,9 @@ def ship_code(layout: ClusterLayout) -> str:
     from flowctl.services.shipping import build_zip, spark_defaults, write_spark_defaults
 
     zip_path = build_zip(layout.home / "dist")
-    properties = spark_defaults(zip_path, executor_memory=layout.executor_memory, cores_max=WORKERS)
+    properties = spark_defaults(
+        zip_path, executor_memory=layout.executor_memory, cores_max=DEFAULT_PLAN.stream_cores
+    )
     conf = write_spark_defaults(layout.spark_conf_dir, properties)
     return f"code: {zip_path} shipped to the executors by {conf}"
 
@@ -385,16 +388,53 @@ def all_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
     return [redis_daemon(layout), *spark_daemons(layout), *airflow_daemons(layout)]
 
 
-def down(layout: ClusterLayout) -> list[str]:
-    """Stop the live topologies by their ``stop`` signal, then every process of the cluster,
-    Airflow first; the databases stay."""
+#: Seconds ``down`` gives the scheduler to close the runs of cleanly stopped topologies.
+RUNS_CLOSE_WAIT_S = 30.0
+
+
+def close_open_runs(layout: ClusterLayout, say: Callable[[str], None]) -> None:
+    """Leave no Airflow run ``queued`` or ``running`` (see :mod:`flowctl.services.airflow_runs`).
+
+    A stream stopped by its signal ends its task, and the scheduler closes the run on its
+    next loop (success); a run still open after :data:`RUNS_CLOSE_WAIT_S` (a topology
+    that did not stop, a task waiting for resources) is marked ``failed`` with a note, as
+    ``flowctl demo down`` does: the stop is about to kill its task.
+    """
+    from flowctl.services.airflow_runs import close_runs
+
+    api = next(d for d in airflow_daemons(layout) if d.name == "airflow-api-server")
+    if api.running() is None:
+        say("airflow api-server is not running: open DAG runs not checked")
+        return
+    note = "closed by `flowctl cluster down`: the cluster stopped before the run finished"
+    try:
+        closed = close_runs(layout.settings, wait_s=RUNS_CLOSE_WAIT_S, note=note)
+    except ServiceError as exc:
+        say(f"could not close the open DAG runs: {exc}")
+        return
+    for dag_id, run_id in closed:
+        say(f"run {dag_id} / {run_id} was still open: marked failed")
+
+
+def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
+    """Stop the live topologies by their ``stop`` signal, close the open DAG runs, then stop
+    every process of the cluster, Airflow first. The databases and the state dir stay
+    unless ``purge`` (:mod:`flowctl.services.cluster_purge`)."""
     from flowctl.services.stopping import stop_topologies
 
     t0 = time.monotonic()
     messages: list[str] = []
     stop_topologies(layout.settings, messages.append, timeout=60.0)
+    close_open_runs(layout, messages.append)
     messages += [d.down() for d in reversed(all_daemons(layout))]
     messages += manager.down(layout.settings)
+    if purge:
+        from flowctl.services.cluster_purge import purge as purge_state
+
+        left = [f"{r.name} (pid {r.pid})" for r in status(layout) if r.pid]
+        if left:
+            raise ServiceError(f"purge refused: still running after down: {', '.join(left)}")
+        messages += purge_state(layout)
     messages.append(f"cluster down in {time.monotonic() - t0:.1f} s")
     return messages
 

@@ -25,12 +25,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     for name, func, text in (
         ("up", _up, "start the cluster (no-op for what already runs)"),
-        ("down", _down, "stop every process of the cluster (the databases stay)"),
+        ("down", _down, "stop every process of the cluster (the databases stay unless --purge)"),
         ("status", _status, "show each process's state"),
     ):
         sub = actions.add_parser(name, help=text, description=text)
         sub.add_argument("--home", help="state dir (FLOWCTL_HOME)")
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "down":
+            sub.add_argument(
+                "--purge",
+                action="store_true",
+                help="also drop the cluster's databases and delete its state dir "
+                "(logs, work dirs, Airflow home); without it both stay for the next up",
+            )
         if name == "status":
             sub.add_argument(
                 "--check", action="store_true", help="exit 1 unless every process is up"
@@ -57,7 +64,7 @@ def _up(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     from flowctl.services import cluster
 
-    for message in cluster.down(_layout(args)):
+    for message in cluster.down(_layout(args), purge=args.purge):
         print(message)
     return 0
 

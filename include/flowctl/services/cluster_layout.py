@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowctl.config import Settings
+from flowctl.core.slot_plan import DEFAULT_PLAN
 
 #: docker-compose.yaml service -> the process cluster's component that plays its part.
 COMPOSE_SERVICES: dict[str, str] = {
@@ -53,7 +54,7 @@ COMPOSE_ONLY_ENV: dict[str, str] = {
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-WORKERS = 2  # Spark workers, and Celery workers: one of each per compose "node"
+WORKERS = DEFAULT_PLAN.workers  # Spark workers, and Celery workers: one of each per compose "node"
 LAYOUT_FILE = "cluster.json"
 
 
@@ -89,11 +90,12 @@ class ClusterLayout:
     postgres_url: str = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
     flowctl_db: str = "flowctl_cluster"
     airflow_db: str = "airflow_cluster"
-    #: Slots per Spark worker: blue and green each hold one executor per worker
-    #: during a replacement, so a worker offers two (see docs/deployment.md).
-    worker_cores: int = 2
-    worker_memory: str = "1g"
-    executor_memory: str = "512m"
+    #: Slots per Spark worker, from the slot plan (flowctl.core.slot_plan): each stream
+    #: holds one single-core executor per worker, and the streams and the reconcile that
+    #: may run at once must all fit (see docs/deployment.md).
+    worker_cores: int = DEFAULT_PLAN.worker_cores()
+    worker_memory: str = f"{DEFAULT_PLAN.worker_memory_mb()}m"
+    executor_memory: str = f"{DEFAULT_PLAN.executor_memory_mb}m"
     celery_concurrency: int = 4
     #: Extra environment for every Airflow component (e.g. FLOWCTL_PIPELINES_DIR).
     extra_env: Mapping[str, str] = field(default_factory=dict)

@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.slot_plan import DEFAULT_PLAN
 
 PACKAGE_DIR = PROJECT_ROOT / "include" / "flowctl"
 ZIP_NAME = "flowctl.zip"
@@ -56,8 +57,8 @@ def spark_defaults(
         "spark.submit.pyFiles": str(py_files),
         # The executors' Python: an interpreter with flowctl's dependencies (not flowctl).
         "spark.pyspark.python": python,
-        # One single-core executor per worker: an application spreads over both workers
-        # and leaves a slot on each for a second one (blue and green side by side).
+        # Single-core executors, ``cores_max`` of them: a stream's share of the slot plan
+        # (flowctl.core.slot_plan), one per worker; a batch job asks for fewer itself.
         "spark.executor.cores": "1",
         "spark.cores.max": str(cores_max),
         "spark.executor.memory": executor_memory,
@@ -83,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("conf_dir", type=Path, help="SPARK_CONF_DIR of the drivers")
     parser.add_argument("dist_dir", type=Path, help="where flowctl.zip is written")
     parser.add_argument("--executor-memory", default="512m")
-    parser.add_argument("--cores-max", type=int, default=2)
+    parser.add_argument(
+        "--cores-max",
+        type=int,
+        default=DEFAULT_PLAN.stream_cores,
+        help="cores of an application that asks for no other number (a stream's share)",
+    )
     parser.add_argument("--python", default=sys.executable, help="the executors' Python")
     args = parser.parse_args(argv)
     zip_path = build_zip(args.dist_dir)

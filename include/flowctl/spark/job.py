@@ -40,6 +40,7 @@ from typing import Any
 from flowctl.config import Settings
 from flowctl.core.log_pacing import QUIET_EVERY_S
 from flowctl.pipelines.health_callback import HealthCallback
+from flowctl.spark.executor_watch import watch_session
 from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import (  # re-exported: the job's command line
     COLOURS,
@@ -97,6 +98,8 @@ def build_session(app_name: str) -> Any:
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         "org.apache.spark.scheduler.DAGScheduler", jvm.org.apache.logging.log4j.Level.ERROR
     )
+    # On a cluster, a job that gets no executor says so (flowctl.spark.executor_watch).
+    watch_session(spark)
     return spark
 
 

@@ -9,6 +9,10 @@ older than ``stall_minutes`` and no checkpoint moved within it): either fails
 this task loudly, the reason in the task log (the Spark driver's log), which is
 as quiet as the stream task's: Spark's start-up lines are left out, each line
 has one timestamp and its own level (``driver_log``).
+
+On a Spark cluster it takes the batch share of the slot plan
+(:mod:`flowctl.core.slot_plan`): without a ``spark.cores.max`` of its own it
+asked for a stream's share and, beside a stream and its green, got no executor.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
+from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.operators.driver_log import DriverLogHook, quiet_driver_conf
@@ -110,7 +115,9 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
             raise ValueError(f"stall_minutes={self.stall_minutes!r} must be a number > 0")
         self.stall_minutes = minutes
         self.env_vars = {**(self.env_vars or {}), **self._job_env()}
-        self.conf = quiet_driver_conf(self.conf, DRIVER_LOG4J)
+        # The batch share of the slot plan (a local master ignores it); ``conf`` overrides.
+        conf = {"spark.cores.max": str(DEFAULT_PLAN.batch_cores), **(self.conf or {})}
+        self.conf = quiet_driver_conf(conf, DRIVER_LOG4J)
         self.application_args = [
             "--pipeline-config",
             self.pipeline_config or self.pipeline,

@@ -1,0 +1,83 @@
+"""``cluster down`` with a stuck topology: it stops anyway and leaves no Airflow run open.
+
+The last test of the package (files run in name order): it takes the cluster down
+itself, and the fixture's own ``down`` then finds nothing to stop. The topology is
+made stuck the hard way: its Python driver is frozen (SIGSTOP), so it neither reads
+its stop signal nor ends its task, as a driver caught in a micro-batch of minutes or
+waiting for executors would not in time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from flowctl.adapters.control_plane import ControlPlane
+from flowctl.services import cluster
+from flowctl.services.process import proc_cmdline, process_tree
+from tests.cluster.conftest import PIPELINE, Cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.integration]
+
+STREAM = f"stream_{PIPELINE}"
+
+
+def _open_runs(c: Cluster) -> list[tuple[str, str, str]]:
+    """(dag_id, run_id, state) of every queued or running run, in the metadata DB."""
+    engine = sa.create_engine(c.layout.database_url(c.layout.airflow_db))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT dag_id, run_id, state FROM dag_run WHERE state IN ('queued', 'running')"
+                )
+            )
+            return [tuple(r) for r in rows]  # type: ignore[misc]
+    finally:
+        engine.dispose()
+
+
+def _active_run(c: Cluster, plane: ControlPlane) -> str:
+    """The airflow run id of the pipeline's ACTIVE topology; one is started if none is."""
+    active = plane.topologies(PIPELINE, states=["ACTIVE"])
+    if not active:
+        c.api.unpause(STREAM)
+        c.api.trigger(STREAM, "stuck-1", {"parallelism": 2, "colour": "blue"})
+    deadline = time.monotonic() + 240.0
+    while not active and time.monotonic() < deadline:
+        time.sleep(2.0)
+        active = plane.topologies(PIPELINE, states=["ACTIVE"])
+    assert active, "no topology became ACTIVE within 240 s"
+    run_id = active[0].airflow_run_id
+    assert run_id is not None
+    return run_id
+
+
+def test_cluster_down_with_a_stuck_topology_closes_its_run(process_cluster: Cluster) -> None:
+    c = process_cluster
+    c.api.wait_for_dag(STREAM, timeout=120.0)
+    plane = ControlPlane(c.url)
+    plane.ensure_schema()  # run alone, no topology has created the tables yet
+    run_id = _active_run(c, plane)
+    task_pid = int(c.api.task_instance(STREAM, run_id, "topology")["pid"])
+    commands = {pid: proc_cmdline(pid) or () for pid in process_tree(task_pid)}
+    drivers = [  # the driver's Python process, a child of spark-submit's JVM
+        pid
+        for pid, argv in commands.items()
+        if argv and "python" in os.path.basename(argv[0]) and "spark_jobs" in " ".join(argv)
+    ]
+    assert drivers, f"no Python driver under the task process {task_pid}"
+    for pid in drivers:
+        os.kill(pid, signal.SIGSTOP)
+    pids = [r.pid for r in cluster.status(c.layout) if r.pid]
+
+    messages = cluster.down(c.layout)
+    print("\n".join(messages))
+
+    assert f"run {STREAM} / {run_id} was still open: marked failed" in messages
+    assert _open_runs(c) == []
+    assert [p for p in [*pids, *drivers] if proc_cmdline(p) is not None] == []
