@@ -206,7 +206,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
 
     def _overlapped(self, config: PipelineConfig) -> bool:
         """Whether this replacement overlaps (the operator's choice, else the config's)."""
-        from flowctl.pipelines.config import HANDOVERS
+        from flowctl.pipelines.config_sections import HANDOVERS
 
         mode = self.handover or config.scaling.handover
         if mode not in HANDOVERS:
