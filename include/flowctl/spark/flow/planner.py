@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from flowctl.core.backpressure import BackpressureChain, StageSpec
+from flowctl.core.backpressure_chain import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
 from flowctl.core.log_pacing import Tally
