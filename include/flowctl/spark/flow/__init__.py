@@ -10,6 +10,8 @@ docs/flow-control.md is the contract; this package is its Spark side, one module
   lanes and driver;
 - :mod:`~flowctl.spark.flow.planner`: :class:`FlowPlanner`, the spout's process side
   (Spark's long-lived source runner);
+- :mod:`~flowctl.spark.flow.planner_feedback`: the lanes' feedback, collected and applied
+  to the spout by the planner;
 - :mod:`~flowctl.spark.flow.planner_handover`: the planner's side of activation and of an
   overlapped handover;
 - :mod:`~flowctl.spark.flow.log_ends`: the Kafka log's end offsets as the planner reads
