@@ -21,11 +21,10 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
    replacement finds a standby again.
 
 Creating green's run is :mod:`.green_run`; the steps after green's run exists are
-:mod:`.replacement_steps`; with
-``deferrable`` every wait runs in the triggerer and the replacement holds no worker
-slot. At most one replacement per pipeline runs at a time: the event is opened
-(outcome ``running``) before anything is touched and a second operator that
-finds an earlier running event refuses with the id of the one in the way.
+:mod:`.replacement_steps`; with ``deferrable`` every wait runs in the triggerer and the
+replacement holds no worker slot. At most one replacement per pipeline runs at a time:
+the event is opened (outcome ``running``) before anything is touched and a second
+operator that finds an earlier running event refuses with the id of the one in the way.
 Any failure rolls back (``activate`` blue if it was deactivated, ``stop``
 green); killing the task does the same or, once green is ACTIVE, finishes
 forward: exactly one topology admits afterwards.
