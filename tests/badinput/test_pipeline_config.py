@@ -17,14 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowctl.pipelines.config import (
-    DISPATCH_POLICIES,
     PIPELINES_DIR,
-    RTT_MODES,
-    SCALING_POLICIES,
-    SOURCE_MODES,
     PipelineConfig,
     PipelineConfigError,
     load_pipeline_config,
+)
+from flowctl.pipelines.config_sections import (
+    DISPATCH_POLICIES,
+    RTT_MODES,
+    SCALING_POLICIES,
+    SOURCE_MODES,
 )
 
 PROPERTY = settings(max_examples=60, deadline=None)

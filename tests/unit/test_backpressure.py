@@ -10,16 +10,15 @@ from hypothesis import strategies as st
 
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.backpressure import (
-    BackpressureChain,
     ChannelError,
     LocalChannel,
     QueueMonitor,
     RateController,
     Signal,
-    StageSpec,
     WaterMarks,
     sensitivity,
 )
+from flowctl.core.backpressure_chain import BackpressureChain, StageSpec
 from flowctl.core.clock import FakeClock
 
 # --- C1 ------------------------------------------------------------------------------------

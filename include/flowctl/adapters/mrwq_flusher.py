@@ -55,6 +55,7 @@ from flowctl.adapters.applied import (
     replay_plan,
 )
 from flowctl.adapters.db import engine_for
+from flowctl.adapters.mrwq_flush_log import FlushLog
 from flowctl.adapters.mrwq_reports import DrainResult, FlushReport, GapReport
 from flowctl.adapters.mrwq_sink import (
     FlushStats,
@@ -66,7 +67,6 @@ from flowctl.adapters.mrwq_sink import (
 from flowctl.core.backoff import BackoffPolicy, FlumeBackoff, retry
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.flusher import FlusherSnapshot, FlushPolicy, FlushResult, Gap, MrwqFlusher
-from flowctl.core.log_pacing import Tally
 from flowctl.core.persistence import (
     Store,
     head_key,
@@ -192,7 +192,7 @@ class FlusherService:
         self._reported: Gap | None = None
         self.last_gap: GapReport | None = None
         self.last_error: BaseException | None = None
-        self._tally = Tally()
+        self._flush_log = FlushLog(self.namespace, self.clock)
         self.totals: dict[str, int] = {
             "flushes": 0,
             "items": 0,
@@ -353,41 +353,7 @@ class FlusherService:
         for name in ("items", "applied", "duplicates", "replayed", "dlq", "records"):
             self.totals[name] += getattr(s, name)
         self.last_error = None
-        # Every flush at DEBUG; a flush that replayed, deduplicated or dead-lettered is
-        # news (INFO at once); the rest are summed up at most once a minute (log_pacing).
-        notable = s.duplicates or s.replayed or s.dlq
-        log.log(
-            logging.INFO if notable else logging.DEBUG,
-            "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate, %d replayed, "
-            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
-            self.namespace,
-            s.items,
-            r.first_seq,
-            r.last_seq,
-            s.applied,
-            s.duplicates,
-            s.replayed,
-            s.dlq,
-            s.records,
-            s.rows,
-            report.duration_s,
-            r.pending,
-            r.trigger,
-            f"; {s.coalesced} applied range row(s) merged away" if s.coalesced else "",
-        )
-        due = self._tally.add(self.clock.now(), items=s.items, records=s.records)
-        if due is not None:
-            flushes, sums, seconds = due
-            log.info(
-                "MRWQ %s: flushed %d item(s), %d record(s) in %d flush(es) %s; to seq %d, queue %d",
-                self.namespace,
-                sums["items"],
-                sums["records"],
-                flushes,
-                f"in the last {seconds:.0f} s" if seconds else "(the first)",
-                r.last_seq,
-                r.pending,
-            )
+        self._flush_log.flushed(report)
 
     # -- gaps --
 

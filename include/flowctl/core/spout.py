@@ -18,7 +18,8 @@ InputPartition per lane. It combines the core pieces:
 * the :class:`~flowctl.core.checkpoint.AckLedger` keeps processed vs durable per Eden
   tuple (the durable view comes from the database's checkpoint, read by the adapter);
 * the :class:`~flowctl.core.replay.ReplayStateMachine` decides when the To replay topic is
-  read (before Eden) and when To and From swap (SPEC D).
+  read (before Eden) and when To and From swap (SPEC D); the spout's side of it (reading
+  To, committing replayed records once durable) is :mod:`flowctl.core.spout_replay`.
 
 Two kinds of fail take two paths here: a lane of this platform resolves most failures
 itself (the tuple's records go to the From replay topic, SPEC D), so such a fail shrinks
@@ -59,6 +60,8 @@ from .spout_contract import (
     ReportSummary,
     SpoutConfig,
 )
+from .spout_handover import SpoutHandover
+from .spout_replay import SpoutReplay
 from .tuples import TopicPartition, TupleRange
 from .window import AdaptiveWindow, LaneState
 
@@ -77,7 +80,7 @@ class _Flight:
     root: int
 
 
-class Spout:
+class Spout(SpoutReplay, SpoutHandover):
     """One topology's admission and dispatch state (see the module docstring).
 
     :param positions: per Eden partition, the first offset never cut (on a start: the end
@@ -318,19 +321,6 @@ class Spout:
             closed += 1
         return closed
 
-    def confirm_replays(self, epoch: str | None, head: int | None) -> int:
-        """The flusher's durable position (epoch, head) from the database: replayed records
-        whose MRWQ item lies below it are durable, so their replay offsets may be committed."""
-        if epoch is None or head is None:
-            return 0
-        done = [
-            tid for tid, (e, seq) in self._replay_unconfirmed.items() if e == epoch and seq < head
-        ]
-        for tid in done:
-            del self._replay_unconfirmed[tid]
-            self._replay_durable(TupleRange.parse_id(tid))
-        return len(done)
-
     # -- admission and dispatch --------------------------------------------------------------
 
     def plan(
@@ -400,47 +390,7 @@ class Spout:
         waiting.extend(self._retry)
         self._retry = waiting
 
-    def _plan_replays(
-        self,
-        out: list[Dispatch],
-        left: int,
-        replay_ends: Mapping[tuple[str, int], int],
-        now_epoch: float,
-    ) -> str:
-        """Up to ``left`` one-record tuples from To (swapping To and From when To is read
-        up); returns the From topic the lanes write this batch's failures to."""
-        from_topic = self._replay.from_topic
-        unread = sum(
-            max(0, end - self._replay.position(topic, partition))
-            for (topic, partition), end in replay_ends.items()
-        )
-        if left <= 0 or unread <= 0:  # with both replay topics read up, a swap changes nothing
-            return from_topic
-        read = self._replay.next_read(replay_ends, now_epoch, max_records=left)
-        from_topic = read.from_topic
-        if read.swapped:
-            _log.info(
-                "replay: To is read up; swapped: %s (%d record(s) to replay) is To, From is now %s",
-                read.topic if read.source == "to" else self._replay.to_topic,
-                unread,
-                read.from_topic,
-            )
-        if read.source != "to":
-            return from_topic
-        for partition, start, end in read.ranges:
-            for offset in range(start, end):
-                t = TupleRange(read.topic, partition, offset, offset + 1)
-                lane = self._choose(None)
-                if lane is None:  # cannot happen: ranges are bounded by the free slots
-                    raise RuntimeError(f"spout: no lane free for replayed record {t.id}")
-                out.append(self._send(t, lane, replay=True, from_topic=from_topic))
-                self.counters["replay_admitted"] += 1
-        return from_topic
-
     # -- internals ---------------------------------------------------------------------------
-
-    def _is_replay(self, t: TupleRange) -> bool:
-        return t.topic in (self._replay.topics.replay_a, self._replay.topics.replay_b)
 
     def _admit(self, t: TupleRange) -> None:
         try:
@@ -534,38 +484,6 @@ class Spout:
             dataclasses.replace(snap, in_flight=kept), self._clock
         )
         self._windows[window.lane] = rebuilt
-
-    def _replay_durable(self, t: TupleRange) -> None:
-        key = (t.topic, t.partition)
-        acks = self._replay_acks.get(key)
-        committed = self._replay.committed(t.topic, t.partition)
-        if acks is None or acks.position < committed:
-            acks = ContiguousAck(committed)
-            self._replay_acks[key] = acks
-        try:
-            acks.ack(t.start, t.end)
-        except CheckpointError as exc:
-            _log.debug("replay ack %s: %s", t.id, exc)
-            return
-        position = min(acks.position, self._replay.position(t.topic, t.partition))
-        if position > committed:
-            self._replay.commit(t.topic, t.partition, position)
-
-    # -- overlapped handover (flowctl.core.handover) ----------------------------------------
-
-    def buffered_tuples(self) -> list[TupleRange]:
-        """Tuples cut and waiting for a lane (a blue hands its Eden ones to green)."""
-        return [t for t, _ in self._retry] + list(self._gaps)
-
-    def held_ids(self) -> set[str]:
-        """Ids of tuples this spout will still resolve: in flight, buffered, processed."""
-        return {*self._flights, *(t.id for t in self.buffered_tuples()), *self._open}
-
-    def take_over(self, ranges: Iterable[TupleRange]) -> int:
-        """Dispatch ``ranges`` (a gone blue's leftovers) before new data; returns how many."""
-        taken = [t for t in ranges if t.id not in self.held_ids()]
-        self._gaps.extend(taken)
-        return len(taken)
 
     def state_of(self, lane: int) -> LaneState:
         return self._windows[lane].state

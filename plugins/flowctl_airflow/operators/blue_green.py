@@ -20,11 +20,11 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
    replaces: null, topology_id}``, created the same way as green's, so the next
    replacement finds a standby again.
 
-The steps after green's run exists are :mod:`.replacement_steps`; with
-``deferrable`` every wait runs in the triggerer and the replacement holds no worker
-slot. At most one replacement per pipeline runs at a time: the event is opened
-(outcome ``running``) before anything is touched and a second operator that
-finds an earlier running event refuses with the id of the one in the way.
+Creating green's run is :mod:`.green_run`; the steps after green's run exists are
+:mod:`.replacement_steps`; with ``deferrable`` every wait runs in the triggerer and the
+replacement holds no worker slot. At most one replacement per pipeline runs at a time:
+the event is opened (outcome ``running``) before anything is touched and a second
+operator that finds an earlier running event refuses with the id of the one in the way.
 Any failure rolls back (``activate`` blue if it was deactivated, ``stop``
 green); killing the task does the same or, once green is ACTIVE, finishes
 forward: exactly one topology admits afterwards.
@@ -41,6 +41,7 @@ from airflow.sdk import BaseOperator
 
 from flowctl.core.validation import parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.operators.green_run import GREEN_RUN_PREFIX, GreenRunSteps
 from flowctl_airflow.operators.replacement_steps import ReplacementSteps
 from flowctl_airflow.operators.standby import StandbySteps
 from flowctl_airflow.replacement_state import (
@@ -63,10 +64,6 @@ if TYPE_CHECKING:
 COLOURS = ("blue", "green")
 
 
-#: Green's DAG run id is this prefix and green's topology id.
-GREEN_RUN_PREFIX = "replace__"
-
-
 def _running_message(pipeline: str, event: Any) -> str:
     return (
         f"a replacement of pipeline {pipeline!r} is already running (event {event.id}, "
@@ -84,7 +81,7 @@ def validate_parallelism(field: str, value: Any, lo: int, hi: int) -> int:
     return parallelism(field, value, lo, hi)
 
 
-class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
+class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, BaseOperator):
     """Replace ``pipeline``'s ACTIVE topology by one with another parallelism, blue-green.
 
     The new parallelism comes from ``decision`` (the failure-window sensor's XCom,
@@ -206,7 +203,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
 
     def _overlapped(self, config: PipelineConfig) -> bool:
         """Whether this replacement overlaps (the operator's choice, else the config's)."""
-        from flowctl.pipelines.config import HANDOVERS
+        from flowctl.pipelines.config_sections import HANDOVERS
 
         mode = self.handover or config.scaling.handover
         if mode not in HANDOVERS:
@@ -419,109 +416,6 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, BaseOperator):
         except BaseException as exc:
             self._rollback(f"{type(exc).__name__}: {exc}")
             raise
-
-    # -- green's DAG run --------------------------------------------------------------------
-
-    def _start_green(self, context: Context, progress: Progress, conf: dict[str, Any]) -> None:
-        """Create green's DAG run (:meth:`_trigger_stream_run`); resumes at execute_complete."""
-        self.log.info(
-            "step start green (%s run %s) ...", progress.stream_dag_id, progress.green_run_id
-        )
-        self._trigger_stream_run(
-            context,
-            dag_id=progress.stream_dag_id,
-            run_id=progress.green_run_id,
-            conf=conf,
-            note=f"green of replacement {progress.event_id}: replaces {progress.blue}",
-        )
-
-    def _trigger_stream_run(
-        self, context: Context, *, dag_id: str, run_id: str, conf: dict[str, Any], note: str
-    ) -> None:
-        """Create a run of the stream DAG; resumes at execute_complete once it exists
-        (green's, and the next warm standby's).
-
-        Why this way: an Airflow 3 task has no metadata-database access, and the public
-        ways to create a run are the REST API (an api-server URL and credentials in every
-        worker, and none under ``dag.test()``) and the Task SDK's ``DagRunTriggerException``
-        (what ``TriggerDagRunOperator.execute`` raises): the task runner creates the run
-        and, with ``wait_for_completion`` and ``deferrable``, defers this task on
-        ``DagStateTrigger`` until the run is in ``allowed_states`` (a new run is queued at
-        once) or ``failed_states``, then resumes it at :meth:`execute_complete`. Raised
-        here, not through a nested ``TriggerDagRunOperator``: Airflow warns about every
-        operator executed inside another ("cannot be called outside of the Task Runner"),
-        a warning in every successful replacement's log that asked nothing of its reader.
-        """
-        from airflow.sdk.exceptions import DagRunTriggerException
-        from airflow.sdk.timezone import utcnow
-
-        self._check_stream_dag(context, dag_id)
-        now = utcnow()
-        raise DagRunTriggerException(
-            trigger_dag_id=dag_id,
-            dag_run_id=run_id,
-            conf=conf,
-            logical_date=now,
-            run_after=now,
-            reset_dag_run=False,
-            skip_when_already_exists=False,
-            wait_for_completion=True,
-            allowed_states=["queued", "running", "success"],
-            failed_states=["failed"],
-            poke_interval=1,
-            deferrable=True,
-            note=note,
-        )
-
-    @staticmethod
-    def _check_stream_dag(context: Context, dag_id: str) -> None:
-        """Fail here if the stream DAG is unknown (green's start then rolls back).
-
-        The task runner turns a failed ``DagRunTriggerException`` into a failed task
-        without this operator's rollback, which would leave the event ``running``.
-        """
-        ti = context.get("ti")
-        if ti is None:
-            return
-        try:
-            found = ti.get_dag(dag_id)
-        except Exception as exc:
-            raise ReplacementFailed(f"cannot create a run of DAG {dag_id!r}: {exc}") from None
-        if getattr(found, "dag_id", None) != dag_id:
-            raise ReplacementFailed(f"cannot create a run of DAG {dag_id!r}: not found ({found})")
-
-    def _progress_after_start(self, event: Any) -> Progress:
-        """The progress of the replacement whose green run ``DagStateTrigger`` saw created."""
-        assert self._events is not None
-        _, data = event
-        (run_id,) = data["run_ids"]
-        green = str(run_id).removeprefix(GREEN_RUN_PREFIX)
-        ours = [e for e in self._events.replacements(self.pipeline) if e.new_topology_id == green]
-        if not ours:
-            raise ReplacementFailed(f"no replacement event of {self.pipeline} starts green {green}")
-        e = ours[-1]
-        config = self._config()
-        ready_s, drain_s, stop_s = self._timeouts(config)
-        progress = Progress(
-            event_id=e.id,
-            blue=e.old_topology_id,
-            green=green,
-            green_run_id=str(run_id),
-            stream_dag_id=data["dag_id"],
-            target=e.new_parallelism,
-            ready_s=ready_s,
-            drain_s=drain_s,
-            stop_s=stop_s,
-            overlap=self._overlapped(config),
-        )
-        self._progress = progress
-        if e.outcome != "running":
-            raise ReplacementFailed(f"replacement {e.id} is {e.outcome} already: {e.error}")
-        state = data.get(run_id)
-        if state == "failed":
-            raise ReplacementFailed(f"green's run {run_id} of {data['dag_id']} failed at once")
-        self.log.info("step start green done: run %s is %s", run_id, state)
-        return progress
 
     # -- the protocol -----------------------------------------------------------------------
 

@@ -74,10 +74,10 @@ def scaling_rule(pipeline: str) -> tuple[int, float, str, str | None]:
     from flowctl.pipelines.config import (
         PIPELINES_DIR,
         PipelineConfigError,
-        ScalingConfig,
         load_pipeline_config,
         resolve_path,
     )
+    from flowctl.pipelines.config_sections import ScalingConfig
 
     defaults = ScalingConfig()
     if resolve_path(pipeline).parent != PIPELINES_DIR:

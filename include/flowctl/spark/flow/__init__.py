@@ -10,6 +10,8 @@ docs/flow-control.md is the contract; this package is its Spark side, one module
   lanes and driver;
 - :mod:`~flowctl.spark.flow.planner`: :class:`FlowPlanner`, the spout's process side
   (Spark's long-lived source runner);
+- :mod:`~flowctl.spark.flow.planner_feedback`: the lanes' feedback, collected and applied
+  to the spout by the planner;
 - :mod:`~flowctl.spark.flow.planner_handover`: the planner's side of activation and of an
   overlapped handover;
 - :mod:`~flowctl.spark.flow.log_ends`: the Kafka log's end offsets as the planner reads
@@ -24,6 +26,8 @@ docs/flow-control.md is the contract; this package is its Spark side, one module
 - :mod:`~flowctl.spark.flow.routing`: where a failed tuple's records go (pure rules);
 - :mod:`~flowctl.spark.flow.job`: the driver (:class:`FlowStreamJob`: the MRWQ flusher,
   the control key, metrics rows, the control signals);
+- :mod:`~flowctl.spark.flow.job_flusher`: the driver's MRWQ flusher thread (mixed into
+  :class:`FlowStreamJob`);
 - :mod:`~flowctl.spark.flow.job_handover`: the driver's two sides of an overlapped
   handover (mixed into :class:`FlowStreamJob`).
 

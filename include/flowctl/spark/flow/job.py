@@ -39,6 +39,7 @@ from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import Control, SpoutState
 from flowctl.spark.flow.driver_health import DriverHealth
+from flowctl.spark.flow.job_flusher import FlusherThread
 from flowctl.spark.flow.job_handover import HandoverSides
 from flowctl.spark.flow.job_windows import WindowPublishing
 from flowctl.spark.flow.lane import WARMUP
@@ -46,8 +47,6 @@ from flowctl.spark.job import JobArgs, StreamJob
 
 log = logging.getLogger("flowctl.job")
 
-#: Seconds a flush of the whole MRWQ may take at start, activation, drain and stop.
-FLUSH_ALL_TIMEOUT_S = 120.0
 #: Seconds between status lines in the log (the story between them: state changes,
 #: backpressure, replays, failures and signals, each logged when it happens).
 STATUS_EVERY_S = QUIET_EVERY_S
@@ -60,7 +59,7 @@ UPKEEP_EVERY_S = 1.0
 WARMUP_READY_TIMEOUT_S = 60.0
 
 
-class FlowStreamJob(HandoverSides, WindowPublishing, StreamJob):
+class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
     """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -199,88 +198,6 @@ class FlowStreamJob(HandoverSides, WindowPublishing, StreamJob):
             .load()
         )
         return self._write(stream)
-
-    # -- the flusher ------------------------------------------------------------------------
-
-    def _start_flusher(self) -> None:
-        """A fresh flusher (its position from the database), the MRWQ flushed, its thread."""
-        from flowctl.adapters.mrwq_flusher import FlusherService
-        from flowctl.core.flusher import FlushPolicy
-
-        with self._flusher_lock:
-            if self._flusher_thread is not None:
-                return
-            service = FlusherService(
-                self.store,
-                self.database_url,
-                self.config.name,
-                self.results.apply,
-                policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
-                gap_grace_s=self.flow.gap_grace_s,
-                coalesce_every_s=self.flow.coalesce_every_s,
-            )
-            service.on_gap = lambda report: self._on_gap(service, report)
-            service.start()
-            drained = service.flush_all(FLUSH_ALL_TIMEOUT_S)
-            if drained.items:
-                log.info(
-                    "topology %s: flushed %d item(s) earlier generations left in the MRWQ "
-                    "(%d applied, %d duplicate)",
-                    self.topology_id,
-                    drained.items,
-                    drained.applied,
-                    drained.duplicates,
-                )
-            self.flusher = service
-            self._flusher_stop = threading.Event()
-            self._flusher_thread = threading.Thread(
-                target=service.run, args=(self._flusher_stop,), name="mrwq-flusher", daemon=True
-            )
-            self._flusher_thread.start()
-
-    def _stop_flusher(self, *, flush: bool) -> None:
-        from flowctl.adapters.mrwq_flusher import FlushTimeout
-
-        with self._flusher_lock:
-            thread, service = self._flusher_thread, self.flusher
-            if thread is None or service is None:
-                return
-            self._flusher_stop.set()
-            thread.join(timeout=60)
-            self._flusher_thread = None
-            if flush:
-                try:
-                    result = service.flush_all(FLUSH_ALL_TIMEOUT_S)
-                    log.info(
-                        "topology %s: MRWQ flushed (%d item(s)); durable checkpoint %s",
-                        self.topology_id,
-                        result.items,
-                        self._checkpoint(),
-                    )
-                except FlushTimeout as exc:
-                    log.error(
-                        "topology %s: %s; the next topology flushes the rest at its start",
-                        self.topology_id,
-                        exc,
-                    )
-
-    def _on_gap(self, service: Any, report: Any) -> bool:
-        """MRWQ items were lost: resync now, then have the planner rebuild from the database.
-
-        The order matters: everything queued at the resync is skipped, so the planner must
-        rebuild (and dispatch what is not durable) only after it; results of tuples
-        dispatched later are flushed normally.
-        """
-        service.resync()
-        self.rebuild_no += 1
-        self._write_ctl()
-        log.error(
-            "topology %s: MRWQ gap repaired by re-dispatch (rebuild %d): %s",
-            self.topology_id,
-            self.rebuild_no,
-            report,
-        )
-        return False
 
     # -- the planner's channels --------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from flowctl.core.backpressure import BackpressureChain, StageSpec
+from flowctl.core.backpressure_chain import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
 from flowctl.core.log_pacing import Tally
@@ -30,11 +30,12 @@ from flowctl.core.spout_contract import Dispatch
 from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import CallMark, Control, LaneFeedback, SpoutState
+from flowctl.spark.flow.channels import CallMark, Control, SpoutState
 from flowctl.spark.flow.log_ends import BackgroundEnds, KafkaEnds, LogEnds
 from flowctl.spark.flow.log_guard import LogGuard
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_ends import EndsPlanning
+from flowctl.spark.flow.planner_feedback import FeedbackPlanning
 from flowctl.spark.flow.planner_handover import HandoverPlanning
 from flowctl.spark.flow.planner_health import PlannerHealth
 from flowctl.spark.flow.planner_logs import (
@@ -73,7 +74,7 @@ def _ensure_logging() -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
+class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs):
     """The spout's process side: owns the :class:`Spout`, talks to Kafka, memcached, the DB.
 
     Lives on the stream reader in the planner process; never pickled to tasks. ``store``
@@ -360,58 +361,6 @@ class FlowPlanner(EndsPlanning, HandoverPlanning, PlannerLogs):
             self.admit = ctl.admit
             self.activated = self.activated or ctl.admit
         self._apply_control(ctl)
-
-    def _collect_feedback(self) -> None:
-        from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
-
-        assert self.spout is not None
-        try:
-            feedback = FeedbackStore(self.store(), self.settings.ns)
-            for seq in sorted(self.pending):
-                lanes, sent_at = self.pending[seq]
-                got = feedback.collect(seq, lanes)
-                for lane, data in got.items():
-                    self._apply_feedback(lane, LaneFeedback.decode(data))
-                if got:
-                    feedback.discard(seq, got)
-                    lanes -= set(got)
-                if not lanes or self.clock.now() - sent_at > self.flow.ack_timeout_s:
-                    del self.pending[seq]
-        except Exception as exc:
-            self._warn("collecting lane feedback", exc)
-
-    def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
-        assert self.spout is not None
-        summary = self.spout.on_lane_results(lane, feedback.results)
-        self.guard.lane_results(feedback.results)
-        self.health.results(feedback.results)
-        for error in summary.errors[:3]:
-            log.warning("flow lane %d: %s", lane, error)
-        due = (
-            self._returned.add(self.clock.now(), tuples=summary.returned)
-            if summary.returned
-            else None
-        )
-        if due is not None:
-            times, sums, seconds = due
-            log.info(
-                "flow lane %d: time budget spent after %d tuple(s); %d returned unstarted, "
-                "dispatched again to other lanes (window now %d); all lanes: %d time(s), "
-                "%d tuple(s) %s",
-                lane,
-                summary.acked,
-                summary.returned,
-                self.spout.lane_gauges()[lane]["window"],
-                times,
-                sums["tuples"],
-                f"in the last {seconds:.0f} s" if seconds else "(the first)",
-            )
-        if summary.requeued > summary.returned:
-            log.warning(
-                "flow lane %d: %d tuple(s) without an outcome, dispatched again to another lane",
-                lane,
-                summary.requeued - summary.returned,
-            )
 
     def _durability(self) -> None:
         """What the database says is durable: Eden checkpoint, flusher position."""
