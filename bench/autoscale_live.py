@@ -65,15 +65,16 @@ from bench._experiment import (
 )
 from bench._measure import committed_total
 from flowctl.adapters import kafka_log, results
+from flowctl.adapters.window_evaluation import evaluate
 from flowctl.config import PROJECT_ROOT
+from flowctl.core.scaling_policy import WindowPolicy
 from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.wordcount import count_words
 from flowctl.textgen import zipf_lines
 
-sys.path.insert(0, str(PROJECT_ROOT / "plugins"))  # as Airflow loads its plugins folder
+sys.path.insert(0, str(PROJECT_ROOT / "plugins"))  # the replace operator, as Airflow loads it
 
 from bench.lib.direct_replace import DirectReplace, standby_args
-from flowctl_airflow.triggers.failure_window import WindowPolicy, evaluate
 
 #: The sensor's ``metrics_window_s``-long windows; short so a run sees many decisions.
 METRICS_WINDOW_S = 5.0

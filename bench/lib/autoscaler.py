@@ -2,7 +2,7 @@
 
 The simulated autoscale benchmark (``bench/autoscale.py``) and the scaling unit tests
 drive it; the shipped sensor decides from the control plane's windows instead
-(``flowctl_airflow.triggers.failure_window``), so it lives beside the benchmarks.
+(``flowctl.adapters.window_evaluation``), so it lives beside the benchmarks.
 
 :class:`Autoscaler` feeds each window to the pipeline's policy (the paper's rule of
 :mod:`flowctl.core.scaling` or the adaptive one of :mod:`flowctl.core.adaptive_scaling`)

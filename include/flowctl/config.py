@@ -54,6 +54,7 @@ class Settings:
     airflow_port: int = 8080
     kafka_bootstrap_servers: str = ""  # empty: the embedded Tansu at host:kafka_port
     memcached_server: str = ""  # empty: the embedded memcached at host:memcached_port
+    metrics_raw_hours: int = 24  # metrics windows older than this are rolled up hourly
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -70,7 +71,9 @@ class Settings:
         ``FLOWCTL_AIRFLOW_PORT`` (8080), ``FLOWCTL_KAFKA_BOOTSTRAP`` (an
         external Kafka's bootstrap servers; default the embedded Tansu),
         ``FLOWCTL_MEMCACHED`` (an external memcached ``host:port``; default
-        the embedded one).
+        the embedded one), ``FLOWCTL_METRICS_RAW_HOURS`` (24, 1..8760: how long
+        ``metrics_windows`` keeps each window; older ones are replaced by one rollup
+        row per topology per hour, counts summed; see docs/services.md).
         """
         env = os.environ if env is None else env
         raw_home = env.get("FLOWCTL_HOME") or ""
@@ -95,6 +98,7 @@ class Settings:
             airflow_port=_int(env, "FLOWCTL_AIRFLOW_PORT", 8080),
             kafka_bootstrap_servers=env.get("FLOWCTL_KAFKA_BOOTSTRAP", ""),
             memcached_server=env.get("FLOWCTL_MEMCACHED", ""),
+            metrics_raw_hours=_int(env, "FLOWCTL_METRICS_RAW_HOURS", 24, lo=1, hi=8760),
         )
 
     @property
@@ -123,6 +127,7 @@ class Settings:
             "FLOWCTL_AIRFLOW_PORT": str(self.airflow_port),
             "FLOWCTL_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "FLOWCTL_MEMCACHED": self.memcached_address,
+            "FLOWCTL_METRICS_RAW_HOURS": str(self.metrics_raw_hours),
         }
 
     @property

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from flowctl.core.scaling_policy import WindowPolicy
 from flowctl.pipelines.config import PipelineConfigError, ScalingConfig, load_pipeline_config
-from flowctl_airflow.triggers.failure_window import WindowPolicy
 
 HEAD = 'name = "demo"\ndefinition = "flowctl.pipelines.wordcount"\n'
 

@@ -10,8 +10,9 @@ import time
 import pytest
 
 from flowctl.adapters.control_plane import ControlPlane
-from flowctl_airflow.triggers.failure_window import FailureWindowTrigger, WindowPolicy
-from tests.dags.policies import PAPER
+from flowctl.core.scaling_policy import WindowPolicy
+from flowctl_airflow.triggers.failure_window import FailureWindowTrigger
+from tests.unit.window_policies import PAPER
 
 pytestmark = pytest.mark.integration
 

@@ -367,3 +367,26 @@ def test_an_empty_database_lists_no_pipelines(
     response = client.get("/flowctl/api/pipelines", headers=auth)
     assert response.status_code == 200
     assert response.json() == {"pipelines": []}
+
+
+def test_the_metrics_page_reads_the_same_windows_over_rolled_up_history(
+    client: TestClient, seeded: data.Seeded, auth: dict[str, str], database_url: str
+) -> None:
+    """Old windows rolled up hourly: the series and its E(M), S^2 are the recent windows'
+    as before, and the DLQ total still counts the rolled-up windows' DLQ records."""
+    from flowctl.adapters.control_plane import ControlPlane
+
+    url = "/flowctl/api/pipelines/wordcount/metrics"
+    params = {"history": 4, "threshold_c": 4}
+    before = client.get(url, params=params, headers=auth).json()
+    plane = ControlPlane(database_url)
+    old = seeded.start.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=30)
+    for k in range(3):
+        start = old + dt.timedelta(minutes=5 * k)
+        plane.write_metrics_window(
+            data.BLUE, start, start + dt.timedelta(minutes=5), acked=10, failed=9, dlq=2
+        )
+    assert plane.roll_up_windows(seeded.start - dt.timedelta(hours=24)) == 3
+    after = client.get(url, params=params, headers=auth).json()
+    assert after["windows"] == before["windows"] and after["latest"] == before["latest"]
+    assert after["dlq_total"] == data.DLQ_TOTAL + 3 * 2

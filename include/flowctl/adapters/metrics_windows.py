@@ -21,12 +21,16 @@ import sqlalchemy as sa
 
 from flowctl.adapters import schema
 from flowctl.adapters.checks import check_int, check_text, check_time
+from flowctl.core.metrics_rollup import hour_of, roll_up_by_hour
 from flowctl.core.metrics_row import COUNTS, MetricsRow
 from flowctl.core.window_figures import WindowFigures, lane_list
 
 __all__ = ["MetricsWindow", "MetricsWindowRows"]
 
 T = TypeVar("T")
+
+#: The most hours :meth:`MetricsWindowRows.roll_up_windows` rolls up in one call.
+ROLLUP_MAX_HOURS = 24
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,7 @@ class MetricsWindowRows:
         """
         lanes = None if row.lanes is None else lane_list(row.lanes)
         row = dataclasses.replace(row, **dataclasses.asdict(row.figures), lanes=lanes).check()
-        values = {
-            schema.window_column(k): _TO_COLUMN.get(k, _same)(getattr(row, k)) for k in _STORED
-        }
+        values = _columns(row)
         m = schema.metrics_windows
 
         def work(conn: sa.Connection) -> int:
@@ -164,10 +166,18 @@ class MetricsWindowRows:
         *,
         since: dt.datetime | None = None,
         limit: int | None = None,
+        rollups: bool = False,
     ) -> list[MetricsWindow]:
-        """The topology's metrics windows in time order; ``limit`` keeps the most recent ones."""
+        """The topology's metrics windows in time order; ``limit`` keeps the most recent ones.
+
+        Hourly rollups of old windows (:meth:`roll_up_windows`) only with ``rollups``: a
+        reader of the latest windows (the sensors, the emitter, the CLI) must never take
+        one for a fresh window.
+        """
         m = schema.metrics_windows
         query = sa.select(m).where(m.c.topology_id == topology_id)
+        if not rollups:
+            query = query.where(m.c.rolled_up == 0)
         if since is not None:
             query = query.where(m.c.window_end >= check_time("since", since))
         query = query.order_by(m.c.window_end.desc(), m.c.id.desc())
@@ -177,6 +187,66 @@ class MetricsWindowRows:
             f"reading metrics windows of {topology_id!r}", lambda conn: conn.execute(query).all()
         )
         return [_stored(dict(row._mapping)) for row in reversed(rows)]
+
+    def roll_up_windows(self, before: dt.datetime) -> int:
+        """Replace the windows of whole hours before ``before`` by hourly rollups.
+
+        One row per topology per hour (:func:`flowctl.core.metrics_rollup.roll_up`: counts
+        summed, so totals stay exact), in one transaction: the rollups are inserted and
+        the windows they sum deleted together. At most :data:`ROLLUP_MAX_HOURS` hours,
+        the oldest first, per call (a long backlog is caught up over several calls, each
+        transaction stays small). A rollup already stored for such an hour (a late
+        window) is merged into the new one. Returns how many windows were rolled up.
+        Two processes rolling up at once cannot both count a window: the deletes must
+        remove every row read, else the transaction is rolled back (``RuntimeError``).
+        """
+        boundary = check_time("before", before).replace(minute=0, second=0, microsecond=0)
+        m = schema.metrics_windows
+        raw_before = sa.and_(m.c.rolled_up == 0, m.c.window_start < boundary)
+
+        def work(conn: sa.Connection) -> int:
+            oldest = conn.execute(sa.select(sa.func.min(m.c.window_start)).where(raw_before))
+            first = oldest.scalar_one()
+            if first is None:
+                return 0
+            first = schema.UTCDateTime().process_result_value(first, conn.dialect)
+            assert first is not None
+            span = dt.timedelta(hours=ROLLUP_MAX_HOURS)
+            upper = min(boundary, first.replace(minute=0, second=0, microsecond=0) + span)
+            raw_part = sa.and_(m.c.rolled_up == 0, m.c.window_start < upper)
+            stored = [_stored(dict(r._mapping)) for r in conn.execute(sa.select(m).where(raw_part))]
+            hours = {(w.row.topology, hour_of(w.row)) for w in stored}
+            earlier = [
+                _stored(dict(r._mapping))
+                for r in conn.execute(
+                    sa.select(m).where(
+                        m.c.rolled_up > 0,
+                        m.c.window_start < upper,
+                        m.c.topology_id.in_(sorted({t for t, _ in hours})),
+                    )
+                )
+            ]
+            merged = [w.id for w in earlier if (w.row.topology, hour_of(w.row)) in hours]
+            deleted = conn.execute(m.delete().where(raw_part)).rowcount
+            if merged:
+                deleted += conn.execute(m.delete().where(m.c.id.in_(merged))).rowcount
+            if deleted != len(stored) + len(merged):
+                raise RuntimeError(
+                    f"rolling up metrics windows: deleted {deleted} of "
+                    f"{len(stored) + len(merged)} rows read (another process changed them "
+                    f"meanwhile); nothing changed"
+                )
+            rows = [w.row for w in stored] + [w.row for w in earlier if w.id in set(merged)]
+            for rollup in roll_up_by_hour(rows):
+                conn.execute(m.insert().values(**_columns(rollup)))
+            return len(stored)
+
+        return self._tx(f"rolling up metrics windows before {boundary.isoformat()}", work)
+
+
+def _columns(row: MetricsRow) -> dict[str, Any]:
+    """The column values of a checked row."""
+    return {schema.window_column(k): _TO_COLUMN.get(k, _same)(getattr(row, k)) for k in _STORED}
 
 
 def _same(value: Any) -> Any:

@@ -27,7 +27,8 @@ from flowctl.core.window_figures import WindowFigures
 #: code never reads it), so ``replacement_events`` did not bump it.
 #: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
 #: 3: ``metrics_windows`` has the topology's health (``health``, ``health_cause``).
-SCHEMA_VERSION = 3
+#: 4: ``metrics_windows`` has ``rolled_up`` (0 for a window, else an hourly rollup's count).
+SCHEMA_VERSION = 4
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.

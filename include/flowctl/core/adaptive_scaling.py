@@ -32,8 +32,8 @@ class ScalingThresholds:
     """The autoscaler's thresholds and their defaults, defined once (validated, names in errors).
 
     A pipeline's ``[scaling]`` section (``flowctl.pipelines.config.ScalingConfig``), the
-    failure-window sensor's policy (``WindowPolicy``) and :class:`AdaptiveConfig` extend
-    this class, so a threshold and its default are one field here.
+    failure-window policy (:class:`flowctl.core.scaling_policy.WindowPolicy`) and
+    :class:`AdaptiveConfig` extend this class, so a threshold and its default are one field here.
 
     ``threshold_c`` is the paper's C (both policies use it). ``target_utilisation`` is
     the DS2 headroom: lanes = arrival / (lane_rate * target).

@@ -75,6 +75,10 @@ class MetricsRow(WindowFigures):
     #: window, no extra path); the page, the CLI and the sensors read the last window.
     health: str = "HEALTHY"
     health_cause: str | None = None
+    #: 0 for a window; for an hourly rollup of older windows
+    #: (:mod:`flowctl.core.metrics_rollup`), how many windows it sums. Readers of "the
+    #: last K windows" (the sensors, the emitter) skip rollups: they are history.
+    rolled_up: int = 0
 
     @property
     def fail_count(self) -> int:

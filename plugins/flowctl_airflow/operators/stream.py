@@ -151,8 +151,9 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             # spark-submit and the job's Python come from the environment Airflow runs in.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        if os.environ.get("FLOWCTL_HOME"):
-            env["FLOWCTL_HOME"] = os.environ["FLOWCTL_HOME"]
+        for name in ("FLOWCTL_HOME", "FLOWCTL_METRICS_RAW_HOURS"):  # platform settings
+            if os.environ.get(name):
+                env[name] = os.environ[name]
         python = self.pyspark_python
         local = str(BaseHook.get_connection(self._conn_id).host or "").startswith("local")
         if local:

@@ -1,7 +1,7 @@
 """Wait until a topology's failure-rate windows call for a new parallelism (SPEC E).
 
 The sensor of the ``autoscale_<pipeline>`` DAG. Each look runs
-:func:`flowctl_airflow.triggers.failure_window.evaluate`: the last ``A``
+:func:`flowctl.adapters.window_evaluation.evaluate`: the last ``A``
 metrics windows of the pipeline's ACTIVE topology, E(M) and the weighted S^2
 of their failure counts, the pipeline's policy (``paper`` or ``adaptive``),
 no decision while a replacement runs or during the cooldown after one. The
@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from flowctl.adapters.window_evaluation import evaluate
+from flowctl.core.scaling_policy import WindowPolicy
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
-from flowctl_airflow.triggers.failure_window import (
-    FailureWindowTrigger,
-    WindowPolicy,
-    evaluate,
-)
+from flowctl_airflow.triggers.failure_window import FailureWindowTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

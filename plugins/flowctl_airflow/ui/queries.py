@@ -246,11 +246,13 @@ class MetricsReader:
         )
         topo = {row.topology_id: row for row in topo_rows}
         # The first returned window needs history - 1 earlier windows for its E(M) and S^2.
+        # Windows only: an hourly rollup of old windows is history, not a window of the
+        # series (the DLQ total below sums rollups too: their counts are exact sums).
         fetch = query.limit + history - 1
         joined = (
             sa.select(m)
             .join(t, t.c.topology_id == m.c.topology_id)
-            .where(t.c.pipeline == pipeline)
+            .where(t.c.pipeline == pipeline, m.c.rolled_up == 0)
             .order_by(m.c.window_end.desc(), m.c.id.desc())
             .limit(fetch)
         )

@@ -1,5 +1,6 @@
 """The stream job's metrics windows: the planner's, copied to the control plane, and the
-driver's own while the topology is STALLED (:mod:`.driver_health`).
+driver's own while the topology is STALLED (:mod:`.driver_health`); and, every few
+minutes, the hourly rollup of windows older than ``FLOWCTL_METRICS_RAW_HOURS``.
 
 Mixed into :class:`~flowctl.spark.flow.job.FlowStreamJob` (whose attributes it uses).
 """
@@ -8,12 +9,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
+import logging
+import time
 from typing import Any
 
+from flowctl.config import Settings
 from flowctl.core.metrics_row import MetricsRow
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import SpoutState
 from flowctl.spark.flow.driver_health import DriverHealth
+
+log = logging.getLogger("flowctl.job")  # the driver log the task shows
+
+#: Seconds between two rollup passes of one driver (each pass is one short transaction).
+ROLLUP_EVERY_S = 300.0
 
 
 class WindowPublishing:
@@ -30,6 +40,9 @@ class WindowPublishing:
     _last_row_end: float
     _last_row: MetricsRow | None
     _batch_ends: collections.deque[float]
+    settings: Settings
+    #: monotonic time of the last rollup pass (None: none yet in this driver)
+    _rolled_up_at: float | None = None
 
     def _warn(self, what: str, exc: BaseException) -> None:
         raise NotImplementedError
@@ -54,6 +67,23 @@ class WindowPublishing:
             )
             if not self._write_window(row):
                 return
+        self._roll_up_old_windows()
+
+    def _roll_up_old_windows(self) -> None:
+        """Roll up windows older than ``FLOWCTL_METRICS_RAW_HOURS`` (docs/services.md), at
+        most once every :data:`ROLLUP_EVERY_S`: ``metrics_windows`` stays bounded."""
+        now = time.monotonic()
+        if self._rolled_up_at is not None and now - self._rolled_up_at < ROLLUP_EVERY_S:
+            return
+        self._rolled_up_at = now
+        before = dt.datetime.now(dt.UTC) - dt.timedelta(hours=self.settings.metrics_raw_hours)
+        try:
+            rolled = self.control.roll_up_windows(before)
+        except Exception as exc:  # the windows stay as they are; the next pass tries again
+            self._warn("rolling up old metrics windows", exc)
+            return
+        if rolled:
+            log.info("rolled up %d metrics windows older than %s", rolled, before.isoformat())
 
     def _write_window(self, row: MetricsRow) -> bool:
         """Store one window (the planner's, or the driver's own while STALLED); alert."""

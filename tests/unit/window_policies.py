@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowctl_airflow.triggers.failure_window import WindowPolicy
+from flowctl.core.scaling_policy import WindowPolicy
 
 #: The paper's rule over A = 4 windows, C = 1, a 60 s cooldown, 1..16 lanes.
 PAPER = WindowPolicy(
