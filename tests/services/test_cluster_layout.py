@@ -79,3 +79,16 @@ def test_the_layout_sizes_its_workers_by_the_slot_plan(tmp_path: Path) -> None:
     assert argv[argv.index("--cores") + 1] == str(DEFAULT_PLAN.worker_cores())
     assert argv[argv.index("--memory") + 1] == f"{DEFAULT_PLAN.worker_memory_mb()}m"
     assert layout.executor_memory == f"{DEFAULT_PLAN.executor_memory_mb}m"
+
+
+def test_the_cluster_airflow_has_no_sqlite_connect_args(tmp_path: Path) -> None:
+    """The embedded Airflow's SQLite busy timeout is no PostgreSQL option: psycopg2 refused
+    it ("invalid connection option 'timeout'") and `airflow db migrate` failed at `cluster up`."""
+    from flowctl.services.airflow import airflow_env
+
+    env = ClusterLayout(home=tmp_path).airflow_env()
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
+    assert not any(k.startswith("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS") for k in env)
+    # ... while the embedded one keeps them.
+    embedded = airflow_env(ClusterLayout(home=tmp_path).settings)
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" in embedded

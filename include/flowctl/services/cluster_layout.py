@@ -230,6 +230,10 @@ class ClusterLayout:
         }
         # No PYTHONPATH of the caller: the tasks import flowctl from the installed package.
         env.pop("PYTHONPATH", None)
+        # The embedded platform's SQLite busy timeout (``timeout``) is no PostgreSQL option:
+        # psycopg2 refuses it ("invalid connection option"), and `airflow db migrate` fails.
+        env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", None)
+        env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC", None)
         return env
 
     def component_env(self, component: str) -> dict[str, str]:
