@@ -392,8 +392,14 @@ def ensure_schema(engine: sa.Engine) -> None:
         )
         found = conn.execute(sa.select(schema_version.c.version)).scalars().all()
     if len(found) != 1 or found[0] != SCHEMA_VERSION:
+        older = len(found) == 1 and found[0] < SCHEMA_VERSION
+        advice = (
+            "this version does not migrate an older schema: use a new database (the "
+            "embedded platform's: `scripts/demo down`, then remove FLOWCTL_HOME's flowctl.db)"
+            if older
+            else "upgrade flowctl or use another database"
+        )
         raise SchemaVersionError(
             f"database {engine.url.render_as_string(hide_password=True)} has flowctl schema "
-            f"version {found}, this code knows version {SCHEMA_VERSION}: upgrade flowctl or "
-            f"use another database"
+            f"version {found}, this code knows version {SCHEMA_VERSION}: {advice}"
         )
