@@ -35,6 +35,9 @@ def test_a_definition_raising_on_every_record_halts_and_dead_letters_nothing(
     halted = [line for line in log.splitlines() if "HALTED: code error" in line]
     assert len(halted) == 1 and "ERROR" in halted[0], log[-3000:]
     assert "'Record' object has no attribute 'text'" in halted[0]
+    after = log[log.index(halted[0]) :]  # the traceback follows the line, once
+    assert "Traceback (most recent call last):" in after, after[:3000]
+    assert "flow_definitions.py" in after and "r.text for r in records" in after, after[:3000]
     flow.stop(job, "flowbug-blue-1")
     assert read_topic(bootstrap, "flowbug.dlq") == []  # nothing dead-lettered
     latest = kafka_log.latest_offsets(bootstrap, "flowbug.eden")

@@ -95,6 +95,12 @@ def test_lane_feedback_round_trips_with_64_bit_edges() -> None:
                 mrwq_seq=12,
                 error="PoisonRecord: bad",
             ),
+            LaneResult(
+                "p.eden:2:0-9",
+                Outcome.REPLAYED,
+                error="KeyError: 'w'",
+                trace="Traceback (most recent call last):\n  File \"p.py\", line 3\nKeyError: 'w'",
+            ),
             LaneResult("p.replay.a:0:3-4", Outcome.HELD, not_before=1700000001.25),
         )
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowctl.core.isolation import Failure, Isolation, Poisoned, verdict
+from flowctl.core.isolation import Failure, Isolation, Poisoned, short_trace, verdict
 from flowctl.core.spout_contract import Outcome
 from flowctl.core.tuples import TupleRange
 
@@ -75,6 +75,41 @@ def test_a_transient_part_replays_the_tuple_but_dead_letters_proven_poison() -> 
     ]  # fmt: skip
     assert v.routes[3].reason == "RuntimeError: db away"
     assert v.routes[0].reason == "replayed with its tuple: RuntimeError: db away"
+
+
+def _raised(exc: Exception) -> Exception:
+    try:
+        raise exc
+    except Exception as caught:
+        return caught
+
+
+def test_a_transient_failure_carries_where_it_was_raised_and_a_clean_tuple_no_trace() -> None:
+    found = _found(transient=(Failure(0, 5, _raised(KeyError("w"))),))
+    v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
+    assert v.trace.startswith("Traceback (most recent call last):")
+    assert "test_isolation_verdict.py" in v.trace and v.trace.endswith("KeyError: 'w'")
+    clean = verdict(T, OFFSETS, _found(good=range(5), result=["r"]), is_timeout=_is_timeout)
+    assert clean.trace == ""
+
+
+def test_a_long_trace_keeps_its_innermost_frames() -> None:
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        raise ValueError("the innermost")
+
+    text = short_trace(_raised_by(lambda: deep(60)), limit=400)
+    assert len(text) == 400 and text.startswith("...")
+    assert text.endswith("ValueError: the innermost")
+
+
+def _raised_by(call) -> Exception:  # type: ignore[no-untyped-def]
+    try:
+        call()
+    except Exception as caught:
+        return caught
+    raise AssertionError("did not raise")
 
 
 def test_a_timed_out_part_makes_the_tuple_timed_out() -> None:

@@ -24,6 +24,7 @@ record alone, the rest).
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -40,10 +41,13 @@ __all__ = [
     "Verdict",
     "isolate",
     "locate_by_offset",
+    "short_trace",
     "verdict",
 ]
 
 T = TypeVar("T")
+#: The most characters of a failure's traceback a lane reports (see :func:`short_trace`).
+MAX_TRACE_CHARS = 800
 
 #: ``locate(exc, part)``: the index in ``part`` of the record ``exc`` names, or ``None``.
 Locate = Callable[[BaseException, Sequence[Any]], "int | None"]
@@ -213,6 +217,9 @@ class Verdict:
     routes: tuple[Route, ...]
     good: int
     error: str
+    #: The innermost frames of a transient failure's traceback (:func:`short_trace`), so a
+    #: halted topology's log can say where the pipeline's code raised; ``""`` otherwise.
+    trace: str = ""
 
     @property
     def dead(self) -> int:
@@ -272,4 +279,16 @@ def verdict(
     )
     items = (Item(t, "replayed", {"error": error[:300]}), *nested)
     outcome = Outcome.TIMED_OUT if timed_out else Outcome.REPLAYED
-    return Verdict(outcome, items, tuple(sorted(dead + replayed, key=lambda r: r.index)), 0, error)
+    routes = tuple(sorted(dead + replayed, key=lambda r: r.index))
+    return Verdict(outcome, items, routes, 0, error, short_trace(failure))
+
+
+def short_trace(exc: BaseException, limit: int = MAX_TRACE_CHARS) -> str:
+    """The traceback of ``exc``, innermost frames kept, at most ``limit`` characters.
+
+    A lane reports it with the tuple's result; the driver logs it once when the failures
+    halt the topology (a code error): the user needs the file and line that raised, and the
+    innermost frames are those, so the head of a long traceback is what gets cut.
+    """
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]

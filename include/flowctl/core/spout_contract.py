@@ -133,6 +133,8 @@ class LaneResult:
     mrwq_epoch: str | None = None
     mrwq_seq: int | None = None
     error: str = ""
+    #: Where the error was raised (the innermost traceback frames), when a lane knows it.
+    trace: str = ""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flowctl.core.isolation import MAX_TRACE_CHARS
 from flowctl.core.metrics_row import MetricsRow
 from flowctl.core.spout_contract import LaneResult, Outcome
 
@@ -222,6 +223,7 @@ def _encode_result(r: LaneResult) -> dict[str, Any]:
         "mrwq_epoch": r.mrwq_epoch,
         "mrwq_seq": r.mrwq_seq,
         "error": r.error[:300],
+        "trace": r.trace[:MAX_TRACE_CHARS],
     }
 
 
@@ -250,6 +252,7 @@ def _decode_result(data: Any) -> LaneResult:
         mrwq_epoch=get("mrwq_epoch", str, None),
         mrwq_seq=get("mrwq_seq", int, None),
         error=get("error", str, ""),
+        trace=get("trace", str, ""),
     )
 
 

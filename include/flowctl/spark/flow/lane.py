@@ -86,6 +86,7 @@ class TupleDone:
     latencies: tuple[float, ...] = ()
     not_before: float | None = None
     error: str = ""
+    trace: str = ""
     mrwq_epoch: str | None = None
     mrwq_seq: int | None = None
     #: Items appended right after ``item``: one-record ``dlq`` rows nested in its range.
@@ -107,6 +108,7 @@ class TupleDone:
             mrwq_epoch=self.mrwq_epoch,
             mrwq_seq=self.mrwq_seq,
             error=self.error[:300],
+            trace=self.trace,
         )
 
 
@@ -269,6 +271,7 @@ def eden_tuple(
         routed=routed or None,
         latencies=_sample_latencies(good, time.time()),
         error=v.error,
+        trace=v.trace,
     )
 
 

@@ -64,13 +64,15 @@ class PlannerHealth:
         errors = [r.error or "unknown" for r in outcomes if r.outcome in _RAISED]
         found = self.monitor.window(acked, others, errors)
         if found is not None:
+            trace = next((r.trace for r in outcomes if r.error == found.example and r.trace), "")
             log.error(
                 "flow %s: HALTED: %s. Admission stopped, offsets kept: fix the pipeline's "
                 "code and deploy it, or stop the topology ([flow] on_code_error = "
-                '"dead_letter" replays and dead-letters such records instead). Error: %s',
+                '"dead_letter" replays and dead-letters such records instead). Error: %s%s',
                 self.topology_id,
                 found.describe(),
                 found.example,
+                f"\n{trace}" if trace else " (no traceback was reported)",
             )
 
     def error(self, what: str, exc: BaseException) -> None:
