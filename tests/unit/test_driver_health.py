@@ -51,6 +51,22 @@ def test_a_checkpoint_read_error_is_the_cause() -> None:
     )
 
 
+def test_a_flush_error_is_the_cause_until_a_flush_succeeds() -> None:
+    clock = FakeClock()
+    watch = DriverHealth("t-blue-1", clock, stall_after_s=4.0, window_s=2.0)
+    refused = OSError("database is locked")
+    watch.check(_state(time.time()), lambda: 5, admitting=True, flush_error=refused)
+    clock.advance(4)
+    health = watch.check(_state(time.time()), lambda: 5, admitting=True, flush_error=refused)
+    assert health.state == "STALLED"
+    assert health.cause == (
+        "backlog 10, nothing durable for 4 s; "
+        "flushing the MRWQ to the database: OSError: database is locked"
+    )
+    clock.advance(2)
+    assert watch.check(_state(time.time()), lambda: 9, admitting=True).healthy  # it flushed
+
+
 def test_while_stalled_windows_say_so_and_a_quiet_planner_gets_one_written() -> None:
     clock = FakeClock()
     watch = DriverHealth("t-blue-1", clock, stall_after_s=2.0, window_s=2.0)

@@ -50,14 +50,24 @@ class DriverHealth:
         self._clock = clock
 
     def check(
-        self, state: SpoutState | None, durable: Callable[[], int], admitting: bool
+        self,
+        state: SpoutState | None,
+        durable: Callable[[], int],
+        admitting: bool,
+        flush_error: BaseException | None = None,
     ) -> Health:
         """Judge now (at most every :data:`CHECK_EVERY_S`): ``durable()`` reads the sum of
-        the Eden checkpoints (an error reading it is the cause, if a stall follows)."""
+        the Eden checkpoints (an error reading it is the cause, if a stall follows);
+        ``flush_error`` is the MRWQ flusher's last error, ``None`` once a flush succeeded
+        (a database refusing the flush is the usual cause of nothing becoming durable)."""
         now = self._clock.now()
         if now - self._checked < CHECK_EVERY_S:
             return self.current
         self._checked = now
+        if flush_error is not None:
+            self.monitor.error(
+                f"flushing the MRWQ to the database: {type(flush_error).__name__}: {flush_error}"
+            )
         try:
             position = durable()
         except Exception as exc:

@@ -37,6 +37,7 @@ class WindowPublishing:
     state: str
     alerts: Any
     driver_health: DriverHealth
+    flusher: Any  # the MRWQ flusher service (job_flusher.FlusherThread), None until started
     _last_row_end: float
     _last_row: MetricsRow | None
     _batch_ends: collections.deque[float]
@@ -105,6 +106,7 @@ class WindowPublishing:
             state,
             lambda: sum(self.control.committed_offsets(self.config.name, eden).values()),
             admitting=self.state == "ACTIVE",
+            flush_error=getattr(self.flusher, "last_error", None),
         )
         quiet = self.driver_health.quiet_window(self._last_row, state)
         if quiet is not None:
