@@ -113,9 +113,8 @@ def cached_consumer(bootstrap: str) -> KafkaConsumer:
     cache = sys.modules.get(_CACHE_MODULE)
     if cache is None:
         cache = types.ModuleType(_CACHE_MODULE, "Per-worker KafkaConsumer cache of flowctl.")
-        cache.consumers = {}  # type: ignore[attr-defined]
         sys.modules[_CACHE_MODULE] = cache
-    consumers: dict[str, KafkaConsumer] = cache.consumers  # type: ignore[attr-defined]
+    consumers: dict[str, KafkaConsumer] = vars(cache).setdefault("consumers", {})
     consumer = consumers.get(bootstrap)
     if consumer is None:
         consumer = new_consumer(bootstrap)
@@ -128,7 +127,7 @@ def drop_cached_consumer(bootstrap: str) -> None:
     cache = sys.modules.get(_CACHE_MODULE)
     if cache is None:
         return
-    close_quietly(cache.consumers.pop(bootstrap, None))  # type: ignore[attr-defined]
+    close_quietly(vars(cache).get("consumers", {}).pop(bootstrap, None))
 
 
 def close_quietly(consumer: KafkaConsumer | None) -> None:

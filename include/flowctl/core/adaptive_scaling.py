@@ -130,21 +130,23 @@ class _Signals:
 
     @classmethod
     def of(cls, window: WindowStats, config: AdaptiveConfig) -> _Signals:
-        rates_known = window.arrival_rate is not None and window.lane_rate is not None
-        timed = window.batch_duration_s is not None and window.trigger_s is not None
+        arrival, lane_rate = window.arrival_rate, window.lane_rate
+        batch_s, trigger_s = window.batch_duration_s, window.trigger_s
         sat = window.saturation
         return cls(
             target=(
-                ds2_target(window.arrival_rate, window.lane_rate, config.target_utilisation)  # type: ignore[arg-type]
-                if rates_known
+                ds2_target(arrival, lane_rate, config.target_utilisation)
+                if arrival is not None and lane_rate is not None
                 else None
             ),
             growing=_growing(window),
             saturated=sat is not None and sat >= config.high_saturation,
-            overrun=timed and window.batch_duration_s > window.trigger_s,  # type: ignore[operator]
+            overrun=batch_s is not None and trigger_s is not None and batch_s > trigger_s,
             idle=(sat is not None and sat <= config.low_saturation)
             or (
-                timed and window.batch_duration_s <= config.low_batch_fraction * window.trigger_s  # type: ignore[operator]
+                batch_s is not None
+                and trigger_s is not None
+                and batch_s <= config.low_batch_fraction * trigger_s
             ),
         )
 

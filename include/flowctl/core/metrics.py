@@ -267,8 +267,8 @@ class SpoutMetrics:
         if self._arrival_mark is not None and now > self._arrival_mark[0]:
             arrival = max(0.0, (total - self._arrival_mark[1]) / (now - self._arrival_mark[0]))
         self._arrival_mark = (now, total)
-        rates = [g["rate"] for g in spout.lane_gauges() if g["rate"] is not None]
-        lane_rate = sum(rates) / len(rates) * self.tuple_size if rates else None  # type: ignore[arg-type]
+        rates = [r for g in spout.lane_gauges() if isinstance(r := g["rate"], int | float)]
+        lane_rate = sum(rates) / len(rates) * self.tuple_size if rates else None
         figures: dict[str, Any] = {
             "repeat_failures": self._repeat,
             "arrival_rate": None if arrival is None else round(arrival, 3),

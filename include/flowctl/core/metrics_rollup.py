@@ -78,6 +78,8 @@ def roll_up(rows: Sequence[MetricsRow]) -> MetricsRow:
         levels=_max_levels(r.levels for r in ordered),
         n=0,
         rolled_up=sum(max(r.rolled_up, 1) for r in ordered),
+        # The fields are chosen by name (COUNTS, _MEANS...), which no checker follows;
+        # check() validates every field of the rolled-up row instead.
         **values,  # type: ignore[arg-type]
     ).check()
 

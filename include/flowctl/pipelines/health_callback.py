@@ -43,6 +43,7 @@ def resolve_callback(path: str, field: str = "stream.on_health_callback") -> Cal
     fn = getattr(module, name, None)
     if not callable(fn):
         raise InvalidValue(field, path, f"{module_name!r} has no callable {name!r}")
+    # getattr() is Any; callable() above is the check a cast would only assert.
     return fn  # type: ignore[no-any-return]
 
 

@@ -138,6 +138,8 @@ def create_app(*, flowctl_conn_id: str = "flowctl_db") -> FastAPI:
         openapi_url="/api/openapi.json",
     )
     app.state.flowctl_conn_id = flowctl_conn_id
+    # Starlette types a handler as taking any Exception; FastAPI calls this one only with
+    # RequestValidationError, which is what it is typed to take.
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
 
     @app.exception_handler(UnknownPipeline)

@@ -357,10 +357,10 @@ def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
     items = [d for d in done if d.item is not None]
     if not items:
         return
-    flat = [(d, item) for d in items for item in (d.item, *d.nested)]
+    flat = [(d, item) for d in items for item in (d.item, *d.nested) if item is not None]
     try:
         writer = MrwqWriter(store, ns)
-        appended = writer.append_many([item for _, item in flat])  # type: ignore[misc]
+        appended = writer.append_many([item for _, item in flat])
         epoch = writer.epoch
     except Exception as exc:
         for d in items:

@@ -93,7 +93,7 @@ class FlowStreamReader(DataSourceStreamReader):
         from flowctl.spark.flow.worker_gc import freeze_long_lived
 
         freeze_long_lived()  # Spark's gc.collect() after each task then skips the imports
-        yield from run_lane(self.settings, partition)  # type: ignore[arg-type]
+        yield from run_lane(self.settings, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Durability moves with the MRWQ flush; Spark's commit is informative.

@@ -44,10 +44,7 @@ def worker_cache() -> Any:
     cache = sys.modules.get(_CACHE_MODULE)
     if cache is None:
         cache = types.ModuleType(_CACHE_MODULE, "Per-worker state of flowctl lanes.")
-        cache.configs = {}  # type: ignore[attr-defined]
-        cache.stores = {}  # type: ignore[attr-defined]
-        cache.planners = {}  # type: ignore[attr-defined]
-        cache.pool = None  # type: ignore[attr-defined]
+        vars(cache).update(configs={}, stores={}, planners={}, pool=None)
         sys.modules[_CACHE_MODULE] = cache
     return cache
 

@@ -35,8 +35,7 @@ def _state() -> types.ModuleType:
     state = sys.modules.get(_STATE_MODULE)
     if state is None:
         state = types.ModuleType(_STATE_MODULE, "Tasks seen and freeze done, per worker.")
-        state.tasks = 0  # type: ignore[attr-defined]
-        state.frozen = False  # type: ignore[attr-defined]
+        vars(state).update(tasks=0, frozen=False)
         sys.modules[_STATE_MODULE] = state
     return state
 
