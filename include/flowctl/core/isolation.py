@@ -288,7 +288,20 @@ def short_trace(exc: BaseException, limit: int = MAX_TRACE_CHARS) -> str:
 
     A lane reports it with the tuple's result; the driver logs it once when the failures
     halt the topology (a code error): the user needs the file and line that raised, and the
-    innermost frames are those, so the head of a long traceback is what gets cut.
+    innermost frames are those, so whole outer lines of a long traceback are what gets cut
+    (its first line stays, then ``  ...``).
     """
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
-    return text if len(text) <= limit else "..." + text[-(limit - 3) :]
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    text = "\n".join(lines)
+    if len(text) <= limit:
+        return text
+    head, kept = [lines[0], "  ..."], []
+    room = limit - sum(len(h) + 1 for h in head)
+    for line in reversed(lines[1:]):
+        if len(line) + 1 > room:
+            break
+        kept.append(line)
+        room -= len(line) + 1
+    if not kept:  # one line longer than the limit: its end, which names the error
+        return "\n".join(head) + "\n" + lines[-1][-max(room - 1, 0) :]
+    return "\n".join(head + kept[::-1])
