@@ -242,9 +242,9 @@ def soak_run(
             time.sleep(1.0)
         samples.append(sample(plat, job.process.pid, name, topic, feed, t0))
     finally:
-        feed.finish()
         code = stop(plat, job)
         save_log(job, label)
+        feed.finish()
     expected, stored = feed.expected_counts(), stored_counts(plat, name)
     lost = sum((expected - stored).values())
     doubled = sum((stored - expected).values())

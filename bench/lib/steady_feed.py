@@ -32,13 +32,13 @@ class SteadyFeed(threading.Thread):
         self.sent = 0  # lines acknowledged by the broker
         self.behind_s = 0.0  # the most the feed fell behind its schedule
         self.error: BaseException | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         started = time.monotonic()
         second = 0
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 lines = [self.pool[(self.sent + i) % len(self.pool)] for i in range(self.rate)]
                 self.sent += kafka_log.produce(
                     self.bootstrap, self.topic, lines, progress_every=len(lines)
@@ -46,13 +46,13 @@ class SteadyFeed(threading.Thread):
                 second += 1
                 late = time.monotonic() - (started + second)
                 self.behind_s = max(self.behind_s, late)
-                self._stop.wait(max(0.0, -late))
+                self._halt.wait(max(0.0, -late))
         except BaseException as exc:  # reported by the run, which then stops
             self.error = exc
 
     def finish(self, timeout_s: float = 60.0) -> int:
         """Stop after the second being sent; the lines acknowledged in all."""
-        self._stop.set()
+        self._halt.set()
         self.join(timeout_s)
         return self.sent
 

@@ -68,3 +68,23 @@ def test_the_feed_knows_the_words_of_every_line_it_sent() -> None:
 def test_a_bad_rate_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="rate=0"):
         SteadyFeed("127.0.0.1:9", "t", [b"a"], rate=0)
+
+
+def test_the_feed_sends_rate_lines_a_second_until_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.lib import steady_feed
+
+    sent: list[list[bytes]] = []
+
+    def produce(_bootstrap: str, _topic: str, lines: list[bytes], **_: object) -> int:
+        sent.append(list(lines))
+        return len(lines)
+
+    monkeypatch.setattr(steady_feed.kafka_log, "produce", produce)
+    feed = SteadyFeed("127.0.0.1:9", "t", [b"a", b"b", b"c"], rate=2)
+    feed.start()
+    while not sent:
+        feed.join(0.01)
+    total = feed.finish(timeout_s=10.0)
+    assert not feed.is_alive() and feed.error is None
+    assert total == 2 * len(sent)
+    assert sent[0] == [b"a", b"b"] and (len(sent) == 1 or sent[1] == [b"c", b"a"])
