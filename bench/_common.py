@@ -79,8 +79,11 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def platform_up(keep: bool = False) -> Iterator[Platform]:
+def platform_up(keep: bool = False, memcached_memory_mb: int = 128) -> Iterator[Platform]:
     """Tansu + memcached on free ports in a tmp home; stopped (and the home removed) on exit.
+
+    ``memcached_memory_mb``: 128 for the short experiments; a soak passes the platform's
+    default (:class:`flowctl.config.Settings`).
 
     SIGTERM and SIGINT unwind through the same cleanup.
     """
@@ -88,7 +91,10 @@ def platform_up(keep: bool = False) -> Iterator[Platform]:
     signal.signal(signal.SIGINT, _terminate)
     home = Path(tempfile.mkdtemp(prefix="flowctl-bench-"))
     settings = Settings(
-        home=home, kafka_port=free_port(), memcached_port=free_port(), memcached_memory_mb=128
+        home=home,
+        kafka_port=free_port(),
+        memcached_port=free_port(),
+        memcached_memory_mb=memcached_memory_mb,
     )
     started: list[str] = []
     try:

@@ -12,6 +12,7 @@ import logging
 from flowctl.adapters.mrwq_reports import FlushReport
 from flowctl.core.clock import Clock
 from flowctl.core.log_pacing import Tally
+from flowctl.core.metrics import percentile
 
 # The flusher's logger: its lines read as the flusher's, wherever they are written from.
 log = logging.getLogger("flowctl.adapters.mrwq_flusher")
@@ -24,6 +25,9 @@ class FlushLog:
         self.namespace = namespace
         self.clock = clock
         self._tally = Tally()
+        # the flushes' durations (ms) since the last summary line: their p50/p95 go in it,
+        # so a long run's log shows whether a flush costs more as the tables grow
+        self._durations_ms: list[float] = []
 
     def flushed(self, report: FlushReport) -> None:
         """Log one flush that wrote items (its first sequence number is set)."""
@@ -50,11 +54,14 @@ class FlushLog:
             r.trigger,
             f"; {s.coalesced} applied range row(s) merged away" if s.coalesced else "",
         )
+        self._durations_ms.append(report.duration_s * 1000.0)
         due = self._tally.add(self.clock.now(), items=s.items, records=s.records)
         if due is not None:
             flushes, sums, seconds = due
+            durations, self._durations_ms = self._durations_ms, []
             log.info(
-                "MRWQ %s: flushed %d item(s), %d record(s) in %d flush(es) %s; to seq %d, queue %d",
+                "MRWQ %s: flushed %d item(s), %d record(s) in %d flush(es) %s; to seq %d, "
+                "queue %d; flush ms p50 %.1f, p95 %.1f",
                 self.namespace,
                 sums["items"],
                 sums["records"],
@@ -62,4 +69,6 @@ class FlushLog:
                 f"in the last {seconds:.0f} s" if seconds else "(the first)",
                 r.last_seq,
                 r.pending,
+                percentile(durations, 50),
+                percentile(durations, 95),
             )

@@ -1,0 +1,130 @@
+"""What a long run's processes, database and directories hold, read from outside them.
+
+- :func:`rss_by_role`: resident memory of a job's process tree (by ``/proc``), summed per
+  role (the driver's JVM, its Python, the planner, the Python workers) and of named
+  service processes (Tansu, memcached);
+- :func:`tree_bytes`: a directory's size (the Spark checkpoint);
+- :func:`sqlite_bytes`: a SQLite database's size with its journal files;
+- :func:`table_rows`: rows per table of the control schema (and of one pipeline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from flowctl.adapters import schema
+
+
+def _children() -> dict[int, list[int]]:
+    """``{ppid: [pid, ...]}`` of every process now."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    children = _children()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def rss_kb(pid: int) -> int:
+    """The process's resident set (VmRSS, KiB); 0 once it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def role(pid: int) -> str | None:
+    """What a process of a stream job's tree is, by its command line; None for the
+    launcher shell (``spark-submit``'s bash) and processes that hold nothing."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    text = b" ".join(argv).decode(errors="replace")
+    exe = Path(argv[0].decode(errors="replace")).name if argv and argv[0] else ""
+    if exe.startswith("java"):
+        return "driver_jvm"
+    if "python_streaming_source_runner" in text:
+        return "planner"
+    if "pyspark.daemon" in text or "pyspark.worker" in text or "pyspark/daemon" in text:
+        return "python_workers"
+    if exe.startswith("python") and "_stream.py" in text:
+        return "driver_python"
+    if exe.startswith("python"):
+        return "python_other"
+    return None
+
+
+def rss_by_role(job_pid: int | None, services: Mapping[str, int]) -> dict[str, int]:
+    """RSS in MiB per role of the job's tree (summed) and of each service's process."""
+    kb: dict[str, int] = {}
+    if job_pid is not None:
+        for pid in descendants(job_pid):
+            name = role(pid)
+            if name is not None:
+                kb[name] = kb.get(name, 0) + rss_kb(pid)
+    for name, pid in services.items():
+        kb[name] = rss_kb(pid)
+    return {name: round(v / 1024, 1) for name, v in sorted(kb.items())}
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 if it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / f).stat().st_size
+    return total
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The database file with its WAL and shared-memory files."""
+    total = 0
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            total += Path(f"{path}{suffix}").stat().st_size
+    return total
+
+
+def table_rows(engine: sa.Engine, pipeline: str) -> dict[str, int]:
+    """Rows per table of the control schema, and ``<table>[pipeline]`` for the tables keyed
+    by pipeline (what the measured pipeline holds, history of others left out)."""
+    out: dict[str, int] = {}
+    inspector = sa.inspect(engine)
+    present = set(inspector.get_table_names())
+    with engine.connect() as conn:
+        for table in schema.metadata.sorted_tables:
+            if table.name not in present:
+                continue
+            out[table.name] = int(
+                conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+            )
+            if "pipeline" in table.c:
+                mine = (
+                    sa.select(sa.func.count())
+                    .select_from(table)
+                    .where(table.c.pipeline == pipeline)
+                )
+                out[f"{table.name}[pipeline]"] = int(conn.execute(mine).scalar_one())
+    return out

@@ -1,0 +1,90 @@
+"""The soak benchmark's reading of a driver log, its bucket figures and its exact expectation.
+
+The soak runs for an hour; what it concludes rests on these small pieces, so they are
+checked here on known input (the log lines in the formats the planner and the MRWQ
+flusher write).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench import soak
+from bench.lib.steady_feed import SteadyFeed
+from flowctl.adapters.mrwq_flush_log import FlushLog
+from flowctl.adapters.mrwq_reports import FlushReport
+from flowctl.adapters.mrwq_sink import FlushStats
+from flowctl.core.clock import FakeClock
+from flowctl.core.flusher import FlushResult
+from flowctl.pipelines.wordcount import count_values
+
+
+def test_minute_lines_reads_the_planning_and_the_flush_summaries_with_their_times(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="flowctl.adapters.mrwq_flusher")
+    result = FlushResult("length", 0, 0, 1, ("t0",), None, 0)
+    FlushLog("ns", FakeClock(0.0)).flushed(
+        FlushReport(result, FlushStats(items=1, records=500), 0.0125)
+    )
+    flush_line = caplog.records[-1].getMessage()
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "2026-11-26 10:00:30,000 INFO flowctl.spark.flow.planner [planner]: flow t-1: planning "
+        "per batch over 240 batch(es), ms: p50 3.1, p99 9.25, max 12.0; by phase p50/p99: "
+        "ends 1.0/2.0\n"
+        f"2026-11-26 10:01:00,500 INFO flowctl.adapters.mrwq_flusher: {flush_line}\n"
+        "2026-11-26 10:01:01,000 INFO something else: planning per batch\n"
+    )
+    t0 = dt.datetime(2026, 11, 26, 10, 0, 0).timestamp()
+    lines = soak.minute_lines(log, t0)
+    assert lines["planning"] == [(30.0, 240, 3.1, 9.25)]
+    assert lines["flush"] == [(60.5, 1, 12.5, 12.5)]
+
+
+def test_a_spans_cost_is_the_batch_weighted_median_of_its_minutes() -> None:
+    minutes = [(0.0, 10, 5.0, 50.0), (60.0, 300, 2.0, 8.0), (120.0, 290, 3.0, 9.0)]
+    cost = soak.cost_of(minutes)
+    assert cost == {"p50": 2.0, "tail": 8.0, "tail_max": 50.0, "n": 600}
+    assert soak.cost_of([])["p50"] is None
+    flush = {"p50": 1.5}
+    assert soak.per_batch(cost, flush) == 3.5
+    assert soak.per_batch(soak.cost_of([]), flush) is None
+
+
+def test_the_feed_knows_the_words_of_every_line_it_sent() -> None:
+    pool = [b"a b", b"b c c", b"d"]
+    feed = SteadyFeed("127.0.0.1:9", "t", pool, rate=5)
+    feed.sent = 7  # two whole cycles and the first line again
+    assert feed.expected_counts() == count_values(pool * 2 + pool[:1])
+    assert feed.expected_counts() == Counter({"a": 3, "b": 5, "c": 4, "d": 2})
+
+
+def test_a_bad_rate_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="rate=0"):
+        SteadyFeed("127.0.0.1:9", "t", [b"a"], rate=0)
+
+
+def test_the_feed_sends_rate_lines_a_second_until_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.lib import steady_feed
+
+    sent: list[list[bytes]] = []
+
+    def produce(_bootstrap: str, _topic: str, lines: list[bytes], **_: object) -> int:
+        sent.append(list(lines))
+        return len(lines)
+
+    monkeypatch.setattr(steady_feed.kafka_log, "produce", produce)
+    feed = SteadyFeed("127.0.0.1:9", "t", [b"a", b"b", b"c"], rate=2)
+    feed.start()
+    while not sent:
+        feed.join(0.01)
+    total = feed.finish(timeout_s=10.0)
+    assert not feed.is_alive() and feed.error is None
+    assert total == 2 * len(sent)
+    assert sent[0] == [b"a", b"b"] and (len(sent) == 1 or sent[1] == [b"c", b"a"])
