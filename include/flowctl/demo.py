@@ -23,7 +23,7 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.airflow import AirflowService, admin_password, airflow_bin, airflow_env
 from flowctl.services.base import ServiceError
-from flowctl.services.stopping import stop_topologies
+from flowctl.services.stopping import end_detached_drivers, stop_topologies
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
@@ -259,6 +259,7 @@ def down(settings: Settings, say: Say = print) -> None:
                 say(f"run {dag_id} / {run_id} was still open: marked failed")
         except ServiceError as exc:
             say(f"could not close the open DAG runs: {exc}")
+    end_detached_drivers(settings, say)
     say(airflow.down(settings))
     for message in manager.down(settings):
         say(message)
