@@ -24,7 +24,8 @@ from flowctl.adapters.detached_driver import (
     leftover_drivers,
 )
 
-MODULE = "flowctl.adapters.detached_driver"
+#: The stream operator's Spark binary: it runs the launcher with FLOWCTL_PYTHON.
+LAUNCHER = Path(__file__).resolve().parents[2] / "spark_jobs" / "spark-submit-detached"
 SCRIPT = """
 import signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
@@ -43,14 +44,19 @@ def _wait(check: Callable[[], object], timeout_s: float = 20.0) -> None:
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Callable[[float], DetachedDriver]]:
-    """Runs the launcher as the stream operator does (a process that returns at once)."""
+    """Runs the launcher as the stream operator's hook does (it returns at once)."""
     started: list[DetachedDriver] = []
 
     def run(sleep_s: float) -> DetachedDriver:
         directory = tmp_path / "drivers" / f"topo-{len(started)}"
-        env = {**os.environ, DRIVER_DIR_ENV: str(directory), SPARK_SUBMIT_ENV: sys.executable}
+        env = {
+            **os.environ,
+            DRIVER_DIR_ENV: str(directory),
+            SPARK_SUBMIT_ENV: sys.executable,  # stands for spark-submit: runs SCRIPT
+            "FLOWCTL_PYTHON": sys.executable,
+        }
         done = subprocess.run(
-            [sys.executable, "-m", MODULE, "launch", "-c", SCRIPT, str(sleep_s)],
+            [str(LAUNCHER), "-c", SCRIPT, str(sleep_s)],
             env=env,
             capture_output=True,
             text=True,
@@ -113,3 +119,16 @@ def test_a_tail_from_the_last_bytes_starts_at_a_whole_line(tmp_path: Path) -> No
         f.write("line 100\n")
     assert list(tail.lines()) == ["line 100"]
     assert next(LogTail.last(log, max_bytes=10_000).lines()) == "line 000"
+
+
+def test_the_launcher_without_a_driver_directory_says_which_variable() -> None:
+    env = {k: v for k, v in os.environ.items() if k != DRIVER_DIR_ENV}
+    done = subprocess.run(
+        [str(LAUNCHER), "--version"],
+        env={**env, "FLOWCTL_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert f"{DRIVER_DIR_ENV} is not set" in done.stderr
