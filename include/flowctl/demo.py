@@ -259,8 +259,9 @@ def down(settings: Settings, say: Say = print) -> None:
                 say(f"run {dag_id} / {run_id} was still open: marked failed")
         except ServiceError as exc:
             say(f"could not close the open DAG runs: {exc}")
-    end_detached_drivers(settings, say)
     say(airflow.down(settings))
+    # after Airflow: no task is left to submit a driver again
+    end_detached_drivers(settings, say)
     for message in manager.down(settings):
         say(message)
 

@@ -425,9 +425,10 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     t0 = time.monotonic()
     messages: list[str] = []
     stop_topologies(layout.settings, messages.append, timeout=60.0)
-    end_detached_drivers(layout.settings, messages.append)
     close_open_runs(layout, messages.append)
     messages += [d.down() for d in reversed(all_daemons(layout))]
+    # after Airflow: no task is left to submit a driver again
+    end_detached_drivers(layout.settings, messages.append)
     messages += manager.down(layout.settings)
     if purge:
         from flowctl.services.cluster_purge import purge as purge_state

@@ -3,9 +3,10 @@
 A topology stopped by its ``stop`` signal flushes its MRWQ, records STOPPED and its Airflow
 task ends; one whose processes are terminated instead (a Celery worker's warm shutdown
 waits for its long-running task) costs the stop timeout and leaves the run to be closed.
-``flowctl demo down`` and ``flowctl cluster down`` call this first, then
-:func:`end_detached_drivers`: a stream task's driver runs detached from Airflow (so that
-it outlives a dead worker), so stopping Airflow's process tree does not end it.
+``flowctl demo down`` and ``flowctl cluster down`` call this first, and
+:func:`end_detached_drivers` once Airflow is down: a stream task's driver runs detached
+from Airflow (so that it outlives a dead worker), so stopping Airflow's process tree
+does not end it.
 """
 
 from __future__ import annotations
