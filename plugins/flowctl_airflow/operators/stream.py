@@ -80,6 +80,8 @@ POLL_S = 1.0
 REATTACH_LOG_BYTES = 256 * 1024
 #: Seconds a topology on another host may show no heartbeat before its task gives up on it.
 LOST_AFTER_S = 30.0
+#: Seconds a task waits for its driver's process to end after its final state.
+EXIT_WAIT_S = 60.0
 #: Seconds ``on_kill`` waits after SIGTERM to the driver before SIGKILL.
 KILL_GRACE_S = 10.0
 
@@ -364,6 +366,12 @@ class FlowctlStreamOperator(SparkSubmitOperator):
                     lost_since = None
                 if status != "UNHEARD" and not is_running(status):
                     break
+                time.sleep(POLL_S)
+            # The job records its final state, then shuts Spark down: its last lines follow.
+            deadline = time.monotonic() + EXIT_WAIT_S
+            while tail and driver.keeper_alive() and time.monotonic() < deadline:
+                for line in tail.lines():
+                    relay_line(self.log, reader, line)
                 time.sleep(POLL_S)
             for line in tail.rest() if tail else ():
                 relay_line(self.log, reader, line)
