@@ -244,6 +244,8 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         try_number = context["ti"].try_number
         if not self.topology_id:
             return f"{self.pipeline}-{self.colour}-{_slug(context['run_id'])}-{try_number}"
+        if try_number <= 1:  # a first try keeps the id; a taken one is the job's clear error
+            return self.topology_id
         try:
             plane.get_topology(self.topology_id)
         except UnknownTopology:
