@@ -253,6 +253,14 @@ def test_a_celery_worker_killed_under_the_stream_task(process_cluster: Cluster) 
     restarts) and the retry reattaches: the same topology and driver, counts exact."""
     c, api = process_cluster, process_cluster.api
     plane = ControlPlane(c.url)
+    plane.ensure_schema()
+    if not _active(plane):  # run alone: start the topology the earlier tests leave ACTIVE
+        api.wait_for_dag(STREAM, timeout=120)
+        api.unpause(STREAM)
+        kafka_log.ensure_topics(c.layout.settings.kafka_bootstrap, {EDEN: 4})
+        _ingest(c, 1000, seed=299)
+        api.trigger(STREAM, "celery-1", {"parallelism": 2, "colour": "blue"})
+        _wait("a topology ACTIVE", lambda: _active(plane))
     (topology_id,) = _active(plane)
     registered = [t.topology_id for t in plane.topologies(PIPELINE)]
     run_id = plane.get_topology(topology_id).airflow_run_id
