@@ -23,7 +23,7 @@ from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.airflow import AirflowService, admin_password, airflow_bin, airflow_env
 from flowctl.services.base import ServiceError
-from flowctl.services.stopping import stop_topologies
+from flowctl.services.stopping import end_detached_drivers, stop_topologies
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
@@ -260,6 +260,8 @@ def down(settings: Settings, say: Say = print) -> None:
         except ServiceError as exc:
             say(f"could not close the open DAG runs: {exc}")
     say(airflow.down(settings))
+    # after Airflow: no task is left to submit a driver again
+    end_detached_drivers(settings, say)
     for message in manager.down(settings):
         say(message)
 

@@ -8,7 +8,9 @@ pipeline:
 - ``stream_<name>``: the long-running topology (no schedule; Params
   ``parallelism`` and ``colour``; ``standby``, ``replaces`` and ``topology_id``
   are set by a replacement for its green). Two runs may be active at once:
-  blue and green during a replacement;
+  blue and green during a replacement. Its task retries
+  (:data:`STREAM_TASK_RETRIES`): a retry reattaches to the topology a dead worker
+  left running;
 - ``autoscale_<name>``: on ``[scaling] schedule``, the failure-window sensor
   decides (SPEC E) and the blue-green replace operator applies the decision;
   one run at a time;
@@ -65,6 +67,12 @@ OWNER = "flowctl"
 RECONCILE_SCHEDULE = "@hourly"
 #: Environment variable naming another directory of pipeline configs.
 PIPELINES_DIR_ENV = "FLOWCTL_PIPELINES_DIR"
+#: Tries after the first of a stream task: a try whose task runner or worker died
+#: reattaches to its running topology (docs/operations.md, "A stream task's worker
+#: dies"); each such death costs one. The topology keeps running meanwhile.
+STREAM_TASK_RETRIES = 3
+#: Seconds before a stream task's retry; the topology does not wait for it.
+STREAM_TASK_RETRY_DELAY = timedelta(seconds=10)
 
 
 def _default_args() -> dict[str, object]:
@@ -202,6 +210,8 @@ def stream_dag(config: PipelineConfig) -> DAG:
             standby="{{ params.standby }}",
             replaces="{{ params.replaces or '' }}",
             topology_id="{{ params.topology_id or '' }}",
+            retries=STREAM_TASK_RETRIES,
+            retry_delay=STREAM_TASK_RETRY_DELAY,
         )
     return dag
 

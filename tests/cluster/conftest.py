@@ -104,7 +104,11 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
         postgres_url=_admin_url(),
         flowctl_db=f"flowctl_c_{tag}",
         airflow_db=f"airflow_c_{tag}",
-        extra_env={"FLOWCTL_PIPELINES_DIR": str(pipelines)},
+        extra_env={
+            "FLOWCTL_PIPELINES_DIR": str(pipelines),
+            # A task whose Celery worker died is failed (and retried) after this, not 5 min.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+        },
     )
     try:
         for message in cluster.up(layout):

@@ -2,7 +2,7 @@
 
 Everything goes the way a user's would: runs are triggered through the split
 Airflow's REST API and executed by its Celery workers; the topologies' drivers run
-in the Celery workers' task processes and their executors on the two Spark workers,
+detached beside the Celery workers' task processes and their executors on the two Spark workers,
 with flowctl shipped to them. The tests share the session's cluster and run in
 order: the second starts from the topology the first leaves ACTIVE.
 """
@@ -22,6 +22,7 @@ import pytest
 
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
@@ -239,27 +240,62 @@ def _celery_worker_of(c: Cluster, task_pid: int):  # type: ignore[no-untyped-def
     return workers[pid]
 
 
+def _attempt_log(c: Cluster, run_id: str, attempt: int) -> str:
+    logs = airflow_home(c.layout.settings) / "logs"
+    path = logs / f"dag_id={STREAM}/run_id={run_id}/task_id=topology/attempt={attempt}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def test_a_celery_worker_killed_under_the_stream_task(process_cluster: Cluster) -> None:
-    """SIGKILL the Celery worker running the topology's task (its driver dies with it);
-    a new run of the stream DAG resumes from the durable checkpoint; counts end exact."""
+    """SIGKILL the Celery worker running the topology's task and its task processes, not
+    the detached driver: the topology keeps counting; once the scheduler finds the task's
+    heartbeat gone, Airflow retries the task (on the other worker, or the one `cluster up`
+    restarts) and the retry reattaches: the same topology and driver, counts exact."""
     c, api = process_cluster, process_cluster.api
     plane = ControlPlane(c.url)
+    plane.ensure_schema()
+    if not _active(plane):  # run alone: start the topology the earlier tests leave ACTIVE
+        api.wait_for_dag(STREAM, timeout=120)
+        api.unpause(STREAM)
+        kafka_log.ensure_topics(c.layout.settings.kafka_bootstrap, {EDEN: 4})
+        _ingest(c, 1000, seed=299)
+        api.trigger(STREAM, "celery-1", {"parallelism": 2, "colour": "blue"})
+        _wait("a topology ACTIVE", lambda: _active(plane))
     (topology_id,) = _active(plane)
+    registered = [t.topology_id for t in plane.topologies(PIPELINE)]
     run_id = plane.get_topology(topology_id).airflow_run_id
     ti = api.task_instance(STREAM, run_id, "topology")
+    tries = int(ti["try_number"])
     worker = _celery_worker_of(c, int(ti["pid"]))
     record = worker.running()
+    driver = DetachedDriver.load(drivers_dir(c.layout.settings.home) / topology_id)
+    assert driver is not None and driver.keeper_alive(), topology_id
     _ingest(c, 1000, seed=300)
-    tree = process_tree(record.pid)  # the Celery worker, its task processes, their drivers
+    tree = process_tree(record.pid)  # the Celery worker, its task processes
+    assert driver.keeper_pid not in tree, "the driver is not detached from its task"
     for pid in tree:
         os.kill(pid, signal.SIGKILL)
     _wait("the Celery worker gone", lambda: all(proc_cmdline(p) is None for p in tree))
-    _ingest(c, 1000, seed=301)  # arrives while no topology runs
+    _ingest(c, 1000, seed=301)  # arrives while no task follows the topology
+    _wait("the topology counting on without its task", _exact(c))
 
     cluster.up(c.layout)  # restarts the dead Celery worker
-    api.trigger(STREAM, "restart-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-r"})
-    _wait("the new topology ACTIVE", lambda: "wc-r" in _active(plane))
+
+    def retried() -> bool:
+        now = api.task_instance(STREAM, run_id, "topology")
+        return int(now["try_number"]) == tries + 1 and now["state"] == "running"
+
+    _wait("the task retried", retried, timeout=WAIT_S + 120)
+    _wait(
+        "the retry reattached",
+        lambda: "Reconnecting to existing job" in _attempt_log(c, run_id, tries + 1),
+    )
+    _ingest(c, 500, seed=302)
     _wait("exact counts after the lost Celery worker", _exact(c))
-    print(f"celery worker loss: {len(LINES)} lines in, all counted exactly once")
+    assert [t.topology_id for t in plane.topologies(PIPELINE)] == registered, "submitted again"
+    assert _active(plane) == [topology_id]
+    assert driver.keeper_alive(), "the driver was replaced"
+    assert "submitting topology" not in _attempt_log(c, run_id, tries + 1)
+    print(f"celery worker loss: {len(LINES)} lines in, all counted exactly once, one topology")
     api.trigger(RECONCILE, "reconcile-2", {})
     assert api.wait_run(RECONCILE, "reconcile-2", timeout=WAIT_S) == "success"

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowctl.adapters.control_plane import ControlPlane
+from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
 from flowctl.services import cluster
 from flowctl.services.process import proc_cmdline, process_tree
 from tests.cluster.conftest import PIPELINE, Cluster
@@ -67,14 +68,16 @@ def test_cluster_down_with_a_stuck_topology_closes_its_run(process_cluster: Clus
     plane = ControlPlane(c.url)
     plane.ensure_schema()  # run alone, no topology has created the tables yet
     run_id = _active_run(c, plane)
-    task_pid = int(c.api.task_instance(STREAM, run_id, "topology")["pid"])
-    commands = {pid: proc_cmdline(pid) or () for pid in process_tree(task_pid)}
+    (topology_id,) = [t.topology_id for t in plane.topologies(PIPELINE, states=["ACTIVE"])]
+    keeper = DetachedDriver.load(drivers_dir(c.layout.settings.home) / topology_id)
+    assert keeper is not None, f"no detached driver recorded for {topology_id}"
+    commands = {pid: proc_cmdline(pid) or () for pid in process_tree(keeper.keeper_pid)}
     drivers = [  # the driver's Python process, a child of spark-submit's JVM
         pid
         for pid, argv in commands.items()
         if argv and "python" in os.path.basename(argv[0]) and "spark_jobs" in " ".join(argv)
     ]
-    assert drivers, f"no Python driver under the task process {task_pid}"
+    assert drivers, f"no Python driver under the keeper {keeper.keeper_pid}"
     for pid in drivers:
         os.kill(pid, signal.SIGSTOP)
     pids = [r.pid for r in cluster.status(c.layout) if r.pid]

@@ -44,6 +44,7 @@ from flowctl.adapters.replacements import ReplacementLog
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services.process import stop_tree
+from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
@@ -270,6 +271,8 @@ def stream_runs(
                     plane.send_signal(topo.topology_id, "stop")
             scheduler.wait_all(90)
             print(scheduler.tails())
+            # the drivers run detached from their task processes: end any left running
+            end_detached_drivers(platform, print)
 
 
 def _backlog_growing(plane: ControlPlane, topology_id: str) -> bool:

@@ -420,13 +420,15 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     """Stop the live topologies by their ``stop`` signal, close the open DAG runs, then stop
     every process of the cluster, Airflow first. The databases and the state dir stay
     unless ``purge`` (:mod:`flowctl.services.cluster_purge`)."""
-    from flowctl.services.stopping import stop_topologies
+    from flowctl.services.stopping import end_detached_drivers, stop_topologies
 
     t0 = time.monotonic()
     messages: list[str] = []
     stop_topologies(layout.settings, messages.append, timeout=60.0)
     close_open_runs(layout, messages.append)
     messages += [d.down() for d in reversed(all_daemons(layout))]
+    # after Airflow: no task is left to submit a driver again
+    end_detached_drivers(layout.settings, messages.append)
     messages += manager.down(layout.settings)
     if purge:
         from flowctl.services.cluster_purge import purge as purge_state

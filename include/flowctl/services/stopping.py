@@ -3,11 +3,15 @@
 A topology stopped by its ``stop`` signal flushes its MRWQ, records STOPPED and its Airflow
 task ends; one whose processes are terminated instead (a Celery worker's warm shutdown
 waits for its long-running task) costs the stop timeout and leaves the run to be closed.
-``flowctl demo down`` and ``flowctl cluster down`` call this first.
+``flowctl demo down`` and ``flowctl cluster down`` call this first, and
+:func:`end_detached_drivers` once Airflow is down: a stream task's driver runs detached
+from Airflow (so that it outlives a dead worker), so stopping Airflow's process tree
+does not end it.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
@@ -38,3 +42,22 @@ def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None
         running = [t for t in running if plane.get_topology(t).state not in TERMINAL_STATES]
     for topology_id in running:
         say(f"topology {topology_id} did not stop within {timeout:.0f} s")
+
+
+def end_detached_drivers(settings: Settings, say: Say, grace_s: float = 15.0) -> None:
+    """End the detached stream drivers of ``settings.home`` still running on this host
+    (a topology that did not stop in time, or whose control plane was unreachable):
+    SIGTERM to each driver's process group, SIGKILL to what is left after ``grace_s``."""
+    from flowctl.adapters.detached_driver import leftover_drivers
+
+    left = leftover_drivers(settings.home)
+    for driver in left:
+        say(f"ending detached driver {driver.directory.name} (keeper pid {driver.keeper_pid})")
+        driver.kill(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = [d for d in left if d.keeper_alive()]
+    for driver in left:
+        say(f"detached driver {driver.directory.name} ignored SIGTERM: killed")
+        driver.kill(signal.SIGKILL)

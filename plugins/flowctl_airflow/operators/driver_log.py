@@ -145,6 +145,16 @@ class LevelReader:
         return (self._level if self._in_trace else logging.INFO), line
 
 
+def relay_line(log: Any, levels: LevelReader, raw: str) -> None:
+    """Log one driver line (as spark-submit printed it) at its own level, tidied; the
+    JVM's noise is dropped. How a stream task relays its detached driver's log file."""
+    line = raw.rstrip("\n")
+    if line in JVM_NOISE:
+        return
+    level, text = levels.read(line)
+    getattr(log, logging.getLevelName(level).lower())("%s", text)
+
+
 class _DriverLines:
     """A hook's logger whose plain ``info(line)`` calls (the relayed driver lines) are
     tidied and logged at their own level; every other call goes to the logger as is."""
