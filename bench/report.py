@@ -30,6 +30,7 @@ EXPERIMENTS = (
     "codecs",
     "cluster",
     "broker_cost",
+    "planning",
 )
 
 
