@@ -210,6 +210,45 @@ def read_loop(bootstrap: str, topic: str, total: int, check_crcs: bool = True) -
     return seen / elapsed
 
 
+def read_loop_librdkafka(bootstrap: str, topic: str, total: int, check_crcs: bool = True) -> float:
+    """Records/s of one librdkafka (confluent-kafka) consumer reading all of ``topic`` and
+    counting its words as :func:`read_loop` does (the same ``count_values`` over batches
+    of up to 5,000 values), CRC checks on (``check.crcs``): the ceiling of a Python reader
+    whose fetching and record parsing are in C, no Spark, no database."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException
+    from confluent_kafka import TopicPartition as RdTopicPartition
+
+    from flowctl.pipelines.wordcount import count_values
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("bench-librdkafka"),  # required; assign() joins no group
+            "enable.auto.commit": False,
+            "check.crcs": check_crcs,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+    if metadata.error is not None:
+        raise KafkaException(metadata.error)
+    consumer.assign(
+        [RdTopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(metadata.partitions)]
+    )
+    counts: Counter[str] = Counter()
+    seen = 0
+    t0 = time.monotonic()
+    while seen < total:
+        messages = consumer.consume(num_messages=5000, timeout=1.0)
+        for m in messages:
+            if m.error() is not None:
+                raise KafkaException(m.error())
+        counts.update(count_values(m.value() for m in messages))
+        seen += len(messages)
+    elapsed = time.monotonic() - t0
+    consumer.close()
+    return seen / elapsed
+
+
 # -- jobs -----------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import time
 from collections import Counter
@@ -109,9 +110,42 @@ def py_spy(job: Job, seconds: float, out_dir: Path, name: str) -> dict[str, Any]
     return summary
 
 
+#: Where a sample's time goes, by the frames of its stack: the first category (in this
+#: order) one of whose pieces appears in any frame of the stack. The order puts the
+#: specific before the general: JSON inside an MRWQ write counts as JSON, kafka-python's
+#: record parsing inside the lane's fetch as unpacking, and the lane's and Spark's own
+#: frames (ancestors of nearly every stack) take only what nothing else claims.
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("JSON encoding/decoding", ("json/",)),
+    ("memcached (MRWQ, feedback, channels)", ("memcached_store.py", "pymemcache/")),
+    ("SQL (SQLAlchemy, sqlite3)", ("sqlalchemy/", "sqlite3/")),
+    ("Kafka record unpacking (kafka-python)", ("kafka/record/", "_unpack_records")),
+    ("Kafka fetch (kafka-python client, protocol)", ("kafka/",)),
+    ("word counting", ("wordcount.py",)),
+    ("MRWQ fold of results", ("sink_rules.py",)),
+    ("threads waiting (pools, selectors)", ("threading.py", "concurrent/futures", "selectors.py")),
+    ("flowctl's own (lane, planner, driver bookkeeping)", ("flowctl/",)),
+    ("Spark's Python worker (rows, Arrow, protocol)", ("pyspark/",)),
+)
+
+
+def categorize(stacks: dict[str, int]) -> dict[str, float]:
+    """Each category's share of the samples (:data:`CATEGORIES`, ``other`` for the rest),
+    from ``{stack: samples}``."""
+    counts: Counter[str] = Counter()
+    for stack, n in stacks.items():
+        category = next(
+            (name for name, pieces in CATEGORIES if any(p in stack for p in pieces)), "other"
+        )
+        counts[category] += n
+    total = sum(counts.values())
+    return {name: round(n / total, 3) for name, n in counts.most_common()} if total else {}
+
+
 def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
     leaf: dict[str, int] = {}
     inclusive: dict[str, int] = {}
+    stacks: dict[str, int] = {}
     total = 0
     with contextlib.suppress(OSError):
         for line in raw.read_text().splitlines():
@@ -123,6 +157,7 @@ def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
             if not frames:
                 continue
             total += n
+            stacks[stack] = stacks.get(stack, 0) + n
             leaf[frames[-1]] = leaf.get(frames[-1], 0) + n
             for f in set(frames):
                 inclusive[f] = inclusive.get(f, 0) + n
@@ -131,4 +166,23 @@ def summarize_stacks(raw: Path, top: int = 12) -> dict[str, Any]:
         rows = sorted(d.items(), key=lambda kv: -kv[1])[:top]
         return [[f, round(n / total, 3)] for f, n in rows] if total else []
 
-    return {"samples": total, "top_leaf": ranked(leaf), "top_inclusive": ranked(inclusive)}
+    return {
+        "samples": total,
+        "categories": categorize(stacks),
+        "top_leaf": ranked(leaf),
+        "top_inclusive": ranked(inclusive),
+    }
+
+
+#: The job's line of Spark's micro-batch phases (flowctl.spark.job.StreamJob._log_batch_phases).
+PHASES = re.compile(r"Spark micro-batches up to batch (\d+), ms p50/p99: (.*)$", re.MULTILINE)
+
+
+def batch_phases(log: Path) -> str | None:
+    """The last "Spark micro-batches" line of a run's log (batches up to the stop): where
+    each batch's time goes in Spark (walCommit, latestOffset, addBatch, commitOffsets...)."""
+    try:
+        found = PHASES.findall(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return f"up to batch {found[-1][0]}: {found[-1][1]}" if found else None

@@ -8,10 +8,13 @@ its Python driver and its Spark Python workers with py-spy for ``--seconds``. Gi
 enough ``--records`` to last both (the job drains them at tens of thousands per second).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.pyspy_profile \
-        [--lanes 4] [--records 900000]
+        [--lanes 4] [--records 900000] [--name profile]
 
-Writes bench/results/profile.json (CPU shares; top frames per process, by own time and
-by inclusive time); the raw stacks stay in bench/results/logs/.
+Writes bench/results/<name>.json (CPU shares; per process the samples' categories:
+Kafka fetch, record unpacking, counting, JSON, memcached, SQL... as
+``bench._profile.CATEGORIES`` sorts them, and the top frames by own and by inclusive
+time; Spark's per-batch phases from the job's log: walCommit, latestOffset, addBatch,
+commitOffsets); the raw stacks stay in bench/results/logs/.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from bench._common import Job, platform_up, produce, random_lines, unique_name
 from bench._experiment import RESULTS, experiment_parser, run_experiment, write_result
 from bench._measure import drain_run
-from bench._profile import cpu_shares, py_spy
+from bench._profile import batch_phases, cpu_shares, py_spy
 
 
 def given(settings: dict[str, int | None]) -> dict[str, int]:
@@ -44,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--w-max", type=int, help="largest window, tuples (default: shipped)")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of py-spy sampling")
     p.add_argument("--cpu-seconds", type=float, default=5.0, help="seconds of CPU shares")
+    p.add_argument("--name", default="profile", help="result file: bench/results/<name>.json")
     return p
 
 
@@ -75,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
             on_first_batch=sample,
         )
     info.pop("series", None)
+    spark_batches = batch_phases(logs / f"profile-flow-{args.lanes}.log")
     write_result(
         "profile",
         {
@@ -83,14 +88,20 @@ def _run(args: argparse.Namespace) -> int:
             "params": vars(args),
             "cpu": cpu,
             "profile": profile,
+            "spark_batches_ms": spark_batches,
             "run": info,
         },
+        name=args.name,
     )
     print(f"== CPU over {cpu['seconds']} s, {cpu['cores']} cores, busy {cpu['busy']:.0%}")
     for role, share in cpu["shares"].items():
         print(f"  {share:6.1%}  {role}")
+    print(f"== Spark micro-batches, ms p50/p99: {spark_batches}")
     for kind, data in profile.items():
         print(f"== {kind}: {data['samples']} samples")
+        for category, share in data["categories"].items():
+            print(f"  {share:6.1%}  {category}")
+        print("  -- top frames (own time):")
         for frame, share in data["top_leaf"]:
             print(f"  {share:6.1%}  {frame}")
     return 0

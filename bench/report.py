@@ -31,6 +31,7 @@ EXPERIMENTS = (
     "cluster",
     "broker_cost",
     "soak",
+    "planning",
 )
 
 

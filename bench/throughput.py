@@ -9,25 +9,31 @@ results), so every candidate sees the same data in the same run:
   shipped ``[flow]`` settings);
 - ``baseline``: plain Structured Streaming with direct writes
   (``bench/jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
-- ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
+- (b) ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
   source instead of Kafka (``--source rate``, :mod:`bench.lib.rate_lines`): Spark's
   per-batch machinery plus the word-count sink, no Kafka; its first ``--records``
   generated records are timed;
-- ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC checks
-  on as in flowctl's consumers (``_common.read_loop``), no
-  Spark, no database (the machine's upper bound for a Python reader);
+- (a) ``kafka-python``: one consumer reading the topic and counting words in a loop, CRC
+  checks on as in flowctl's consumers (``_common.read_loop``), no Spark, no database (the
+  machine's upper bound for a reader on the platform's client);
+- (c) ``librdkafka``: the same loop on confluent-kafka (``_common.read_loop_librdkafka``:
+  fetching and record parsing in C, ``check.crcs=true``, the same word counting), no
+  Spark, no database (the upper bound for a Python reader on another client);
+  (a) and (c) run ``--loop-rounds`` times each, alternating, and their medians are the
+  ceilings;
 - ``base``: the flow job of ``main`` at ``--base`` (3b2f8e8 by default; ``--base ""``
   skips it), exported with ``git archive`` into a temporary directory and run from that
   tree with its own shipped config, in the same run (issue 13: flow >= 2x it).
 
 Metric: records/s made durable (sum of committed offsets) from the end of the first
 micro-batch to the last record, so Spark's 4-7 s first batch is excluded. Also per lane
-count: the flow job vs each ceiling, the planner's cost per micro-batch (the driver
-log's "planning per batch" lines: p50, p99 and max in ms, and by phase) and each Spark
-run's last "Spark micro-batches ... ms p50/p99" line (where a batch's time goes).
+count: the flow job vs each ceiling (flow/(a), flow/(b), flow/(c)), (c)/(a), the
+planner's cost per micro-batch (the driver log's "planning per batch" lines: p50, p99 and
+max in ms, and by phase) and each Spark run's last "Spark micro-batches ... ms p50/p99"
+line (where a batch's time goes).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.throughput \
-        [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8]
+        [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8] [--loop-rounds 3]
 
 Writes bench/results/throughput.json and throughput.png; exits 1 if the target
 (flow >= 0.9x the baseline at every lane count: the runtime costs little) is missed.
@@ -43,11 +49,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import export_tree, platform_up, produce, random_lines, read_loop, unique_name
+from bench._common import (
+    export_tree,
+    platform_up,
+    produce,
+    random_lines,
+    read_loop,
+    read_loop_librdkafka,
+    unique_name,
+)
 from bench._experiment import (
     RESULTS,
+    BadArgument,
     exit_code,
     experiment_parser,
+    percentile,
     pyplot,
     ratio,
     run_experiment,
@@ -55,6 +71,7 @@ from bench._experiment import (
     write_result,
 )
 from bench._measure import drain_run
+from bench._profile import batch_phases
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
@@ -95,27 +112,14 @@ def planning_cost(log: Path) -> dict[str, object] | None:
     }
 
 
-#: The job's line of Spark's micro-batch phases (flowctl.spark.job.StreamJob._log_batch_phases).
-PHASES = re.compile(r"Spark micro-batches up to batch (\d+), ms p50/p99: (.*)$", re.MULTILINE)
-
-
-def batch_phases(log: Path) -> str | None:
-    """The last "Spark micro-batches" line of a run's log (batches up to the stop)."""
-    try:
-        found = PHASES.findall(log.read_text(errors="replace"))
-    except OSError:
-        return None
-    return f"up to batch {found[-1][0]}: {found[-1][1]}" if found else None
-
-
 def given(settings: dict[str, int | None]) -> dict[str, int]:
     """The settings given on the command line (the others stay as shipped)."""
     return {k: v for k, v in settings.items() if v is not None}
 
 
-def plot(path: Path, lanes: list[int], cases: list[dict], upper: float) -> None:
-    """Bars per lane count (flow, plain baseline, rate source, the old flow job), the read
-    loop as a line."""
+def plot(path: Path, lanes: list[int], cases: list[dict], upper: float, rdkafka: float) -> None:
+    """Bars per lane count (flow, plain baseline, rate source, the old flow job), the two
+    read loops as lines."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -129,7 +133,8 @@ def plot(path: Path, lanes: list[int], cases: list[dict], upper: float) -> None:
     ):
         heights = [c.get(kind) or 0 for c in cases]
         ax.bar([x + shift * width for x in xs], heights, width, label=label)
-    ax.axhline(upper, color="grey", linestyle="--", label="kafka-python loop")
+    ax.axhline(upper, color="grey", linestyle="--", label="(a) kafka-python loop")
+    ax.axhline(rdkafka, color="black", linestyle=":", label="(c) librdkafka loop")
     ax.set_xticks(list(xs), [f"{n} lanes" for n in lanes])
     ax.set_ylabel("records/s (after the first batch)")
     ax.set_title("Fast word count throughput")
@@ -147,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tuple-size", type=int, help="flow: records per tuple (default: shipped)")
     p.add_argument("--w-init", type=int, help="flow: initial window, tuples (default: shipped)")
     p.add_argument("--w-max", type=int, help="flow: largest window, tuples (default: shipped)")
+    p.add_argument(
+        "--loop-rounds", type=int, default=3, help="runs of each read loop, (a) and (c) alternating"
+    )
     p.add_argument("--base", default=BASE, help='old commit whose flow job runs too ("": none)')
     p.add_argument(
         "--base-tree",
@@ -156,9 +164,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _measure(args: argparse.Namespace, lanes: list[int]) -> tuple[list[dict[str, Any]], float]:
+def read_loops(bootstrap: str, topic: str, total: int, rounds: int) -> dict[str, Any]:
+    """The ceilings (a) kafka-python and (c) librdkafka: each loop ``rounds`` times over the
+    whole topic, alternating (so a change of the machine's load hits both), and the median
+    of each (records/s)."""
+    runs: dict[str, list[float]] = {"kafka_python": [], "librdkafka": []}
+    for i in range(rounds):
+        for name, loop in (("kafka_python", read_loop), ("librdkafka", read_loop_librdkafka)):
+            runs[name].append(round(loop(bootstrap, topic, total)))
+            print(f"read loop {name} round {i + 1}: {runs[name][-1]} records/s", flush=True)
+    return {
+        "rounds": runs,
+        "kafka_python": percentile(runs["kafka_python"], 50),
+        "librdkafka": percentile(runs["librdkafka"], 50),
+    }
+
+
+def _measure(
+    args: argparse.Namespace, lanes: list[int]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every job kind at every lane count on one platform and one topic: the cases, and the
-    kafka-python read loop's records/s (the ceiling (a))."""
+    read loops' records/s (the ceilings (a) and (c), :func:`read_loops`)."""
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         base_tree = args.base_tree or (export_tree(args.base, work / "base") if args.base else None)
@@ -168,8 +194,10 @@ def _measure(args: argparse.Namespace, lanes: list[int]) -> tuple[list[dict[str,
         t0 = time.monotonic()
         produced = produce(plat, topic, args.partitions, values)
         print(f"produced {produced} records in {time.monotonic() - t0:.1f} s", flush=True)
-        upper = read_loop(plat.bootstrap, topic, produced)
-        print(f"kafka-python loop: {upper:.0f} records/s", flush=True)
+        loops = read_loops(plat.bootstrap, topic, produced, args.loop_rounds)
+        upper, rdkafka = loops["kafka_python"], loops["librdkafka"]
+        print(f"read loops (medians): (a) kafka-python {upper:.0f}, (c) librdkafka "
+              f"{rdkafka:.0f} records/s", flush=True)  # fmt: skip
         cases = []
         for n in lanes:
             row = {"lanes": n}
@@ -200,14 +228,18 @@ def _measure(args: argparse.Namespace, lanes: list[int]) -> tuple[list[dict[str,
             row["ratio"] = ratio(row["flow"], row["baseline"])
             row["flow_vs_read_loop"] = ratio(row["flow"], upper)
             row["flow_vs_rate"] = ratio(row["flow"], row["rate"])
+            row["flow_vs_librdkafka"] = ratio(row["flow"], rdkafka)
             row["flow_vs_base"] = ratio(row["flow"], row.get("base"))
             cases.append(row)
 
-    return cases, upper
+    return cases, loops
 
 
-def _summary(args: argparse.Namespace, cases: list[dict[str, Any]], upper: float) -> dict[str, Any]:
+def _summary(
+    args: argparse.Namespace, cases: list[dict[str, Any]], loops: dict[str, Any]
+) -> dict[str, Any]:
     """The result file's content: the lowest-ratio lane count as the headline, the ceilings."""
+    upper, rdkafka = loops["kafka_python"], loops["librdkafka"]
     ratios = [c["ratio"] for c in cases]
     meets = all(r is not None and r >= TARGET for r in ratios)
     # the headline is the lane count with the lowest ratio (the target holds at every one)
@@ -238,6 +270,7 @@ def _summary(args: argparse.Namespace, cases: list[dict[str, Any]], upper: float
         "ratio_per_lanes": {c["lanes"]: c["ratio"] for c in cases},
         "flow_vs_read_loop_per_lanes": {c["lanes"]: c["flow_vs_read_loop"] for c in cases},
         "flow_vs_rate_per_lanes": {c["lanes"]: c["flow_vs_rate"] for c in cases},
+        "flow_vs_librdkafka_per_lanes": {c["lanes"]: c["flow_vs_librdkafka"] for c in cases},
         "rate_source_per_lanes": {c["lanes"]: c["rate"] for c in cases},
         "planning_ms_per_lanes": {
             c["lanes"]: None
@@ -246,6 +279,9 @@ def _summary(args: argparse.Namespace, cases: list[dict[str, Any]], upper: float
             for c in cases
         },
         "upper_bound_kafka_python": round(upper),
+        "upper_bound_librdkafka": round(rdkafka),
+        "librdkafka_vs_kafka_python": ratio(rdkafka, upper),
+        "read_loops": loops,
         "target": f"flow >= {TARGET}x baseline at every lane count",
         "meets_target": meets,
         "ceilings_issue_13": ceilings,
@@ -256,18 +292,22 @@ def _summary(args: argparse.Namespace, cases: list[dict[str, Any]], upper: float
 
 def _run(args: argparse.Namespace) -> int:
     lanes = [int(v) for v in args.lanes.split(",")]
-    cases, upper = _measure(args, lanes)
-    summary = _summary(args, cases, upper)
+    if args.loop_rounds < 1:
+        raise BadArgument(f"--loop-rounds must be >= 1, got {args.loop_rounds}")
+    cases, loops = _measure(args, lanes)
+    summary = _summary(args, cases, loops)
     write_result("throughput", summary)
-    plot(RESULTS / "throughput.png", lanes, cases, upper)
+    upper, rdkafka = loops["kafka_python"], loops["librdkafka"]
+    plot(RESULTS / "throughput.png", lanes, cases, upper, rdkafka)
     print(
-        "| lanes | flow | (a) kafka-python | (b) rate source | (c) baseline "
-        "| main@base | flow/(a) | flow/(b) | flow/(c) | flow/base |"
+        "| lanes | flow | (a) kafka-python | (b) rate source | (c) librdkafka | plain job "
+        "| main@base | flow/(a) | flow/(b) | flow/(c) | (c)/(a) | flow/plain | flow/base |"
     )
     for c in cases:
         print(
-            f"| {c['lanes']} | {c['flow']} | {upper:.0f} | {c['rate']} | {c['baseline']} "
-            f"| {c.get('base')} | {c['flow_vs_read_loop']} | {c['flow_vs_rate']} | {c['ratio']} "
+            f"| {c['lanes']} | {c['flow']} | {upper:.0f} | {c['rate']} | {rdkafka:.0f} "
+            f"| {c['baseline']} | {c.get('base')} | {c['flow_vs_read_loop']} | {c['flow_vs_rate']} "
+            f"| {c['flow_vs_librdkafka']} | {summary['librdkafka_vs_kafka_python']} | {c['ratio']} "
             f"| {c['flow_vs_base']} |"
         )
     return exit_code(summary)

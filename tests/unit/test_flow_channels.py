@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -48,6 +49,7 @@ def test_spout_state_round_trips() -> None:
         log_empty=False,
     )
     assert SpoutState.decode(_through_json(state.encode())) == state
+    assert state.encode() == dataclasses.asdict(state)  # the wire form of every field
 
 
 def test_metrics_rows_round_trip() -> None:

@@ -225,6 +225,31 @@ def test_the_planner_does_with_the_ends_lower_bounds_while_more_waits_than_it_ca
     assert ends.bounds_accepted[-1] is False
 
 
+def test_the_bounds_do_once_more_waits_than_one_batch_may_take_whatever_the_windows(
+    tmp_path: Path,
+) -> None:
+    """Windows of 2 lanes x 8 tuples could take 160 records after the acks; a batch takes
+    at most max_rows = 40 of them: 90 records waiting below the bounds are enough."""
+    import dataclasses
+
+    store, state = DictStore(), FakeState()
+    settings = dataclasses.replace(flow_settings(tmp_path, flow="w_init = 4"), max_rows=40)
+    ends = FakeEnds({EDEN: {0: 10_000, 1: 10_000}})
+    planner = FlowPlanner(settings, store=store, ends=ends, state=state, clock=FakeClock())
+    end = planner.latest_offset(planner.initial_offset())
+    assert sum(e.tuple.size for p in decode_plan(end, EDEN, "demo") for e in p.entries) == 40
+    cut = {tp.partition: n for tp, n in planner.spout.positions().items()}  # type: ignore[union-attr]
+    ends.ends[EDEN] = {p: n + 45 for p, n in cut.items()}  # 90 past the cut: two batches' worth
+    _ack_all(planner, end)
+    end = planner.latest_offset(end)
+    assert ends.bounds_accepted[-1] is True
+    cut = {tp.partition: n for tp, n in planner.spout.positions().items()}  # type: ignore[union-attr]
+    ends.ends[EDEN] = {p: n + 15 for p, n in cut.items()}  # 30: within one batch's reach
+    _ack_all(planner, end)
+    planner.latest_offset(end)
+    assert ends.bounds_accepted[-1] is False
+
+
 def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
     feedback = FeedbackStore(planner.store(), planner.settings.ns)
     for part in decode_plan(plan, EDEN, "demo"):

@@ -272,3 +272,32 @@ def test_bad_config_names_the_field() -> None:
         SpoutConfig(pipeline="p", lanes=1, tuple_size=10, policy="fastest")
     with pytest.raises(ValueError, match=r"lane must be in 0\.\.1"):
         make(FakeClock()).on_lane_results(2, [])
+
+
+def test_each_tuple_goes_to_the_next_lane_in_cyclic_order_that_has_a_free_slot() -> None:
+    spout = make(FakeClock(), lanes=3, w_init=2)
+    first = spout.plan({P0: 10_000}, {}, 0.0, budget=4)
+    assert [d.lane for d in first] == [0, 1, 2, 0]
+    # lane 0's window is full: the next two go to lanes 1 and 2, then every window is
+    assert [d.lane for d in spout.plan({P0: 10_000}, {}, 0.0)] == [1, 2]
+
+
+def test_a_single_lane_takes_its_own_failed_tuple_again() -> None:
+    spout = make(FakeClock(), lanes=1, w_init=2)
+    plan = spout.plan({P0: 10_000}, {}, 0.0)
+    lost = plan[0]
+    failed = LaneResult(lost.tuple.id, Outcome.FAILED, error="read failed")
+    report(spout, [(lost, failed)] + [(d, ack(d)) for d in plan[1:]])
+    again = spout.plan({P0: 10_000}, {}, 0.0)
+    assert again[0].tuple == lost.tuple and again[0].lane == 0
+
+
+def test_least_loaded_skips_full_windows_and_the_lane_that_failed_a_tuple() -> None:
+    spout = make(FakeClock(), lanes=3, w_init=2, policy="least_loaded")
+    plan = spout.plan({P0: 10_000}, {}, 0.0)
+    assert sorted(d.lane for d in plan) == [0, 0, 1, 1, 2, 2]
+    lost = next(d for d in plan if d.lane == 1)
+    failed = LaneResult(lost.tuple.id, Outcome.FAILED, error="read failed")
+    report(spout, [(lost, failed)] + [(d, ack(d)) for d in plan if d is not lost])
+    again = spout.plan({P0: 10_000}, {}, 0.0)
+    assert again[0].tuple == lost.tuple and again[0].lane != 1

@@ -19,13 +19,12 @@ and asks a policy for each tuple's lane among the lanes with a free slot:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True)
-class LaneLoad:
-    """What a policy sees of one lane with at least one free slot."""
+class LaneLoad(NamedTuple):
+    """What a policy sees of one lane with at least one free slot (a named tuple: the
+    spout builds one per lane for every tuple it dispatches, so it must be cheap)."""
 
     lane: int
     free_slots: int

@@ -88,8 +88,7 @@ class MetricsWindow:
         """Tuples acked, the records they held, and their end-to-end latencies (s)."""
         self._count("acked", tuples)
         self._count("records", records)
-        for latency in latencies:
-            self._sample(latency)
+        self._sample_all(latencies)
 
     def failed(self, tuples: int = 1) -> None:
         self._count("failed", tuples)
@@ -156,17 +155,23 @@ class MetricsWindow:
         self._advance()
         self._counts[name] += _non_negative(name, n)
 
-    def _sample(self, latency: float) -> None:
-        if not isinstance(latency, int | float) or math.isnan(latency) or latency < 0:
-            raise ValueError(f"MetricsWindow: latency must be a number >= 0, got {latency!r}")
+    def _sample_all(self, latencies: Iterable[float]) -> None:
+        """Keep a uniform sample of the window's latencies (reservoir sampling, Algorithm R).
+
+        The window is advanced once for the lot (they are reported at one instant): the
+        planner hands over a batch's latencies at once, 8 per tuple."""
         self._advance()
-        self._seen += 1
-        if len(self._samples) < self._max_samples:
-            self._samples.append(float(latency))
-            return
-        slot = self._rng.randrange(self._seen)  # reservoir sampling (Algorithm R)
-        if slot < self._max_samples:
-            self._samples[slot] = float(latency)
+        samples, most, rng = self._samples, self._max_samples, self._rng
+        for latency in latencies:
+            if not isinstance(latency, int | float) or math.isnan(latency) or latency < 0:
+                raise ValueError(f"MetricsWindow: latency must be a number >= 0, got {latency!r}")
+            self._seen += 1
+            if len(samples) < most:
+                samples.append(float(latency))
+                continue
+            slot = rng.randrange(self._seen)
+            if slot < most:
+                samples[slot] = float(latency)
 
 
 def _non_negative(name: str, value: int) -> int:

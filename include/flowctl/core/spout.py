@@ -404,12 +404,14 @@ class Spout(SpoutReplay, SpoutHandover):
             self._ledger.processed(tuple_id)
 
     def _choose(self, avoid: int | None) -> int | None:
-        several = len(self._windows) > 1
-        candidates = [
-            LaneLoad(w.lane, w.free_slots, w.in_flight, self._rates[w.lane])
-            for w in self._windows
-            if w.free_slots > 0 and not (several and w.lane == avoid)
-        ]
+        if len(self._windows) == 1:
+            avoid = None  # a single lane takes its own retries
+        rates = self._rates
+        candidates = []
+        for w in self._windows:
+            free = w.free_slots
+            if free > 0 and w.lane != avoid:
+                candidates.append(LaneLoad(w.lane, free, w.in_flight, rates[w.lane]))
         if not candidates:
             return None
         return self._policy.choose(candidates, len(self._windows))

@@ -169,7 +169,9 @@ class SpoutState:
     call: int | None = None
 
     def encode(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Its fields hold only plain JSON types already: a shallow dict serves (the planner
+        # publishes one every batch; ``dataclasses.asdict`` deep-copies every lane's gauges).
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
     def decode(cls, data: Any) -> SpoutState:

@@ -302,11 +302,19 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         elapsed = min(max(now - self._last_plan_at, 0.1), 10.0)
         rates = self.chain.rates()
         budget = max(1, int(min(rates["source"], rates["process"]) * elapsed))
-        if self.settings.max_rows is not None:
-            budget = min(budget, max(1, self.settings.max_rows // self.config.tuple_size))
+        cap = self.batch_cap()
+        if cap is not None:
+            budget = min(budget, cap)
         dispatches = self.spout.plan(self._latest, self._replay, time.time(), budget=budget)
         self._last_plan_at = now
         return dispatches
+
+    def batch_cap(self) -> int | None:
+        """The most tuples one batch admits whatever the windows (``max_rows``, the
+        pipeline's ``max_records_per_batch``, in tuples; ``None``: no such limit)."""
+        if self.settings.max_rows is None:
+            return None
+        return max(1, self.settings.max_rows // self.config.tuple_size)
 
     def _warmup_plan(self) -> dict[str, Any] | None:
         """A standby topology's warm-up batch, every ``WARMUP_EVERY_S`` (``None``: not due,

@@ -45,18 +45,24 @@ class EndsPlanning:
     if TYPE_CHECKING:  # FlowPlanner's
 
         def build_spout(self) -> Spout: ...
+        def batch_cap(self) -> int | None: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
     def _start_reading_ends(self) -> Future[Ends]:
         """Start reading the three topics' ends (:class:`BackgroundEnds`). The spout changes
-        while they are read, so whether ``end_offsets()`` suffice is decided on what its
-        windows can take at most after this batch's acks."""
+        while they are read, so whether ``end_offsets()`` suffice is decided on what this
+        batch can take at most: its windows after this batch's acks, and never more than
+        the batch's cap (:meth:`batch_cap`; with many lanes the windows' room alone is
+        many batches' worth, and every batch would pay an exact end's fetch)."""
         starts = self.guard.starts_due()  # Eden's log starts too, every STARTS_EVERY_S
         if self.spout is None:
             return self.ends.start(with_starts=starts)
         positions = {tp.partition: n for tp, n in self.spout.positions().items()}
         # a window grows at most to double (at least +1) per round of acks, up to w_max
         room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
+        cap = self.batch_cap()
+        if cap is not None:
+            room = min(room, cap)
         return self.ends.start(positions, room * self.config.tuple_size, with_starts=starts)
 
     def _read_ends(self, reading: Future[Ends]) -> dict[int, int] | None:

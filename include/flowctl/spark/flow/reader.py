@@ -65,13 +65,17 @@ class FlowStreamReader(DataSourceStreamReader):
             # partitions() failing can stall a query silently; fail it loudly here instead.
             error, self._planning_error = self._planning_error, None
             raise RuntimeError(f"{SOURCE_NAME}: planning the previous batch failed: {error}")
+        from flowctl.spark.flow.worker_gc import freeze_planner
+
         try:
-            return self.planner().latest_offset(start)
+            end = self.planner().latest_offset(start)
         except Exception:
             log.exception(
                 "%s: latestOffset (flow) failed (start seq %s)", SOURCE_NAME, start.get("seq")
             )
             raise
+        freeze_planner()  # the collector then skips the imports and the first spout
+        return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
         """One ``FlowPartition`` per lane with tuples in the plan ``end``."""

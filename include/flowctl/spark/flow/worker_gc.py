@@ -18,6 +18,13 @@ the freeze happens once per process, on long-lived state, not per task. The lane
 reader (:meth:`~flowctl.spark.flow.reader.FlowStreamReader.read`, executors only) calls
 it, never :func:`~flowctl.spark.flow.lane.run_lane`, which tests drive in their own
 process.
+
+The planner's process (Spark's source runner) has the same collector and a batch's plan
+waits for it: a full collection there walked the imports too, 20-50 ms once every few
+dozen batches, the slowest batches' planning (``bench/planning.py``).
+:func:`freeze_planner` freezes it once, after its second ``latestOffset`` (the first has
+imported everything, connected and built the spout); the reader calls it, never the
+planner object itself, which tests drive in their own process.
 """
 
 from __future__ import annotations
@@ -28,15 +35,16 @@ import types
 from collections.abc import Callable
 
 _STATE_MODULE = "flowctl._flow_worker_gc"
+_PLANNER_STATE_MODULE = "flowctl._flow_planner_gc"
 
 
-def _state() -> types.ModuleType:
+def _state(module: str = _STATE_MODULE) -> types.ModuleType:
     """Per-process state in ``sys.modules`` (a reused worker keeps it between tasks)."""
-    state = sys.modules.get(_STATE_MODULE)
+    state = sys.modules.get(module)
     if state is None:
-        state = types.ModuleType(_STATE_MODULE, "Tasks seen and freeze done, per worker.")
+        state = types.ModuleType(module, "Calls seen and freeze done, per process.")
         vars(state).update(tasks=0, frozen=False)
-        sys.modules[_STATE_MODULE] = state
+        sys.modules[module] = state
     return state
 
 
@@ -53,3 +61,11 @@ def freeze_long_lived(
     freeze()
     state.frozen = True
     return True
+
+
+def freeze_planner(
+    state: types.ModuleType | None = None, freeze: Callable[[], None] = gc.freeze
+) -> bool:
+    """Call after every ``latestOffset`` in the planner's process: the second call freezes
+    what is alive (see the module docstring); returns whether this call froze."""
+    return freeze_long_lived(_state(_PLANNER_STATE_MODULE) if state is None else state, freeze)
