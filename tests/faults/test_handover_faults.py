@@ -52,12 +52,16 @@ pytestmark = [
 
 #: [scaling] sized for a test: a dead blue is waited for ``drain_timeout_s`` (then
 #: stopped, ``stop_timeout_s``), a silent one taken for gone after ``handover_lease_s``.
+#: A SIGKILLed blue sits out both timeouts in full, so they are kept short: the drain
+#: timeout just long enough for green to take blue for gone by the lease first (it counts
+#: from green ACTIVE, the lease from blue's last heartbeat), the stop timeout a live
+#: blue's final batch and flush.
 SCALING = {
     "handover": "overlap",
     "handover_lease_s": 10.0,
     "ready_timeout_s": 240.0,
-    "drain_timeout_s": 25.0,
-    "stop_timeout_s": 15.0,
+    "drain_timeout_s": 16.0,
+    "stop_timeout_s": 8.0,
 }
 #: Seconds a replacement may take end to end (green's start-up dominates).
 REPLACE_S = 420.0

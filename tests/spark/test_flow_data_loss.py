@@ -8,22 +8,35 @@ and no retention, so the log-start case (a start past the checkpoint, where ``sk
 records the range and goes on) is covered by the planner's unit tests, and a topic
 deleted for good cannot be had either: the clients' metadata requests create it again
 (a reset log). Persistent read errors: tests/unit/test_flow_planner_guard.py.
+
+The two topologies (one per setting, each with its own pipeline and database) are
+started together by one module fixture, so their start-ups overlap instead of adding up;
+each test then resets its own topology's log.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 from kafka.admin import KafkaAdminClient
 
+from bench.lib.submit import LocalJob
 from flowctl.adapters import kafka_log
 from flowctl.adapters.data_loss import causes, skipped_ranges
+from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+
+#: Pipeline name -> its ``[topics]`` keys beyond the partitions (the setting under test).
+SETTINGS: dict[str, dict[str, object]] = {
+    "flowreset": {},  # on_data_loss = "fail", the shipped default
+    "flowresetskip": {"on_data_loss": "skip"},
+}
 
 
 def _delete_topic(bootstrap: str, topic: str) -> None:
@@ -34,19 +47,56 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
         admin.close()
 
 
-def _run_until_counted(
-    flow: Flow, tmp_path: Path, name: str, topics: dict[str, object] | None = None
-) -> tuple:
-    config = flow_config(tmp_path, name, partitions=2, topics=topics)
-    bootstrap = flow.settings.kafka_bootstrap
-    topic = f"{name}.eden"
-    kafka_log.ensure_topics(bootstrap, {topic: 2})
-    data = lines(1_500, seed=31)
-    kafka_log.produce(bootstrap, topic, data)
-    expected = dict(count_words(data))
-    job = flow.submit(config, f"{name}-blue-1", 2)
-    wait_for(lambda: counted(flow, name) == expected, timeout_s=180, job=job, what="exact counts")
-    return job, topic, expected, kafka_log.latest_offsets(bootstrap, topic)
+@dataclass
+class Counted:
+    """A topology that has counted its whole backlog exactly, before its log is reset."""
+
+    flow: Flow
+    job: LocalJob
+    topic: str
+    expected: dict[str, int]
+    before: dict[int, int]  # each partition's end when the counts were exact
+
+
+def _counts_are(flow: Flow, name: str, expected: dict[str, int]) -> Callable[[], bool]:
+    return lambda: counted(flow, name) == expected
+
+
+@pytest.fixture(scope="module")
+def counted_runs(
+    flowctl_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Counted]]:
+    """Both topologies submitted at once, then each waited for until its counts are exact."""
+    bootstrap = flowctl_settings.kafka_bootstrap
+    flows: list[Flow] = []
+    started: dict[str, tuple[Flow, LocalJob, str, dict[str, int]]] = {}
+    try:
+        for name, topics in SETTINGS.items():
+            work = tmp_path_factory.mktemp(name)
+            flow = Flow(flowctl_settings, f"sqlite:///{work / 'flowctl.db'}", work)
+            flows.append(flow)
+            config = flow_config(work, name, partitions=2, topics=topics)
+            topic = f"{name}.eden"
+            kafka_log.ensure_topics(bootstrap, {topic: 2})
+            data = lines(1_500, seed=31)
+            kafka_log.produce(bootstrap, topic, data)
+            job = flow.submit(config, f"{name}-blue-1", 2)
+            started[name] = (flow, job, topic, dict(count_words(data)))
+        runs: dict[str, Counted] = {}
+        for name, (flow, job, topic, expected) in started.items():
+            wait_for(
+                _counts_are(flow, name, expected),
+                timeout_s=180,
+                job=job,
+                what=f"exact counts of {name}",
+            )
+            runs[name] = Counted(
+                flow, job, topic, expected, kafka_log.latest_offsets(bootstrap, topic)
+            )
+        yield runs
+    finally:
+        for flow in flows:
+            flow.kill_leftovers()
 
 
 def _cause(flow: Flow, topology_id: str) -> str:
@@ -55,9 +105,10 @@ def _cause(flow: Flow, topology_id: str) -> str:
 
 
 def test_a_topic_deleted_and_recreated_under_the_stream_fails_it_naming_the_ranges(
-    flow: Flow, tmp_path: Path
+    counted_runs: dict[str, Counted],
 ) -> None:
-    job, topic, expected, before = _run_until_counted(flow, tmp_path, "flowreset")
+    run = counted_runs["flowreset"]
+    flow, job, topic, expected, before = run.flow, run.job, run.topic, run.expected, run.before
     bootstrap = flow.settings.kafka_bootstrap
     _delete_topic(bootstrap, topic)
     kafka_log.ensure_topics(bootstrap, {topic: 2})
@@ -87,13 +138,12 @@ def test_a_topic_deleted_and_recreated_under_the_stream_fails_it_naming_the_rang
 
 
 def test_a_reset_log_fails_under_on_data_loss_skip_too_and_nothing_is_skipped(
-    flow: Flow, tmp_path: Path
+    counted_runs: dict[str, Counted],
 ) -> None:
     """The new log's offsets start again below the old log's durable ranges: skipping
     would take new records for old ones, so the topology stops and says why."""
-    job, topic, expected, before = _run_until_counted(
-        flow, tmp_path, "flowresetskip", topics={"on_data_loss": "skip"}
-    )
+    run = counted_runs["flowresetskip"]
+    flow, job, topic, expected, before = run.flow, run.job, run.topic, run.expected, run.before
     bootstrap = flow.settings.kafka_bootstrap
     _delete_topic(bootstrap, topic)
     kafka_log.ensure_topics(bootstrap, {topic: 2})

@@ -359,6 +359,10 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
         assert step in log, step
 
 
+# deep: the poison storm of tests/faults runs the same log-ETL pipeline end to end (rows equal
+# to the reference, every malformed line in the DLQ once with its error, the checkpoint at
+# the log's end) and reconciles it
+@pytest.mark.deep
 def test_logetl_rows_exact_and_malformed_lines_in_the_dlq(flow: Flow, tmp_path: Path) -> None:
     from flowctl.adapters.db import engine_for
     from flowctl.pipelines.logetl import DEFINITION, parse_line, synthetic_lines
