@@ -223,7 +223,9 @@ def baseline_local(layout: ClusterLayout, work: Path, n: int, seed: int) -> dict
     plat.plane.ensure_schema()
     topic = f"volbase{secrets.token_hex(3)}.eden"
     config = load_pipeline_config(PIPELINE)
-    produced = produce(plat, topic, config.partitions, list(zipf_lines(n, seed=seed)))
+    produced = produce(
+        plat, topic, config.partitions, [line.encode() for line in zipf_lines(n, seed=seed)]
+    )
     rate, info = drain_run(
         plat, work, topic, produced, 2, label="volbase", baseline=False, timeout_s=900.0
     )
