@@ -58,6 +58,7 @@ from bench._experiment import (
     write_result,
 )
 from bench._measure import drain_run
+from bench._profile import CpuPhases
 from bench.lib.airflow_api import AirflowApi
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
@@ -75,6 +76,22 @@ PIPELINE = "wordcount"
 STREAM, RESCALE, RECONCILE = (f"{k}_{PIPELINE}" for k in ("stream", "rescale", "reconcile"))
 KILL_AT = 0.3  # share of the records durable when worker 1 is killed
 RESCALE_AFTER = 0.3  # share of the records made durable after the resume before the rescale
+#: Where the machine's CPU goes on the cluster, by a piece of each process's command line.
+CLUSTER_ROLES: tuple[tuple[str, str], ...] = (
+    ("moto.server", "S3 (moto)"),
+    ("tansu", "broker (Tansu)"),
+    ("memcached", "memcached"),
+    ("pyspark.daemon", "Spark Python workers"),
+    ("streaming_source_runner", "planner (source runner)"),
+    ("CoarseGrainedExecutorBackend", "executors (JVM)"),
+    ("deploy.worker.Worker", "Spark workers"),
+    ("deploy.master.Master", "Spark master"),
+    ("SparkSubmit", "drivers (JVM)"),
+    ("spark_jobs/", "drivers (Python)"),
+    ("bench.cluster_volume", "this bench (ingest, sampling)"),
+    ("postgres", "PostgreSQL"),
+    ("airflow", "Airflow"),
+)
 #: A backlog of at least one batch (``max_records_per_batch``): the stream is not waiting
 #: for the ingest.
 MIN_BACKLOG = 50_000
@@ -308,6 +325,7 @@ def run_volume(
     plane.ensure_schema()
     kafka_log.ensure_topics(layout.settings.kafka_bootstrap, {eden: config.partitions})
 
+    cpu = CpuPhases(CLUSTER_ROLES)
     sampler = Sampler(plane, eden, time.monotonic())
     threading.Thread(target=sampler.run, daemon=True).start()
     out: dict[str, Any] = {"samples": sampler.samples}
@@ -337,6 +355,7 @@ def run_volume(
 
         feeder = threading.Thread(target=feed, daemon=True)
         events["ingest_start"] = sampler.now()
+        cpu.mark("ingest start")
         feeder.start()
         events["first_durable"] = sampler.wait(
             "a first durable batch", lambda: sampler.last() > 0, 300
@@ -344,6 +363,7 @@ def run_volume(
         events["kill"] = sampler.wait(
             "the kill point", lambda: sampler.last() >= KILL_AT * n, args.timeout
         )
+        cpu.mark("kill")
         killed = kill_worker(layout)
         say(f"spark-worker-1 and its executors SIGKILLed: pids {killed}")
         at_kill = sampler.last()
@@ -353,6 +373,7 @@ def run_volume(
             args.timeout,
         )
         events["rescale"] = sampler.now()
+        cpu.mark("rescale")
         events["resume"] = events["kill"] + resume_after(
             sampler.samples, events["kill"], events["rescale"]
         )
@@ -380,6 +401,8 @@ def run_volume(
         say(f"all {in_log} records durable")
     finally:
         sampler.stop()
+        cpu.mark("all durable")
+        out["cpu"] = cpu.shares()
     api.trigger(RECONCILE, "volume-reconcile", {})
     out["reconcile_state"] = api.wait_run(RECONCILE, "volume-reconcile", timeout=args.timeout)
     events["reconciled"] = sampler.now()
@@ -523,6 +546,7 @@ def _run(args: argparse.Namespace) -> int:
             "reconcile_state": run["reconcile_state"],
             "reconcile_report": run["reconcile_report"],
             "exact": run["exact"],
+            "cpu": run["cpu"],
             "local2": {k: v for k, v in local.items() if k != "series"},
             "params": vars(args),
             "series": [(round(t, 1), d, p) for t, d, p in run["samples"]],
