@@ -68,7 +68,7 @@ from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
 from flowctl.services.airflow import airflow_home
-from flowctl.services.cluster_layout import ClusterLayout
+from flowctl.services.cluster_layout import TANSU_STORAGES, ClusterLayout
 from flowctl.services.process import free_port, process_tree
 from flowctl.textgen import zipf_lines
 
@@ -110,7 +110,7 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def cluster_up(home: Path) -> Iterator[ClusterLayout]:
+def cluster_up(home: Path, tansu_storage: str) -> Iterator[ClusterLayout]:
     """``flowctl cluster up`` in ``home`` on free ports and databases of its own (the
     default ports and names may belong to another deployment on this machine); always
     ``cluster down --purge`` on the way out, SIGTERM and SIGINT included."""
@@ -131,6 +131,7 @@ def cluster_up(home: Path) -> Iterator[ClusterLayout]:
         celery_log_ports=(free_port(), free_port()),
         flowctl_db=f"flowctl_vol_{tag}",
         airflow_db=f"airflow_vol_{tag}",
+        tansu_storage=tansu_storage,
     )
     try:
         for message in cluster.up(layout):
@@ -505,6 +506,12 @@ def _parser() -> argparse.ArgumentParser:
         "--baseline-records", type=int, default=300_000, help="lines the local[2] run drains"
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds any one wait may take")
+    p.add_argument(
+        "--tansu-storage",
+        choices=TANSU_STORAGES,
+        default="s3",
+        help="the cluster's Tansu engine (FLOWCTL_CLUSTER_TANSU_STORAGE; default s3 on moto)",
+    )
     return p
 
 
@@ -516,7 +523,7 @@ def _run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="flowctl-volume-") as tmp:
         work = Path(tmp)
         t_up = time.monotonic()
-        with cluster_up(work / "cluster") as layout:
+        with cluster_up(work / "cluster", args.tansu_storage) as layout:
             up_s = round(time.monotonic() - t_up, 1)
             local = baseline_local(layout, work, args.baseline_records, args.seed)
             say(f"local[2] baseline: {local['records_per_s']} records/s")
