@@ -507,6 +507,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds any one wait may take")
     p.add_argument(
+        "--output",
+        default="cluster_volume",
+        help="result name: bench/results/<output>.json and .png (default cluster_volume)",
+    )
+    p.add_argument(
         "--tansu-storage",
         choices=TANSU_STORAGES,
         default="s3",
@@ -558,8 +563,9 @@ def _run(args: argparse.Namespace) -> int:
             "params": vars(args),
             "series": [(round(t, 1), d, p) for t, d, p in run["samples"]],
         },
+        name=args.output,
     )
-    plot(run, events, RESULTS / "cluster_volume.png")
+    plot(run, events, RESULTS / f"{args.output}.png")
     say(f"{path}: {summary}")
     return 0 if met else 1
 
