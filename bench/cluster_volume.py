@@ -78,6 +78,7 @@ KILL_AT = 0.3  # share of the records durable when worker 1 is killed
 RESCALE_AFTER = 0.3  # share of the records made durable after the resume before the rescale
 #: Where the machine's CPU goes on the cluster, by a piece of each process's command line.
 CLUSTER_ROLES: tuple[tuple[str, str], ...] = (
+    ("bench.cluster_volume", "this bench (ingest, sampling)"),  # first: its flags say tansu
     ("moto.server", "S3 (moto)"),
     ("tansu", "broker (Tansu)"),
     ("memcached", "memcached"),
@@ -88,7 +89,6 @@ CLUSTER_ROLES: tuple[tuple[str, str], ...] = (
     ("deploy.master.Master", "Spark master"),
     ("SparkSubmit", "drivers (JVM)"),
     ("spark_jobs/", "drivers (Python)"),
-    ("bench.cluster_volume", "this bench (ingest, sampling)"),
     ("postgres", "PostgreSQL"),
     ("airflow", "Airflow"),
 )
