@@ -49,7 +49,9 @@ CPU_ROLES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _cpu_ticks() -> dict[int, tuple[str, int]]:
+def _cpu_ticks(
+    roles: tuple[tuple[str, str], ...] = CPU_ROLES,
+) -> dict[int, tuple[str, int]]:
     """``{pid: (role, utime + stime ticks)}`` of every process now."""
     out: dict[int, tuple[str, int]] = {}
     for entry in Path("/proc").iterdir():
@@ -59,9 +61,37 @@ def _cpu_ticks() -> dict[int, tuple[str, int]]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            role = next((r for key, r in CPU_ROLES if key in cmd), "other")
+            role = next((r for key, r in roles if key in cmd), "other")
             out[int(entry.name)] = (role, int(fields[11]) + int(fields[12]))
     return out
+
+
+class CpuPhases:
+    """CPU shares by role between named moments of a run (:func:`cpu_shares` over phases
+    of unknown length): :meth:`mark` at each moment, :meth:`shares` afterwards."""
+
+    def __init__(self, roles: tuple[tuple[str, str], ...] = CPU_ROLES) -> None:
+        self.roles = roles
+        self.marks: list[tuple[str, float, dict[int, tuple[str, int]]]] = []
+
+    def mark(self, name: str) -> None:
+        self.marks.append((name, time.monotonic(), _cpu_ticks(self.roles)))
+
+    def shares(self) -> dict[str, dict[str, Any]]:
+        """``{"<from> -> <to>": {"seconds", "busy", "shares": {role: share of all cores}}}``."""
+        hz, cores = os.sysconf("SC_CLK_TCK"), os.cpu_count() or 1
+        out: dict[str, dict[str, Any]] = {}
+        for (a, t_a, before), (b, t_b, after) in zip(self.marks, self.marks[1:], strict=False):
+            used: Counter[str] = Counter()
+            for pid, (role, ticks) in after.items():
+                used[role] += ticks - before.get(pid, (role, 0))[1]
+            capacity = max(t_b - t_a, 1e-9) * cores
+            out[f"{a} -> {b}"] = {
+                "seconds": round(t_b - t_a, 1),
+                "busy": round(sum(used.values()) / hz / capacity, 3),
+                "shares": {r: round(n / hz / capacity, 3) for r, n in used.most_common(8)},
+            }
+        return out
 
 
 def cpu_shares(seconds: float) -> dict[str, Any]:

@@ -29,6 +29,7 @@ EXPERIMENTS = (
     "crc",
     "codecs",
     "cluster",
+    "cluster_volume",
     "broker_cost",
     "soak",
     "planning",

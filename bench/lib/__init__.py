@@ -7,5 +7,7 @@
   (entry point ``bench/jobs/wordcount_baseline.py``);
 - :mod:`~bench.lib.autoscaler`: the scaling policies' loop over simulated windows;
 - :mod:`~bench.lib.direct_replace`: the replace operator with its stream runs started by a
-  function instead of DAG runs (no scheduler).
+  function instead of DAG runs (no scheduler);
+- :mod:`~bench.lib.airflow_api`: a client of the split Airflow's REST API, as a user's script
+  drives ``flowctl cluster``.
 """

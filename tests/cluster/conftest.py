@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bench.lib.airflow_api import AirflowApi
 from flowctl.pipelines.config import resolve_path
 from flowctl.services import cluster
 from flowctl.services.cluster_layout import ClusterLayout
 from flowctl.services.process import free_port, proc_cmdline
-from tests.cluster.airflow_api import AirflowApi
 from tests.conftest import _postgres_base_url
 
 PIPELINE = "wordcount"

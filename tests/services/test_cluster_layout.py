@@ -5,6 +5,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from flowctl.services.cluster_layout import ClusterLayout
 from flowctl.services.process import _matches
 from flowctl.services.shipping import build_zip, spark_defaults, write_spark_defaults
@@ -34,6 +36,28 @@ def test_layout_settings_point_at_the_cluster(tmp_path: Path) -> None:
     assert "PYTHONPATH" not in env
     # Two homes never share a Celery queue.
     assert ClusterLayout(home=tmp_path / "b").queue != layout.queue
+
+
+def test_tansu_on_its_memory_engine_is_chosen_by_its_own_variable(tmp_path: Path) -> None:
+    from flowctl.services.s3 import durability
+
+    assert ClusterLayout.from_env(tmp_path, {}).settings.tansu_storage == "s3"
+    # the embedded platform's variable does not switch the cluster
+    embedded = ClusterLayout.from_env(tmp_path, {"FLOWCTL_TANSU_STORAGE": "memory"})
+    assert embedded.tansu_storage == "s3"
+    layout = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "memory"})
+    assert layout.settings.tansu_storage == "memory"
+    line = durability(layout.settings, "FLOWCTL_CLUSTER_TANSU_STORAGE")
+    assert "NOT durable" in line and "FLOWCTL_CLUSTER_TANSU_STORAGE=s3" in line
+    layout.save()
+    assert ClusterLayout.load(tmp_path) == layout
+
+
+def test_a_bad_tansu_engine_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="FLOWCTL_CLUSTER_TANSU_STORAGE='disk'"):
+        ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "disk"})
+    with pytest.raises(ValueError, match="tansu_storage='disk'"):
+        ClusterLayout(home=tmp_path, tansu_storage="disk")
 
 
 def test_each_worker_has_its_own_work_dir_and_ui_port(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the distributed deployment (Spark standalone, split Airflow) as processes",
         description=(
             "Start, stop and inspect the process cluster: Tansu on S3 (moto, in memory, "
-            "unless AWS_ENDPOINT names a real S3), memcached, "
+            "unless AWS_ENDPOINT names a real S3; FLOWCTL_CLUSTER_TANSU_STORAGE=memory: "
+            "Tansu's memory engine), memcached, "
             "PostgreSQL databases, Redis, a Spark master + 2 workers, and Airflow's "
             "api-server, scheduler, dag-processor, triggerer and 2 Celery workers."
         ),
@@ -80,5 +81,5 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
         print(format_table(rows))
-        print(durability(layout.settings))
+        print(durability(layout.settings, "FLOWCTL_CLUSTER_TANSU_STORAGE"))
     return 1 if args.check and not all(r.ok for r in rows) else 0

@@ -56,6 +56,7 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 WORKERS = DEFAULT_PLAN.workers  # Spark workers, and Celery workers: one of each per compose "node"
 LAYOUT_FILE = "cluster.json"
+TANSU_STORAGES = ("s3", "memory")
 
 
 def spark_home() -> Path:
@@ -99,6 +100,17 @@ class ClusterLayout:
     celery_concurrency: int = 4
     #: Extra environment for every Airflow component (e.g. FLOWCTL_PIPELINES_DIR).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: Tansu's storage engine (``FLOWCTL_CLUSTER_TANSU_STORAGE``): ``s3`` (the local moto
+    #: server unless ``AWS_ENDPOINT`` names a real S3; survives a Tansu restart) or
+    #: ``memory`` (lost when Tansu stops; cheaper per fetch on a long log, see
+    #: bench/README.md, cluster_volume). Neither is durable across ``cluster down``.
+    tansu_storage: str = "s3"
+
+    def __post_init__(self) -> None:
+        if self.tansu_storage not in TANSU_STORAGES:
+            raise ValueError(
+                f"tansu_storage={self.tansu_storage!r} must be one of {', '.join(TANSU_STORAGES)}"
+            )
 
     # -- derived facts --------------------------------------------------------------------
     @property
@@ -119,12 +131,13 @@ class ClusterLayout:
     @property
     def settings(self) -> Settings:
         """The platform settings of this cluster: Tansu on S3 (moto unless ``AWS_ENDPOINT``
-        names a real S3), PostgreSQL, Spark standalone."""
+        names a real S3) or on its memory engine (:attr:`tansu_storage`), PostgreSQL,
+        Spark standalone."""
         return Settings(
             home=self.home,
             host=self.host,
             kafka_port=self.kafka_port,
-            tansu_storage="s3",
+            tansu_storage=self.tansu_storage,
             s3_port=self.s3_port,
             memcached_port=self.memcached_port,
             database_url=self.database_url(self.flowctl_db),
@@ -273,9 +286,17 @@ class ClusterLayout:
 
     @classmethod
     def from_env(cls, home: Path, env: Mapping[str, str] | None = None) -> ClusterLayout:
-        """Defaults, with the embedded platform's ports from ``FLOWCTL_*`` variables."""
+        """Defaults, with the embedded platform's ports from ``FLOWCTL_*`` variables and
+        Tansu's engine from ``FLOWCTL_CLUSTER_TANSU_STORAGE`` (not the embedded platform's
+        ``FLOWCTL_TANSU_STORAGE``, whose default is ``memory``)."""
         env = os.environ if env is None else env
         s = Settings.from_env({**env, "FLOWCTL_HOME": str(home)})
+        storage = env.get("FLOWCTL_CLUSTER_TANSU_STORAGE") or "s3"
+        if storage not in TANSU_STORAGES:
+            raise ValueError(
+                f"FLOWCTL_CLUSTER_TANSU_STORAGE={storage!r} must be one of "
+                f"{', '.join(TANSU_STORAGES)}"
+            )
         return cls(
             home=s.home,
             host=s.host,
@@ -283,4 +304,5 @@ class ClusterLayout:
             s3_port=s.s3_port,
             memcached_port=s.memcached_port,
             airflow_port=s.airflow_port,
+            tansu_storage=storage,
         )

@@ -64,10 +64,11 @@ def moto_available() -> bool:
     )
 
 
-def durability(settings: Settings) -> str:
+def durability(settings: Settings, storage_variable: str = "FLOWCTL_TANSU_STORAGE") -> str:
     """One line saying where the broker's log lives and whether it survives a full ``down``:
     only a real S3 endpoint the operator names (``AWS_ENDPOINT``) makes Tansu's log durable;
-    moto and the memory engine keep it in a process's memory."""
+    moto and the memory engine keep it in a process's memory. ``storage_variable`` names
+    the variable that picks the engine (the process cluster has its own)."""
     if settings.kafka_bootstrap_servers:
         return (
             f"log: in the external Kafka at {settings.kafka_bootstrap_servers}; "
@@ -76,7 +77,7 @@ def durability(settings: Settings) -> str:
     if settings.tansu_storage != "s3":
         return (
             "log: in Tansu's memory, NOT durable (lost when Tansu stops); durability: "
-            "docker-compose's Apache Kafka, or FLOWCTL_TANSU_STORAGE=s3 with AWS_ENDPOINT "
+            f"docker-compose's Apache Kafka, or {storage_variable}=s3 with AWS_ENDPOINT "
             "naming a real S3"
         )
     endpoint = external_endpoint()

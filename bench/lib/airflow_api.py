@@ -1,4 +1,7 @@
-"""A small client of the split Airflow's REST API (what a user's script or the UI does)."""
+"""A small client of the split Airflow's REST API (what a user's script or the UI does).
+
+The cluster tests and ``bench/cluster_volume.py`` drive ``flowctl cluster`` through it.
+"""
 
 from __future__ import annotations
 
