@@ -31,7 +31,7 @@ from flowctl.services.airflow import AirflowService, admin_password, airflow_hom
 from flowctl.services.process import free_port, proc_cmdline
 from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
-from tests.cluster.airflow_api import AirflowApi
+from bench.lib.airflow_api import AirflowApi
 
 pytestmark = [
     pytest.mark.e2e,
