@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.airflow_api import AirflowApi
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane, UnknownTopology
 from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
@@ -31,7 +32,6 @@ from flowctl.services.airflow import AirflowService, admin_password, airflow_hom
 from flowctl.services.process import free_port, proc_cmdline
 from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
-from bench.lib.airflow_api import AirflowApi
 
 pytestmark = [
     pytest.mark.e2e,
