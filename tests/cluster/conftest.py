@@ -18,10 +18,11 @@ import pytest
 import sqlalchemy as sa
 
 from bench.lib.airflow_api import AirflowApi
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.pipelines.config import resolve_path
 from flowctl.services import cluster
 from flowctl.services.cluster_layout import ClusterLayout
-from flowctl.services.process import free_port, proc_cmdline
+from flowctl.services.process import free_port
 from tests.conftest import _postgres_base_url
 
 PIPELINE = "wordcount"

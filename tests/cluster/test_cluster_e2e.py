@@ -23,11 +23,12 @@ import pytest
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
 from flowctl.services.airflow import airflow_home
-from flowctl.services.process import proc_cmdline, process_tree
+from flowctl.services.process import process_tree
 from flowctl.textgen import zipf_lines
 from tests.cluster.conftest import EDEN, PIPELINE, Cluster
 

@@ -18,8 +18,9 @@ import sqlalchemy as sa
 
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.services import cluster
-from flowctl.services.process import proc_cmdline, process_tree
+from flowctl.services.process import process_tree
 from tests.cluster.conftest import PIPELINE, Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.integration]

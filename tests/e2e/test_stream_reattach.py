@@ -26,10 +26,11 @@ from bench.lib.airflow_api import AirflowApi
 from flowctl.adapters import kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane, UnknownTopology
 from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services.airflow import AirflowService, admin_password, airflow_home
-from flowctl.services.process import free_port, proc_cmdline
+from flowctl.services.process import free_port
 from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.demo import wait_for_dags
 from flowctl.services.airflow import (
@@ -20,7 +21,7 @@ from flowctl.services.airflow import (
     daemon,
     executor_parallelism,
 )
-from flowctl.services.process import proc_cmdline, process_tree
+from flowctl.services.process import process_tree
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]

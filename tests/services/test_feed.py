@@ -8,9 +8,9 @@ import pytest
 
 from flowctl import feed
 from flowctl.adapters import kafka_log
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.pipelines.config import load_pipeline_config
-from flowctl.services.process import proc_cmdline
 
 pytestmark = [pytest.mark.integration]
 

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.services import manager, memcached, tansu
 from flowctl.services.base import DOWN, UP, PortInUseError
-from flowctl.services.process import PidRecord, is_alive, proc_cmdline
+from flowctl.services.process import PidRecord, is_alive
 
 from .helpers import pid_gone, processes_mentioning
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from flowctl.adapters.procfs import proc_cmdline
+
 #: The launcher's environment: the driver's directory (required).
 DRIVER_DIR_ENV = "FLOWCTL_DRIVER_DIR"
 #: The launcher's environment: the real ``spark-submit`` to run (default ``spark-submit``).
@@ -52,18 +54,6 @@ ALIVE, EXITED, GONE, ELSEWHERE = "alive", "exited", "gone", "elsewhere"
 def drivers_dir(home: Path) -> Path:
     """Where the detached drivers of a flowctl home keep their directories."""
     return home / "drivers"
-
-
-def _cmdline(pid: int) -> tuple[str, ...] | None:
-    """The command line of a live (non-zombie) process, or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat[stat.rindex(")") + 2] in "ZX":
-            return None
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
-        return None
-    return tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -136,7 +126,7 @@ class DetachedDriver:
             return None
 
     def keeper_alive(self) -> bool:
-        cmdline = _cmdline(self.keeper_pid)
+        cmdline = proc_cmdline(self.keeper_pid)
         return cmdline is not None and KEEPER_MODULE in cmdline and str(self.directory) in cmdline
 
     def process_state(self) -> str:

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
-from flowctl.services.process import Daemon, PidRecord, check_tcp, proc_cmdline, stop_tree
+from flowctl.services.process import Daemon, PidRecord, check_tcp, stop_tree
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.services.base import (
     DOWN,
@@ -68,19 +69,6 @@ class PidRecord:
     def load(cls, text: str) -> PidRecord:
         data = json.loads(text)
         return cls(pid=int(data["pid"]), argv=tuple(data["argv"]), address=str(data["address"]))
-
-
-def proc_cmdline(pid: int) -> tuple[str, ...] | None:
-    """The command line of a live (non-zombie) process, or None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # The state follows the parenthesised command name, which may itself hold spaces.
-        if stat[stat.rindex(")") + 2] in "ZX":
-            return None
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
-        return None
-    return tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 def _reap(pid: int) -> None:
