@@ -90,6 +90,10 @@ def _run_until_counted(
     assert "records processed; slowest lane" in log, job.log_tail()
 
 
+# deep: the cluster e2e (tests/cluster) stops blue on its signal (STOPPED) and its green
+# counts on exactly with 4 lanes from blue's durable checkpoint; test_flow_topology counts
+# exactly with the checkpoint at the log's end
+@pytest.mark.deep
 def test_stream_counts_exactly_stops_on_signal_and_resumes(
     stream_job_runner: StreamJobRunner, tmp_path: Path
 ) -> None:
@@ -124,6 +128,9 @@ def test_stream_counts_exactly_stops_on_signal_and_resumes(
     assert generations == [1, 2]
 
 
+# deep: tests/spark/test_flow_data_loss.py resets the log under a running topology, whose
+# checkpoint is then past the log's end: FAILED, loudly, nothing skipped
+@pytest.mark.deep
 def test_a_failing_query_marks_the_topology_failed_and_exits_non_zero(
     stream_job_runner: StreamJobRunner, tmp_path: Path
 ) -> None:
