@@ -34,7 +34,7 @@ from flowctl.adapters.control_plane import ControlPlane
 from flowctl.config import PROJECT_ROOT, Settings
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 # -- services -----------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from bench._experiment import experiment_parser, ratio, run_experiment, write_re
 from flowctl.adapters import kafka_log, kafka_produce
 from flowctl.config import Settings
 from flowctl.services import manager
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 TAIL = 500
 TAIL_TIMEOUT_S = 60.0

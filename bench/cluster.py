@@ -40,7 +40,7 @@ from bench._measure import drain_run
 from bench.replacement import one_method
 from flowctl.services.cluster import ClusterDaemon, ship_code, spark_daemons
 from flowctl.services.cluster_layout import ClusterLayout
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 
 @contextlib.contextmanager

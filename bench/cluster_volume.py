@@ -74,7 +74,8 @@ from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
 from flowctl.services.airflow import airflow_home
 from flowctl.services.cluster_layout import TANSU_STORAGES, ClusterLayout
-from flowctl.services.process import free_port, process_tree
+from flowctl.services.ports import free_port
+from flowctl.services.process import process_tree
 from flowctl.textgen import zipf_lines
 
 PIPELINE = "wordcount"

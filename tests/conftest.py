@@ -23,7 +23,7 @@ from flowctl.adapters import kafka_log
 from flowctl.config import Settings
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

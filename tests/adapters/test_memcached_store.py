@@ -19,7 +19,7 @@ from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.clock import FakeClock
 from flowctl.core.flusher import FlushPolicy, MrwqFlusher
 from flowctl.core.persistence import MrwqWriter, QueueItem
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 pytestmark = [pytest.mark.integration]
 

@@ -39,7 +39,7 @@ from flowctl.core.tuples import TopicPartition, TupleRange
 from flowctl.pipelines.base import Record
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 pytestmark = [pytest.mark.integration]
 

@@ -22,7 +22,7 @@ from flowctl.adapters.procfs import proc_cmdline
 from flowctl.pipelines.config import resolve_path
 from flowctl.services import cluster
 from flowctl.services.cluster_layout import ClusterLayout
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from tests.conftest import _postgres_base_url
 
 PIPELINE = "wordcount"

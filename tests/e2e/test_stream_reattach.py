@@ -30,7 +30,7 @@ from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services.airflow import AirflowService, admin_password, airflow_home
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
 

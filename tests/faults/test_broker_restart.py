@@ -14,7 +14,7 @@ import pytest
 
 from flowctl.config import Settings
 from flowctl.services import manager
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from tests.faults.conftest import FaultRun, Tally, check
 from tests.spark.flow_harness import wait_for
 

@@ -9,7 +9,7 @@ import pytest
 
 from flowctl.config import Settings
 from flowctl.services import manager
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from flowctl import cli
 from flowctl.config import Settings
 from flowctl.services import manager
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 from .helpers import pid_gone
 

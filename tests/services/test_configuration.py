@@ -9,7 +9,7 @@ import pytest
 from flowctl.config import ConfigError, Settings
 from flowctl.services import manager, memcached, s3, tansu
 from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 
 def test_missing_memcached_without_root_says_what_to_install(

@@ -9,7 +9,7 @@ import pytest
 from flowctl.config import Settings
 from flowctl.services import database
 from flowctl.services.base import UNREACHABLE, UP, ServiceError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 
 
 @pytest.mark.integration

@@ -16,7 +16,7 @@ from flowctl.adapters import kafka_log
 from flowctl.config import Settings
 from flowctl.services import manager, s3
 from flowctl.services.base import UP
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from flowctl.spark.flow.log_ends import KafkaEnds
 
 from .helpers import pid_gone

@@ -11,19 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.services.base import DOWN, UNHEALTHY, ServiceError
 from flowctl.services.memcached import memcached_health
-from flowctl.services.process import (
-    Daemon,
-    PidRecord,
-    free_port,
-    is_alive,
-    port_holder,
-    port_is_free,
-    proc_cmdline,
-    stop_pid,
-)
+from flowctl.services.ports import free_port, port_holder, port_is_free
+from flowctl.services.process import Daemon, PidRecord, is_alive, stop_pid
 
 from .helpers import pid_gone, processes_mentioning
 

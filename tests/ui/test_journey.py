@@ -32,7 +32,7 @@ from flowctl.services import manager
 from flowctl.services.airflow import ADMIN_USER, AirflowService, admin_password
 from flowctl.services.airflow_runs import AirflowApi, close_runs
 from flowctl.services.base import ServiceError
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from flowctl.services.stopping import stop_topologies
 from tests.ui.browser import chromium
 

@@ -22,7 +22,7 @@ import pytest
 
 from flowctl.config import Settings
 from flowctl.services.airflow import ADMIN_USER, AirflowService, admin_password
-from flowctl.services.process import free_port
+from flowctl.services.ports import free_port
 from tests.ui import seed as data
 from tests.ui.browser import chromium
 

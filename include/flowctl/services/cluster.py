@@ -42,7 +42,8 @@ from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
-from flowctl.services.process import Daemon, PidRecord, check_tcp, stop_tree
+from flowctl.services.ports import check_tcp
+from flowctl.services.process import Daemon, PidRecord, stop_tree
 
 log = logging.getLogger(__name__)
 

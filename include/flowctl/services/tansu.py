@@ -19,7 +19,8 @@ from pathlib import Path
 from flowctl.config import Settings
 from flowctl.services import s3
 from flowctl.services.base import ServiceError
-from flowctl.services.process import Daemon, EmbeddedService, check_tcp
+from flowctl.services.ports import check_tcp
+from flowctl.services.process import Daemon, EmbeddedService
 
 NAME = "tansu"
 S3_ENV = ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
