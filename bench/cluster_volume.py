@@ -74,7 +74,6 @@ from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
 from flowctl.services.airflow import airflow_home
 from flowctl.services.cluster_layout import TANSU_STORAGES, ClusterLayout
-from flowctl.services.ports import free_port
 from flowctl.services.process import process_tree
 from flowctl.textgen import zipf_lines
 
@@ -127,22 +126,7 @@ def cluster_up(home: Path, tansu_storage: str) -> Iterator[ClusterLayout]:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
     tag = secrets.token_hex(4)
-    layout = ClusterLayout(
-        home=home,
-        kafka_port=free_port(),
-        s3_port=free_port(),
-        memcached_port=free_port(),
-        airflow_port=free_port(),
-        spark_master_port=free_port(),
-        spark_master_ui_port=free_port(),
-        spark_worker_ui_ports=(free_port(), free_port()),
-        scheduler_health_port=free_port(),
-        triggerer_log_port=free_port(),
-        celery_log_ports=(free_port(), free_port()),
-        flowctl_db=f"flowctl_vol_{tag}",
-        airflow_db=f"airflow_vol_{tag}",
-        tansu_storage=tansu_storage,
-    )
+    layout = ClusterLayout.private(home, f"vol_{tag}", tansu_storage=tansu_storage)
     try:
         for message in cluster.up(layout):
             say(message)

@@ -22,7 +22,6 @@ from flowctl.adapters.procfs import proc_cmdline
 from flowctl.pipelines.config import resolve_path
 from flowctl.services import cluster
 from flowctl.services.cluster_layout import ClusterLayout
-from flowctl.services.ports import free_port
 from tests.conftest import _postgres_base_url
 
 PIPELINE = "wordcount"
@@ -90,21 +89,10 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
     pipelines = home / "pipelines"
     write_config(pipelines)
     tag = secrets.token_hex(4)
-    layout = ClusterLayout(
-        home=home,
-        kafka_port=free_port(),
-        s3_port=free_port(),
-        memcached_port=free_port(),
-        airflow_port=free_port(),
-        spark_master_port=free_port(),
-        spark_master_ui_port=free_port(),
-        spark_worker_ui_ports=(free_port(), free_port()),
-        scheduler_health_port=free_port(),
-        triggerer_log_port=free_port(),
-        celery_log_ports=(free_port(), free_port()),
+    layout = ClusterLayout.private(
+        home,
+        f"c_{tag}",
         postgres_url=_admin_url(),
-        flowctl_db=f"flowctl_c_{tag}",
-        airflow_db=f"airflow_c_{tag}",
         extra_env={
             "FLOWCTL_PIPELINES_DIR": str(pipelines),
             # A task whose Celery worker died is failed (and retried) after this, not 5 min.

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flowctl.config import Settings
 from flowctl.core.slot_plan import DEFAULT_PLAN
@@ -271,6 +272,31 @@ class ClusterLayout:
         data["home"] = str(self.home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+    @classmethod
+    def private(cls, home: Path, tag: str, **overrides: Any) -> ClusterLayout:
+        """A layout on free ports and databases of its own (``flowctl_<tag>``,
+        ``airflow_<tag>``): a benchmark or a test beside another deployment on the
+        machine, whose default ports and database names may be taken."""
+        from flowctl.services.ports import free_port
+
+        ports: dict[str, Any] = {
+            name: free_port()
+            for name in (
+                "kafka_port",
+                "s3_port",
+                "memcached_port",
+                "airflow_port",
+                "spark_master_port",
+                "spark_master_ui_port",
+                "scheduler_health_port",
+                "triggerer_log_port",
+            )
+        }
+        ports["spark_worker_ui_ports"] = (free_port(), free_port())
+        ports["celery_log_ports"] = (free_port(), free_port())
+        databases = {"flowctl_db": f"flowctl_{tag}", "airflow_db": f"airflow_{tag}"}
+        return cls(home=home, **{**ports, **databases, **overrides})
 
     @classmethod
     def load(cls, home: Path) -> ClusterLayout | None:
