@@ -24,9 +24,11 @@ Targets (each recorded with pass/fail):
 - RSS of the platform's processes (all but Tansu, whose memory engine holds the log
   itself: reported, bytes per record) in the last bucket <= 1.1x the second bucket's
   (the reference: the first after warm-up);
-- bookkeeping bounded: the measured pipeline's ``applied_ranges`` rows (median of the
-  bucket's samples) in the last bucket <= 1.1x the reference bucket's while the records
-  processed grew; the other per-pipeline tables constant;
+- bookkeeping bounded: the measured pipeline's ``applied_ranges`` rows do not grow with
+  the records processed: the largest bucket median (of the samples in a bucket) of the
+  run's second half <= 1.1x the first half's, warm-up left out (a single bucket's median
+  depends on where its samples fall in the coalescing cycle: it is reported, last against
+  the reference bucket, but not the test); the other per-pipeline tables constant;
 - with the history, per-batch cost <= 1.1x without (same minutes, bucket 0 left out);
 - exact: every run's stored counts equal the words produced (0 lost, 0 doubled).
 
@@ -284,10 +286,15 @@ def soak_run(
 
 def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
     """The run's figures per bucket of ``bucket_s`` seconds of load."""
-    count = max(1, int(-(-run["load_s"] // bucket_s)))
+    # Whole buckets only: the load stops a few seconds past its last whole bucket, and a
+    # bucket of those seconds would hold no minute line (its cost unknown) yet count as
+    # "the last"; the remainder joins the last whole bucket.
+    count = max(1, int(run["load_s"] // bucket_s))
     out = []
     for k in range(count):
         lo, hi = k * bucket_s, (k + 1) * bucket_s
+        if k == count - 1:
+            hi = max(hi, run["load_s"] + 1.0)
         low = max(lo, WARMUP_S) if k == 0 else lo
         inside = [s for s in run["samples"] if lo <= s["t_s"] < hi and s["durable"] >= 0]
         planning = cost_of([x for x in run["log"]["planning"] if low <= x[0] < hi])
@@ -347,6 +354,10 @@ def targets(
         "first_ms": first["per_batch_ms"],
         "last_ms": last["per_batch_ms"],
         "ratio": cost,
+        # which part moved: the planner's (broker calls: end offsets, the exact ends) or
+        # the flush's (the database)
+        "planning_p50_first_last": [first["planning_ms"]["p50"], last["planning_ms"]["p50"]],
+        "flush_p50_first_last": [first["flush_ms"]["p50"], last["flush_ms"]["p50"]],
         "target": f"<= {TARGET_COST}",
         "met": cost is not None and cost <= TARGET_COST,
     }
@@ -372,17 +383,31 @@ def targets(
         for k in ("offsets[pipeline]", "mrwq_state[pipeline]", "topologies[pipeline]")
         if ref["rows"] and last["rows"]
     }
+    # The row count at any moment depends on where the sample falls in the coalescing
+    # cycle, so one bucket's median is noisy; growth shows in the envelope: the largest
+    # bucket median of the second half of the run against the first half's (warm-up left
+    # out).
+    medians = [b["applied_rows_median"] for b in rows[1:] if b["applied_rows_median"] is not None]
+    half = len(medians) // 2
+    envelope = (
+        ratio(max(medians[half:]), max(medians[:half])) if half and max(medians[:half]) else None
+    )
     out["bookkeeping_bounded"] = {
         "applied_rows_reference": ref["applied_rows_median"],
         "applied_rows_last": last["applied_rows_median"],
         "ratio": grown,
+        "applied_rows_bucket_medians": medians,
+        "envelope_second_vs_first_half": envelope,
         "records_reference": records[0],
         "records_last": records[1],
         "other_tables_reference_last": others,
         "metrics_windows_per_hour": round(3600 / 10.0),
-        "target": f"applied_ranges rows <= {TARGET_ROWS}x the reference bucket's, others constant",
-        "met": grown is not None
-        and grown <= TARGET_ROWS
+        "target": (
+            f"applied_ranges rows: the second half's largest bucket median <= {TARGET_ROWS}x "
+            "the first half's, others constant"
+        ),
+        "met": envelope is not None
+        and envelope <= TARGET_ROWS
         and all(a == b for a, b in others.values()),
     }
     if history is not None:
