@@ -204,6 +204,8 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
         _poll("records/s > 0 on the metrics page", 180, lambda: throughput() > 0, 5)
         cards = _metrics_page(page, base)
         assert cards["parallelism"] == "2", cards
+        # the health card: a topology making durable progress with no code error
+        assert cards["health"] == "HEALTHY", cards
         _shot(page, "08_metrics_live")
 
         # 7. rescale_wordcount, change up, from the form
