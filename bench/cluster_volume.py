@@ -1,6 +1,7 @@
 """The process cluster at volume: 2M records through a lost Spark worker and a rescale, exact.
 
-``flowctl cluster up`` (Tansu on its local S3, memcached, the PostgreSQL databases, Redis,
+``flowctl cluster up`` (Tansu on its memory engine, the cluster's default, or with
+``--tansu-storage s3`` on the local moto S3; memcached, the PostgreSQL databases, Redis,
 a Spark master and two workers, split Airflow with two Celery workers) in a temporary
 home, on free ports and databases of its own, the shipped ``wordcount`` pipeline at its
 defaults. Both rates compared are capacity, records/s with work waiting, and no ingest
@@ -19,7 +20,7 @@ counts are compared with the words of every line read back from the log. ``clust
 down --purge`` always ends the run.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.cluster_volume \\
-        [--records 2000000] [--baseline-records 600000]
+        [--records 2000000] [--baseline-records 600000] [--tansu-storage memory|s3]
 
 Durable records are the pipeline's committed offsets in the cluster's database, sampled
 every 0.5 s. Targets: durable progress resumes within 60 s of the kill (the end of the
@@ -73,7 +74,12 @@ from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.wordcount import count_words
 from flowctl.services import cluster
 from flowctl.services.airflow import airflow_home
-from flowctl.services.cluster_layout import TANSU_STORAGES, ClusterLayout
+from flowctl.services.cluster_layout import (
+    DEFAULT_TANSU_STORAGE,
+    STORAGE_VARIABLE,
+    TANSU_STORAGES,
+    ClusterLayout,
+)
 from flowctl.services.process import process_tree
 from flowctl.textgen import zipf_lines
 
@@ -542,8 +548,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tansu-storage",
         choices=TANSU_STORAGES,
-        default="s3",
-        help="the cluster's Tansu engine (FLOWCTL_CLUSTER_TANSU_STORAGE; default s3 on moto)",
+        default=DEFAULT_TANSU_STORAGE,
+        help=f"the cluster's Tansu engine ({STORAGE_VARIABLE}; default "
+        f"{DEFAULT_TANSU_STORAGE}; s3 runs it on a local moto server)",
     )
     return p
 

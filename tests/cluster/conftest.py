@@ -84,7 +84,8 @@ def _drop(layout: ClusterLayout) -> None:
 def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """``cluster.up`` on free ports, once for the tests of this package; after them ``down``,
     which must leave no process (an idle cluster left up would share the 2 cores with every
-    later test: its moto server alone polls at about half a core)."""
+    later test). Tansu's engine is the cluster's default unless
+    ``FLOWCTL_CLUSTER_TANSU_STORAGE`` names one (``=s3`` runs these tests on moto)."""
     home = tmp_path_factory.mktemp("cluster_home")
     pipelines = home / "pipelines"
     write_config(pipelines)
@@ -92,6 +93,7 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
     layout = ClusterLayout.private(
         home,
         f"c_{tag}",
+        tansu_storage=ClusterLayout.from_env(home).tansu_storage,
         postgres_url=_admin_url(),
         extra_env={
             "FLOWCTL_PIPELINES_DIR": str(pipelines),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def test_layout_settings_point_at_the_cluster(tmp_path: Path) -> None:
     layout = ClusterLayout(home=tmp_path, spark_master_port=20001, flowctl_db="f1")
     settings = layout.settings
     assert settings.spark_master == "spark://127.0.0.1:20001"
-    assert settings.tansu_storage == "s3"
+    assert settings.tansu_storage == "memory"
     assert settings.resolved_database_url.endswith("/f1")
     env = layout.airflow_env()
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
@@ -38,19 +39,35 @@ def test_layout_settings_point_at_the_cluster(tmp_path: Path) -> None:
     assert ClusterLayout(home=tmp_path / "b").queue != layout.queue
 
 
-def test_tansu_on_its_memory_engine_is_chosen_by_its_own_variable(tmp_path: Path) -> None:
+def test_tansu_runs_on_its_memory_engine_unless_the_clusters_own_variable_says_s3(
+    tmp_path: Path,
+) -> None:
     from flowctl.services.s3 import durability
 
-    assert ClusterLayout.from_env(tmp_path, {}).settings.tansu_storage == "s3"
-    # the embedded platform's variable does not switch the cluster
-    embedded = ClusterLayout.from_env(tmp_path, {"FLOWCTL_TANSU_STORAGE": "memory"})
-    assert embedded.tansu_storage == "s3"
-    layout = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "memory"})
+    layout = ClusterLayout.from_env(tmp_path, {})
     assert layout.settings.tansu_storage == "memory"
     line = durability(layout.settings, "FLOWCTL_CLUSTER_TANSU_STORAGE")
     assert "NOT durable" in line and "FLOWCTL_CLUSTER_TANSU_STORAGE=s3" in line
-    layout.save()
-    assert ClusterLayout.load(tmp_path) == layout
+    # the embedded platform's variable does not switch the cluster
+    embedded = ClusterLayout.from_env(tmp_path, {"FLOWCTL_TANSU_STORAGE": "s3"})
+    assert embedded.tansu_storage == "memory"
+    on_s3 = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "s3"})
+    assert on_s3.settings.tansu_storage == "s3"
+    named = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "memory"})
+    assert named.tansu_storage == "memory"
+    on_s3.save()
+    assert ClusterLayout.load(tmp_path) == on_s3
+
+
+def test_a_layout_saved_before_it_recorded_tansus_engine_is_read_as_s3(tmp_path: Path) -> None:
+    """Such a layout's cluster ran Tansu on S3: read as memory, its moto would go unnamed."""
+    ClusterLayout(home=tmp_path).save()
+    path = tmp_path / "cluster.json"
+    data = json.loads(path.read_text())
+    del data["tansu_storage"]
+    path.write_text(json.dumps(data))
+    loaded = ClusterLayout.load(tmp_path)
+    assert loaded is not None and loaded.tansu_storage == "s3"
 
 
 def test_a_bad_tansu_engine_is_refused_by_name(tmp_path: Path) -> None:

@@ -73,6 +73,28 @@ def test_purge_drops_the_databases_and_deletes_only_the_cluster_state(tmp_path: 
     ]
 
 
+@pytest.mark.parametrize(("storage", "named"), [("s3", True), ("memory", False)])
+def test_an_external_s3_log_is_said_to_be_kept_only_when_tansu_stored_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str, named: bool
+) -> None:
+    """On the memory engine an ``AWS_ENDPOINT`` of the environment holds no log of the
+    cluster's: purge says nothing of it."""
+    monkeypatch.setenv("AWS_ENDPOINT", "https://s3.example.net")
+    tag = secrets.token_hex(4)
+    layout = ClusterLayout(
+        home=tmp_path,
+        postgres_url=_server_url(),
+        flowctl_db=f"flowctl_p_{tag}",
+        airflow_db=f"airflow_p_{tag}",
+        tansu_storage=storage,
+    )
+    kept = (
+        "purge: the Tansu log in the S3 store at https://s3.example.net is kept "
+        "(not the cluster's to delete)"
+    )
+    assert (kept in purge(layout)) is named
+
+
 def test_purge_with_the_server_unreachable_deletes_nothing(tmp_path: Path) -> None:
     layout = ClusterLayout(
         home=tmp_path, postgres_url="postgresql+psycopg2://postgres@127.0.0.1:1/postgres"

@@ -40,7 +40,8 @@ def test_a_saved_layout_without_pid_files_is_a_cluster_that_is_down(tmp_path: Pa
 
 @pytest.mark.parametrize("marker", ["spark-master.pid", "airflow-scheduler.pid"])
 def test_a_running_cluster_supplies_database_and_broker(tmp_path: Path, marker: str) -> None:
-    _cluster_home(tmp_path, marker)
+    # S3, not the embedded platform's default engine: the assertion tells whose was taken
+    _cluster_home(tmp_path, marker, tansu_storage="s3")
     chosen = choose(Settings(home=tmp_path))
     assert chosen.name == "cluster"
     assert chosen.settings.resolved_database_url.endswith("/flowctl_cluster")
@@ -53,7 +54,7 @@ def test_a_running_cluster_supplies_database_and_broker(tmp_path: Path, marker: 
 
 
 def test_explicit_settings_win_over_the_clusters(tmp_path: Path) -> None:
-    _cluster_home(tmp_path)
+    _cluster_home(tmp_path, tansu_storage="s3")  # not the embedded default: see below
     mine = Settings(home=tmp_path, database_url="sqlite:///x.db", kafka_port=9999)
     explicit = explicit_fields({"database_url", "home"}, env={"FLOWCTL_KAFKA_PORT": "9999"})
     assert explicit == {"database_url", "kafka_port"}

@@ -2,10 +2,11 @@
 
 What runs (see :mod:`flowctl.services.cluster_layout` for ports and commands):
 
-- the embedded services of ``flowctl services`` in S3 mode (Tansu on an S3 store:
-  a local moto server, in memory and not durable, unless ``AWS_ENDPOINT`` names a
-  real S3; memcached) and PostgreSQL databases of their own on the local server
-  (results and control plane; Airflow's metadata);
+- the embedded services of ``flowctl services`` (Tansu on its memory engine, not
+  durable, or with ``FLOWCTL_CLUSTER_TANSU_STORAGE=s3`` on an S3 store: a local moto
+  server, in memory too, unless ``AWS_ENDPOINT`` names a real S3; memcached) and
+  PostgreSQL databases of their own on the local server (results and control plane;
+  Airflow's metadata);
 - Redis, the Celery broker: the one answering at the layout's URL, else a
   ``redis-server`` of our own;
 - a Spark standalone master and two workers (separate JVMs and work dirs);
@@ -41,9 +42,10 @@ from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
-from flowctl.services.cluster_layout import WORKERS, ClusterLayout
+from flowctl.services.cluster_layout import STORAGE_VARIABLE, WORKERS, ClusterLayout
 from flowctl.services.ports import check_tcp
 from flowctl.services.process import Daemon, PidRecord, stop_tree
+from flowctl.services.s3 import durability
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +384,7 @@ def up(layout: ClusterLayout) -> list[str]:
             manager.down(settings, only=started_services - services_before)
         raise
     messages.append(f"cluster up in {time.monotonic() - t0:.1f} s")
+    messages.append(log_durability(layout))
     return messages
 
 
@@ -457,6 +460,12 @@ def status(layout: ClusterLayout) -> list[ServiceStatus]:
         rows.append(redis.status())
     rows += [d.status() for d in all_daemons(layout)[1:]]
     return rows
+
+
+def log_durability(layout: ClusterLayout) -> str:
+    """Where the cluster's broker log lives and whether it is durable: ``up`` ends with it
+    (an ``AWS_ENDPOINT`` alone does not move the log to S3) and so does ``status``."""
+    return durability(layout.settings, STORAGE_VARIABLE)
 
 
 def healthy(layout: ClusterLayout) -> bool:

@@ -16,9 +16,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "cluster",
         help="run the distributed deployment (Spark standalone, split Airflow) as processes",
         description=(
-            "Start, stop and inspect the process cluster: Tansu on S3 (moto, in memory, "
-            "unless AWS_ENDPOINT names a real S3; FLOWCTL_CLUSTER_TANSU_STORAGE=memory: "
-            "Tansu's memory engine), memcached, "
+            "Start, stop and inspect the process cluster: Tansu on its memory engine "
+            "(not durable; FLOWCTL_CLUSTER_TANSU_STORAGE=s3: on S3, a local moto server "
+            "unless AWS_ENDPOINT names a real S3), memcached, "
             "PostgreSQL databases, Redis, a Spark master + 2 workers, and Airflow's "
             "api-server, scheduler, dag-processor, triggerer and 2 Celery workers."
         ),
@@ -73,7 +73,6 @@ def _down(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from flowctl.services import cluster
     from flowctl.services.cli import format_table
-    from flowctl.services.s3 import durability
 
     layout = _layout(args)
     rows = cluster.status(layout)
@@ -81,5 +80,5 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
         print(format_table(rows))
-        print(durability(layout.settings, "FLOWCTL_CLUSTER_TANSU_STORAGE"))
+        print(cluster.log_durability(layout))
     return 1 if args.check and not all(r.ok for r in rows) else 0

@@ -57,7 +57,17 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 WORKERS = DEFAULT_PLAN.workers  # Spark workers, and Celery workers: one of each per compose "node"
 LAYOUT_FILE = "cluster.json"
-TANSU_STORAGES = ("s3", "memory")
+TANSU_STORAGES = ("memory", "s3")
+#: The variable that picks the cluster's Tansu engine (the embedded platform's is
+#: ``FLOWCTL_TANSU_STORAGE``: the two deployments are switched separately).
+STORAGE_VARIABLE = "FLOWCTL_CLUSTER_TANSU_STORAGE"
+#: The cluster's Tansu engine unless ``FLOWCTL_CLUSTER_TANSU_STORAGE`` names the other:
+#: memory, because S3 on the local moto server is no more durable (moto keeps its objects
+#: in memory too) and moto, listing a partition's whole prefix on every fetch, was the
+#: bottleneck at volume (bench/README.md, cluster_volume).
+DEFAULT_TANSU_STORAGE = "memory"
+#: The engine of a layout saved before the layout recorded one: those clusters ran on S3.
+UNRECORDED_TANSU_STORAGE = "s3"
 
 
 def spark_home() -> Path:
@@ -101,11 +111,11 @@ class ClusterLayout:
     celery_concurrency: int = 4
     #: Extra environment for every Airflow component (e.g. FLOWCTL_PIPELINES_DIR).
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    #: Tansu's storage engine (``FLOWCTL_CLUSTER_TANSU_STORAGE``): ``s3`` (the local moto
-    #: server unless ``AWS_ENDPOINT`` names a real S3; survives a Tansu restart) or
-    #: ``memory`` (lost when Tansu stops; cheaper per fetch on a long log, see
-    #: bench/README.md, cluster_volume). Neither is durable across ``cluster down``.
-    tansu_storage: str = "s3"
+    #: Tansu's storage engine (``FLOWCTL_CLUSTER_TANSU_STORAGE``): ``memory`` (the default;
+    #: lost when Tansu stops; cheaper per fetch on a long log, see bench/README.md,
+    #: cluster_volume) or ``s3`` (the local moto server unless ``AWS_ENDPOINT`` names a
+    #: real S3; survives a Tansu restart). Only a real S3 is durable across ``cluster down``.
+    tansu_storage: str = DEFAULT_TANSU_STORAGE
 
     def __post_init__(self) -> None:
         if self.tansu_storage not in TANSU_STORAGES:
@@ -131,8 +141,8 @@ class ClusterLayout:
 
     @property
     def settings(self) -> Settings:
-        """The platform settings of this cluster: Tansu on S3 (moto unless ``AWS_ENDPOINT``
-        names a real S3) or on its memory engine (:attr:`tansu_storage`), PostgreSQL,
+        """The platform settings of this cluster: Tansu on its memory engine or on S3 (moto
+        unless ``AWS_ENDPOINT`` names a real S3) (:attr:`tansu_storage`), PostgreSQL,
         Spark standalone."""
         return Settings(
             home=self.home,
@@ -306,6 +316,7 @@ class ClusterLayout:
         except FileNotFoundError:
             return None
         data["home"] = Path(data["home"])
+        data.setdefault("tansu_storage", UNRECORDED_TANSU_STORAGE)
         for key in ("spark_worker_ui_ports", "celery_log_ports"):
             data[key] = tuple(data[key])
         return cls(**data)
@@ -314,14 +325,13 @@ class ClusterLayout:
     def from_env(cls, home: Path, env: Mapping[str, str] | None = None) -> ClusterLayout:
         """Defaults, with the embedded platform's ports from ``FLOWCTL_*`` variables and
         Tansu's engine from ``FLOWCTL_CLUSTER_TANSU_STORAGE`` (not the embedded platform's
-        ``FLOWCTL_TANSU_STORAGE``, whose default is ``memory``)."""
+        ``FLOWCTL_TANSU_STORAGE``), :data:`DEFAULT_TANSU_STORAGE` when it is unset."""
         env = os.environ if env is None else env
         s = Settings.from_env({**env, "FLOWCTL_HOME": str(home)})
-        storage = env.get("FLOWCTL_CLUSTER_TANSU_STORAGE") or "s3"
+        storage = env.get(STORAGE_VARIABLE) or DEFAULT_TANSU_STORAGE
         if storage not in TANSU_STORAGES:
             raise ValueError(
-                f"FLOWCTL_CLUSTER_TANSU_STORAGE={storage!r} must be one of "
-                f"{', '.join(TANSU_STORAGES)}"
+                f"{STORAGE_VARIABLE}={storage!r} must be one of {', '.join(TANSU_STORAGES)}"
             )
         return cls(
             home=s.home,

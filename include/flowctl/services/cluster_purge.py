@@ -4,9 +4,9 @@
 (results and control plane; Airflow's metadata) and its state dir (daemon logs, the
 Spark workers' work dirs, Airflow's home with the task logs, the shipped zip and
 spark-defaults.conf, the saved layout). ``--purge`` deletes these after the stop, and
-says what it deleted. The Tansu log needs nothing here: the local S3 server keeps it
-in memory, so it ends with ``down``; a log in an external S3 (``AWS_ENDPOINT``) is
-that store's and is left alone.
+says what it deleted. The Tansu log needs nothing here: Tansu's memory engine, or on
+S3 the local moto server, keeps it in memory, so it ends with ``down``; a log in an
+external S3 (``AWS_ENDPOINT``, S3 storage only) is that store's and is left alone.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def purge(layout: ClusterLayout) -> list[str]:
         else:
             continue
         messages.append(f"purge: deleted {path}")
-    if s3.external_endpoint():
+    if layout.tansu_storage == "s3" and s3.external_endpoint():
         messages.append(
             f"purge: the Tansu log in the S3 store at {s3.external_endpoint()} is kept "
             "(not the cluster's to delete)"
