@@ -15,16 +15,16 @@
 Every green is a warm standby (:data:`SPARES`), started beside blue at the beginning
 (``stream_wordcount`` runs with Standby on and Replaces empty): their start-ups (a Spark
 application each, about 20 s) overlap blue's start and overload instead of following one
-another inside the three replacements, which is most of what the test cost before (171 s,
-four cold starts in a row). Each replacement takes the newest READY one, so they
-register in the reverse of the order they are taken, in the colour of the slot each
-fills; and since the pipeline always has another spare, no replacement starts a next
-standby (the four topologies are all there ever are). The cold start of a green, a new
-``stream_wordcount`` run created by the replace task, is proven elsewhere:
-``tests/dags/test_rescale_protocol.py`` (the run and its conf, the colour of the free
-slot), ``tests/cluster/test_cluster_e2e.py`` (a cold green under the real scheduler, to
-ACTIVE with exact counts and a reconcile) and ``tests/faults/test_handover_faults.py``
-(green started ``--standby`` by spark-submit).
+another inside the three replacements (the test took 171 s with four cold starts in a
+row, about 105 s this way on the 2-core dev machine). Each replacement takes the newest
+READY one, so they register in the reverse of the order they are taken, in the colour of
+the slot each fills; the first two replacements leave a spare behind and the third is
+killed, so none starts a next standby (the four topologies are all there ever are). The
+cold start of a green, a new ``stream_wordcount`` run created by the replace task, is
+proven elsewhere: ``tests/dags/test_rescale_protocol.py`` (the run and its conf, the
+colour of the free slot), ``tests/cluster/test_cluster_e2e.py`` (a cold green under the
+real scheduler, to ACTIVE with exact counts and a reconcile) and
+``tests/faults/test_handover_faults.py`` (green started ``--standby`` by spark-submit).
 
 The pipeline is the word count with test-sized settings: its config is written to a
 temporary directory named by ``FLOWCTL_PIPELINES_DIR`` (the DAG factory, the operators and
