@@ -7,9 +7,24 @@
    STOPPED, the output pause recorded, the counts exact after the hand-over;
 2. ``rescale_wordcount`` brings it back down to 2 by hand;
 3. the replace task of a third rescale is killed while blue is deactivated: afterwards
-   exactly one topology consumes (blue, re-activated), green is stopped, the event is
-   ``rolled_back``; then ``reconcile_wordcount`` (the reconcile job over the whole log)
-   finds nothing lost and nothing counted twice.
+   exactly one topology consumes (blue re-activated and the event ``rolled_back``, or,
+   when the kill lands after green is ACTIVE, green and the event ``failed``); then
+   ``reconcile_wordcount`` (the reconcile job over the whole log) finds nothing lost and
+   nothing counted twice.
+
+Every green is a warm standby (:data:`SPARES`), started beside blue at the beginning
+(``stream_wordcount`` runs with Standby on and Replaces empty): their start-ups (a Spark
+application each, about 20 s) overlap blue's start and overload instead of following one
+another inside the three replacements (the test took 171 s with four cold starts in a
+row, about 105 s this way on the 2-core dev machine). Each replacement takes the newest
+READY one, so they register in the reverse of the order they are taken, in the colour of
+the slot each fills; the first two replacements leave a spare behind and the third is
+killed, so none starts a next standby (the four topologies are all there ever are). The
+cold start of a green, a new ``stream_wordcount`` run created by the replace task, is
+proven elsewhere: ``tests/dags/test_rescale_protocol.py`` (the run and its conf, the
+colour of the free slot), ``tests/cluster/test_cluster_e2e.py`` (a cold green under the
+real scheduler, to ACTIVE with exact counts and a reconcile) and
+``tests/faults/test_handover_faults.py`` (green started ``--standby`` by spark-submit).
 
 The pipeline is the word count with test-sized settings: its config is written to a
 temporary directory named by ``FLOWCTL_PIPELINES_DIR`` (the DAG factory, the operators and
@@ -17,8 +32,7 @@ the jobs all read it from there) and its definition is :data:`DEFINITION` below 
 workers import this module for it).
 
 ``dag.test()`` runs the autoscale and rescale DAGs in this process. Topologies are runs of
-``stream_wordcount``: the replace operator creates green's run with TriggerDagRunOperator
-like any task would; with no scheduler in a test, :class:`StandInScheduler` plays its
+``stream_wordcount``; with no scheduler in a test, :class:`StandInScheduler` plays its
 part for that one DAG and runs each queued run's task with ``airflow tasks test <dag>
 topology <run id>`` (a separate process, since a topology runs until it is stopped).
 """
@@ -34,12 +48,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from flowctl.adapters import kafka_log, results
-from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane
+from flowctl.adapters.control_plane import TERMINAL_STATES, ControlPlane, UnknownTopology
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
@@ -59,6 +74,9 @@ TUPLE_SIZE = 20
 STREAM_DAG = f"stream_{PIPELINE}"
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 WAIT_S = 240.0  # every wait of this test is bounded by this; the test then fails
+#: The greens of the three replacements, warm standbys started beside blue: (topology id,
+#: colour), in the order the replacements take them (each the slot its blue leaves free).
+SPARES = (("wc-green-up", "green"), ("wc-blue-down", "blue"), ("wc-green-killed", "green"))
 
 
 class SlowWordCount:
@@ -93,7 +111,7 @@ SETTINGS = [
     ("scaling", "policy", '"adaptive"'),
     ("scaling", "history_windows", "2"),
     ("scaling", "cooldown_s", "0.0"),
-    ("scaling", "poke_interval_s", "2.0"),
+    ("scaling", "poke_interval_s", "1.0"),
     ("scaling", "sensor_timeout_s", "150.0"),
     ("scaling", "ready_timeout_s", "150.0"),
     ("scaling", "drain_timeout_s", "60.0"),
@@ -130,7 +148,7 @@ def _job_supports_the_protocol() -> str | None:
     return None
 
 
-def _wait(what: str, check, timeout: float = WAIT_S, every: float = 0.5):  # type: ignore[no-untyped-def]
+def _wait(what: str, check, timeout: float = WAIT_S, every: float = 0.2):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
@@ -205,7 +223,7 @@ class StandInScheduler:
                             stderr=subprocess.STDOUT,
                             start_new_session=True,
                         )
-            self._stop.wait(0.5)
+            self._stop.wait(0.2)
 
 
 def _dags() -> dict[str, object]:
@@ -275,6 +293,31 @@ def stream_runs(
             end_detached_drivers(platform, print)
 
 
+def _state(plane: ControlPlane, topology_id: str) -> str | None:
+    """The topology's state, None while it has not registered."""
+    try:
+        return plane.get_topology(topology_id).state
+    except UnknownTopology:
+        return None
+
+
+def _start_spares(plane: ControlPlane) -> None:
+    """Queue the runs of :data:`SPARES`, each once the one before it has registered.
+
+    A replacement takes the pipeline's newest READY standby (the last registered), so the
+    spare taken last registers first; they then start up side by side with blue.
+    """
+    for topology_id, colour in reversed(SPARES):
+        conf = {"parallelism": 2, "colour": colour, "standby": True, "topology_id": topology_id}
+        _trigger_stream(f"spare-{topology_id}", conf)
+        _wait(f"{topology_id} registered", partial(_state, plane, topology_id))
+
+
+def _ready(plane: ControlPlane, topology_id: str) -> None:
+    """Wait for a spare's first warm-up batch (READY): a replacement takes only a READY one."""
+    _wait(f"the warm standby {topology_id} READY", lambda: _state(plane, topology_id) == "READY")
+
+
 def _backlog_growing(plane: ControlPlane, topology_id: str) -> bool:
     """The last three metrics windows have a backlog, growing."""
     backlog = [w.backlog for w in plane.metrics_windows(topology_id, limit=3)]
@@ -308,6 +351,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
 
     ingest(2000, seed=21)
     _trigger_stream("blue-1", {"parallelism": 2, "colour": "blue", "topology_id": "wc-blue-1"})
+    _start_spares(plane)
     _wait("blue ACTIVE", lambda: _active(plane) == ["wc-blue-1"])
     _wait("blue's first counts", _counts_of(url, lines))
 
@@ -331,6 +375,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
         # The sensor judges the last `history_windows` windows: let them show the overload
         # first, or on a fast machine it may still see blue idle after the first data.
         _wait("blue overloaded", lambda: _backlog_growing(plane, "wc-blue-1"))
+        _ready(plane, SPARES[0][0])
         run = dags[f"autoscale_{PIPELINE}"].test()
     finally:
         feeder_stop.set()
@@ -338,6 +383,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     assert str(run.state).endswith("success"), run
     (up,) = events.replacements(PIPELINE)
     assert (up.outcome, up.old_parallelism, up.new_parallelism) == ("ok", 2, 4)
+    assert up.new_topology_id == SPARES[0][0], up
     assert up.decision is not None and up.decision["direction"] == "up"
     assert up.pause_ms is not None and up.pause_ms >= 0 and up.duplicates == 0
     assert up.ready_at <= up.deactivated_at <= up.drained_at <= up.finished_at
@@ -347,10 +393,12 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     _wait("exact counts after the hand-over", _counts_of(url, lines))
 
     # -- 2. by hand, back down to 2 --------------------------------------------------------
+    _ready(plane, SPARES[1][0])
     run = dags[f"rescale_{PIPELINE}"].test(run_conf={"change": "down", "reason": "load test over"})
     assert str(run.state).endswith("success")
     down = events.replacements(PIPELINE)[-1]
     assert (down.outcome, down.old_parallelism, down.new_parallelism) == ("ok", 4, 2)
+    assert (down.new_topology_id, plane.get_topology(down.new_topology_id).colour) == SPARES[1]
     assert down.reason == "load test over" and down.decision is None
     assert _active(plane) == [down.new_topology_id]
     assert plane.get_topology(green.topology_id).state == "STOPPED"
@@ -359,6 +407,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
 
     # -- 3. kill the replace task while blue is deactivated --------------------------------
     blue = down.new_topology_id
+    _ready(plane, SPARES[2][0])
     conf = json.dumps({"change": "up", "reason": "killed on purpose"})
     with (stream_runs[0].log_dir / "killed-rescale.log").open("wb") as log:
         rescale = subprocess.Popen(
@@ -372,6 +421,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
         killed = _wait(
             "the third replacement to deactivate blue",
             lambda: [e for e in events.replacements(PIPELINE)[2:] if e.deactivated_at],
+            every=0.1,
         )
         os.killpg(rescale.pid, signal.SIGTERM)  # the task runner calls on_kill
         rescale.wait(timeout=120)
@@ -380,6 +430,7 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
             stop_tree(rescale.pid, timeout=30)
     event = events.get_replacement(killed[0].id)
     assert "killed" in event.error, event
+    assert event.new_topology_id == SPARES[2][0], event
     # Where the kill lands decides who stays: before green is ACTIVE the replacement rolls
     # back to blue; once green is ACTIVE (the hand-over takes well under a second after
     # the deactivation) it finishes forward and stops blue. Either way exactly one admits.
@@ -393,6 +444,11 @@ def test_autoscale_up_rescale_down_and_a_killed_replacement(
     assert _wait("exactly one topology consuming", lambda: _active(plane) == [survivor])
     ingest(500, seed=23)
     _wait("exact counts after the killed replacement", _counts_of(url, lines))
+
+    # The first two replacements left a spare behind and the third was killed: none
+    # started a next standby, one spare at most (docs/flow-control.md, warm standby).
+    started = [t.topology_id for t in plane.topologies(PIPELINE)]
+    assert sorted(started) == sorted(["wc-blue-1", *(s for s, _ in SPARES)]), started
 
     # -- the reconcile job (reconcile_wordcount) over the whole log: 0 lost, 0 counted twice --
     run = dags[f"reconcile_{PIPELINE}"].test()
