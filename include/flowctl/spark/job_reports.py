@@ -2,7 +2,7 @@
 
 The lag behind the log, the "no batch finished" line and Spark's micro-batch
 phases: reporting only, never a reason for the job to stop. A mixin of
-:class:`flowctl.spark.job.StreamJob`, which holds the state these read
+:class:`flowctl.spark.topology_job.TopologyJob`, which holds the state these read
 (``settings``, ``config``, ``control``, ``progress``, the lag consumer).
 """
 

@@ -1,6 +1,6 @@
 """The flow-controlled stream job: the driver side of docs/flow-control.md.
 
-:class:`FlowStreamJob` extends :class:`~flowctl.spark.job.StreamJob` (registration,
+:class:`FlowStreamJob` is a :class:`~flowctl.spark.topology_job.TopologyJob` (registration,
 heartbeat, the loop, stop and SIGTERM, exit codes) with what the driver's main process
 owns in a flow-controlled topology:
 
@@ -43,7 +43,8 @@ from flowctl.spark.flow.job_flusher import FlusherThread
 from flowctl.spark.flow.job_handover import HandoverSides
 from flowctl.spark.flow.job_windows import WindowPublishing
 from flowctl.spark.flow.lane import WARMUP
-from flowctl.spark.job import JobArgs, StreamJob
+from flowctl.spark.job_args import JobArgs
+from flowctl.spark.topology_job import TopologyJob
 
 log = logging.getLogger("flowctl.job")
 
@@ -59,7 +60,7 @@ UPKEEP_EVERY_S = 1.0
 WARMUP_READY_TIMEOUT_S = 60.0
 
 
-class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
+class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob):
     """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -178,18 +179,9 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
         self.startup.mark("READY")
 
     def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
-
-        spark.dataSource.register(FlowctlKafkaDataSource)
         stream = (
-            spark.readStream.format(SOURCE_NAME)
+            self._read_stream(spark, self.config.max_records_per_batch)
             .option("mode", "flow")
-            .option("bootstrap", self.settings.kafka_bootstrap)
-            .option("topic", self.config.eden_topic)
-            .option("pipeline", self.config.name)
-            .option("database_url", self.database_url)
-            .option("lanes", str(self.parallelism))
-            .option("max_rows", str(self.config.max_records_per_batch))
             .option("config", str(self.config.source))
             .option("memcached", self.memcached)
             .option("topology_id", self.topology_id)
