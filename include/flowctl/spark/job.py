@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.config import Settings
 from flowctl.spark.job_args import (  # re-exported: the job's command line
@@ -30,6 +30,10 @@ from flowctl.spark.topology_job import (  # re-exported: every job's session and
     build_session,
     configure_logging,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
     "COLOURS",
@@ -56,7 +60,7 @@ class StreamJob(TopologyJob):
         self.max_rows = self.config.max_records_per_batch
         self._ignored_signals: set[str] = set()
 
-    def _on_batch(self, df: Any, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
 
@@ -87,7 +91,7 @@ class StreamJob(TopologyJob):
             self._lag(),
         )
 
-    def _start_query(self, spark: Any) -> Any:
+    def _start_query(self, spark: SparkSession) -> StreamingQuery:
         return self._write(self._read_stream(spark, self.max_rows).load())
 
     def _handle_signals(self) -> int | None:

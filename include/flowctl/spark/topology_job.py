@@ -27,7 +27,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.config import Settings
 from flowctl.core.log_pacing import QUIET_EVERY_S
@@ -35,9 +35,15 @@ from flowctl.pipelines.health_callback import HealthCallback
 from flowctl.spark.executor_watch import watch_session
 from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import JobArgs, default_topology_id
-from flowctl.spark.job_reports import JobReports
+from flowctl.spark.job_reports import BatchProgress, JobReports
 from flowctl.spark.niceness import yield_shutdown
 from flowctl.spark.startup import SessionStarter, StartupClock
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamReader
 
 log = logging.getLogger("flowctl.job")
 
@@ -47,7 +53,7 @@ PHASES_EVERY_S = QUIET_EVERY_S
 NO_BATCH_AFTER_S = 10.0
 
 
-def build_session(app_name: str) -> Any:
+def build_session(app_name: str) -> SparkSession:
     """A SparkSession tuned for small local clusters (see DESIGN "Measured on this machine")."""
     from pyspark.sql import SparkSession
 
@@ -75,16 +81,6 @@ def build_session(app_name: str) -> Any:
     # On a cluster, a job that gets no executor says so (flowctl.spark.executor_watch).
     watch_session(spark)
     return spark
-
-
-class _Progress:
-    """Per-batch reports handed from the foreachBatch thread to the control loop."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.batches = 0
-        self.records = 0
-        self.last_batch_at = time.monotonic()
 
 
 class TopologyJob(JobReports, abc.ABC):
@@ -120,9 +116,9 @@ class TopologyJob(JobReports, abc.ABC):
         self.checkpoint_dir = args.checkpoint_dir or str(
             settings.home / "checkpoints" / self.topology_id
         )
-        self.progress = _Progress()
+        self.progress = BatchProgress()
         self._terminate = threading.Event()
-        self._lag_consumer: Any = None
+        self._lag_consumer: KafkaConsumer | None = None
         self._lag_lock = threading.Lock()
         #: Written from its own thread: a stop or a drain that waits on a long micro-batch
         #: must not make the topology look dead (:mod:`flowctl.spark.heartbeat`).
@@ -166,18 +162,18 @@ class TopologyJob(JobReports, abc.ABC):
         return masked_url(self.database_url)
 
     @abc.abstractmethod
-    def _start_query(self, spark: Any) -> Any:
+    def _start_query(self, spark: SparkSession) -> StreamingQuery:
         """Register the source and start the query into :meth:`_write`; the query."""
 
     @abc.abstractmethod
-    def _on_batch(self, df: Any, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         """One finished micro-batch (``foreachBatch``): record its progress."""
 
     @abc.abstractmethod
     def _handle_signals(self) -> int | None:
         """Act on the pending signals; the id of a pending ``stop`` signal, if any."""
 
-    def _read_stream(self, spark: Any, max_rows: int) -> Any:
+    def _read_stream(self, spark: SparkSession, max_rows: int) -> DataStreamReader:
         """The ``flowctl_kafka`` source on this topology's topic, lanes and database, at most
         ``max_rows`` records a batch: what both jobs read (each adds its mode's options)."""
         from flowctl.spark.kafka_source import SOURCE_NAME
@@ -194,7 +190,7 @@ class TopologyJob(JobReports, abc.ABC):
             .option("max_rows", str(max_rows))
         )
 
-    def _write(self, stream: Any) -> Any:
+    def _write(self, stream: DataFrame) -> StreamingQuery:
         """Start ``stream`` into this job's ``_on_batch`` on its trigger and checkpoint
         (every job's sink: the jobs differ in their source and their batch).
 
@@ -212,7 +208,7 @@ class TopologyJob(JobReports, abc.ABC):
             .start()
         )
 
-    def _stop_query(self, query: Any, grace_s: float = 20.0) -> None:
+    def _stop_query(self, query: StreamingQuery, grace_s: float = 20.0) -> None:
         """Stop between micro-batches when possible (a cut batch is replayed harmlessly anyway)."""
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and query.isActive:
@@ -238,7 +234,7 @@ class TopologyJob(JobReports, abc.ABC):
             return 1
         self.startup.mark("registered (schema, topics)")
         self.heartbeat.start()
-        spark: Any = None
+        spark: SparkSession | None = None
         query = None
         try:
             spark = session.result()
@@ -281,7 +277,7 @@ class TopologyJob(JobReports, abc.ABC):
                 log.info("Spark stopped in %.2f s", time.monotonic() - started)
             self._drop_spark_checkpoint()
 
-    def _before_query(self, spark: Any) -> None:
+    def _before_query(self, spark: SparkSession) -> None:
         """Work to start beside the query's start (the flow job warms its Python workers)."""
 
     def _initial_state(self) -> str:
@@ -297,7 +293,7 @@ class TopologyJob(JobReports, abc.ABC):
     def _cleanup(self) -> None:
         """Whatever the run started besides the query (the flow job's flusher thread)."""
 
-    def _loop(self, query: Any) -> int:
+    def _loop(self, query: StreamingQuery) -> int:
         last_idle_log = time.monotonic()
         quiet_s = NO_BATCH_AFTER_S  # the first line after 10 s, then once a minute
         last_phases_log = time.monotonic()
@@ -397,7 +393,7 @@ class TopologyJob(JobReports, abc.ABC):
         if state == "FAILED":
             self.alerts.failed("see the stream task's log", time.time())
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, *_: object) -> None:
         """SIGTERM handler: stop like a ``stop`` signal, from the control loop."""
         self._terminate.set()
 
