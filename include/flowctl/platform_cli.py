@@ -60,6 +60,14 @@ def _seconds(text: str) -> float:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the platform's commands, one group each, in the order ``flowctl --help`` lists them."""
+    _register_airflow(subparsers)
+    _register_ingest(subparsers)
+    _register_stream(subparsers)
+    _register_demo(subparsers)
+
+
+def _register_airflow(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     airflow = subparsers.add_parser("airflow", help="the embedded Airflow (standalone)")
     actions = airflow.add_subparsers(dest="airflow_command", required=True, metavar="ACTION")
     for name, func, text in (
@@ -72,6 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         add_settings_arguments(sub, nested=True)
         sub.set_defaults(func=func)
 
+
+def _register_ingest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ingest = subparsers.add_parser(
         "ingest", help="load text into a pipeline's Eden topic", description=_ingest.__doc__
     )
@@ -99,6 +109,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_settings_arguments(ingest, nested=True)
     ingest.set_defaults(func=_ingest)
 
+
+def _register_stream(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stream = subparsers.add_parser("stream", help="inspect and stop topologies")
     actions = stream.add_subparsers(dest="stream_command", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="topologies of a pipeline and their states")
@@ -123,6 +135,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for sub in (listing, status, stop, counts):
         add_settings_arguments(sub, nested=True)
 
+
+def _register_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser("demo", help="the whole platform at once")
     actions = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="services + Airflow + demo data + the stream")

@@ -50,7 +50,9 @@ class Emitted:
     tags: dict[str, str]
 
 
-def _figures(row: MetricsRow | MetricsWindow) -> tuple[str, dict[str, float | None], list[Any]]:
+def _figures(
+    row: MetricsRow | MetricsWindow,
+) -> tuple[str, dict[str, float | None], list[dict[str, Any]]]:
     if isinstance(row, MetricsWindow):  # a stored window: its row
         row = row.row
     if not isinstance(row, MetricsRow):

@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.adapters.control_plane import ControlPlane, MetricsWindow
+
+if TYPE_CHECKING:
+    from flowctl_airflow.metrics_emitter import Emitted
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ class MetricsRelay:
         *,
         pipeline: str | None = None,
         interval_s: float = 5.0,
-        emit: Callable[[MetricsWindow], Any] | None = None,
+        emit: Callable[[MetricsWindow], object] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s={interval_s!r} must be > 0")
@@ -48,7 +51,7 @@ class MetricsRelay:
         self._thread: threading.Thread | None = None
         self.emitted = 0
 
-    def _emit_window(self, row: MetricsWindow) -> Any:
+    def _emit_window(self, row: MetricsWindow) -> list[Emitted]:
         from flowctl_airflow.metrics_emitter import emit_window
 
         return emit_window(row, pipeline=self.pipeline)

@@ -216,11 +216,7 @@ def adaptive_decision(
     if rates are known, else a halving.
     """
     check_int("parallelism", parallelism, 1)
-    if not counts or counts[-1] != window.fail_num:
-        raise ValueError(
-            f"counts must end with the current window's fail_num={window.fail_num}, "
-            f"got {list(counts)!r}"
-        )
+    _check_counts(counts, window)
     mean, s2 = dispersion(counts)
     c = config.threshold_c
     sig = _Signals.of(window, config)
@@ -243,15 +239,7 @@ def adaptive_decision(
 
     cause, evidence = _diagnose(window, config)
     stats = f"failNum={window.fail_num}, E(M)={mean:g}, S^2={s2:g}, C={c:g}"
-    wants_up: list[str] = []
-    if window.fail_num > mean and s2 > c:  # the paper's rule
-        wants_up.append(f"failures rising ({stats})")
-    if sig.growing and (sig.saturated or sig.overrun):
-        busy = "lanes saturated" if sig.saturated else "batches overrunning the trigger"
-        wants_up.append(f"backlog growing by {window.backlog_delta} with {busy}")
-    if sig.growing and sig.target is not None and sig.target > parallelism:
-        wants_up.append(f"DS2 target {sig.target} > {parallelism}")
-
+    wants_up = _reasons_up(window, sig, parallelism, paper_fires=s2 > c, mean=mean, stats=stats)
     if wants_up and cause in ("sink", "poison"):
         return decide(parallelism, f"not scaling up: {evidence}", cause)
     if since is not None and since < config.cooldown_s:
@@ -261,12 +249,7 @@ def adaptive_decision(
             cause,
         )
     if wants_up:
-        hi = config.max_parallelism
-        new = clamp(max(parallelism << 1, sig.target or 0), config.min_parallelism, hi)
-        why = "; ".join(wants_up)
-        if new <= parallelism:
-            return decide(parallelism, f"would scale up ({why}) but at max {hi}", "load")
-        return decide(new, f"scale up {parallelism} -> {new}: {why}", "load")
+        return _scale_up(parallelism, sig.target, wants_up, config, decide)
 
     if cause in ("sink", "poison"):
         return decide(parallelism, f"not scaling down while diagnosing: {evidence}", cause)
@@ -284,6 +267,52 @@ def adaptive_decision(
             "idle",
         )
     return _scale_down(parallelism, sig.target, config, decide)
+
+
+def _check_counts(counts: Sequence[int], window: WindowStats) -> None:
+    """The ring buffer must end with this window: a stale buffer would misjudge the trend."""
+    if not counts or counts[-1] != window.fail_num:
+        raise ValueError(
+            f"counts must end with the current window's fail_num={window.fail_num}, "
+            f"got {list(counts)!r}"
+        )
+
+
+def _reasons_up(
+    window: WindowStats,
+    sig: _Signals,
+    parallelism: int,
+    *,
+    paper_fires: bool,
+    mean: float,
+    stats: str,
+) -> list[str]:
+    """Each load signal that asks for more lanes, as the text the decision's reason joins."""
+    wants_up: list[str] = []
+    if window.fail_num > mean and paper_fires:  # the paper's rule
+        wants_up.append(f"failures rising ({stats})")
+    if sig.growing and (sig.saturated or sig.overrun):
+        busy = "lanes saturated" if sig.saturated else "batches overrunning the trigger"
+        wants_up.append(f"backlog growing by {window.backlog_delta} with {busy}")
+    if sig.growing and sig.target is not None and sig.target > parallelism:
+        wants_up.append(f"DS2 target {sig.target} > {parallelism}")
+    return wants_up
+
+
+def _scale_up(
+    parallelism: int,
+    target: int | None,
+    wants_up: Sequence[str],
+    config: AdaptiveConfig,
+    decide: Callable[[int, str, str], Decision],
+) -> Decision:
+    """Load: the larger of the doubling and the DS2 target, within the bounds."""
+    hi = config.max_parallelism
+    new = clamp(max(parallelism << 1, target or 0), config.min_parallelism, hi)
+    why = "; ".join(wants_up)
+    if new <= parallelism:
+        return decide(parallelism, f"would scale up ({why}) but at max {hi}", "load")
+    return decide(new, f"scale up {parallelism} -> {new}: {why}", "load")
 
 
 def _scale_down(

@@ -24,8 +24,10 @@ from .scaling import POLICIES, Decision, WindowStats, paper_decision
 class PipelineScaling(Protocol):
     """What :meth:`WindowPolicy.from_config` reads of a pipeline's ``[scaling]`` section."""
 
-    policy: str
-    history_windows: int
+    @property
+    def policy(self) -> str: ...
+    @property
+    def history_windows(self) -> int: ...
 
     def thresholds(self) -> ScalingThresholds: ...
 

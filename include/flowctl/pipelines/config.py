@@ -187,60 +187,24 @@ def load_pipeline_config(name_or_path: str | Path) -> PipelineConfig:
 
 
 def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
-    fail = InvalidValue
-    for section, known in _KNOWN.items():
-        table = raw if not section else raw.get(section, {})
-        if not isinstance(table, dict):
-            raise fail(section, table, "must be a table")
-        for key in table:
-            if key not in known:
-                field = f"{section}.{key}" if section else key
-                raise fail(field, table[key], f"is not a known field (known: {sorted(known)})")
+    _check_known_fields(raw)
     topics: dict[str, Any] = raw.get("topics", {})
     stream: dict[str, Any] = raw.get("stream", {})
-
-    name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise fail("name", name, "must be lower-case letters, digits, '_' or '-'")
-    if path.stem != name:
-        raise fail("name", name, f"must match the file name {path.name!r}")
-    definition = raw.get("definition")
-    if not isinstance(definition, str) or not definition:
-        raise fail("definition", definition, "must be a dotted module name")
-    try:
-        module = importlib.import_module(definition)
-    # A relative name, a NUL byte, a syntax error in a module being written, ...
-    except (ImportError, SyntaxError, TypeError, ValueError) as exc:
-        raise fail("definition", definition, f"cannot be imported: {exc}") from exc
-    params = raw.get("params", {})
-    if not isinstance(params, dict):
-        raise fail("params", params, "must be a table")
-    definition_of(module, params)  # the module checks its params now, not in a running lane
-
-    def count(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
-        return integer(f"{section}.{key}", table.get(key, default), lo=lo)
-
+    name, definition, params = _definition(raw, path)
+    fail = InvalidValue
     eden = topics.get("eden", f"{name}.eden")
     if not isinstance(eden, str) or not _TOPIC.match(eden):
         raise fail("topics.eden", eden, "must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
-    partitions = count(topics, "topics", "partitions", 4, 1)
+    partitions = _count(topics, "topics", "partitions", 4, 1)
     codec = compression("topics.compression", topics.get("compression", DEFAULT_COMPRESSION))
     on_loss = str(
         choice("topics.on_data_loss", topics.get("on_data_loss", "fail"), DATA_LOSS_POLICIES)
     )
-    parallelism = count(stream, "stream", "parallelism", 2, 1)
-    min_p = count(stream, "stream", "min_parallelism", 1, 1)
-    max_p = count(stream, "stream", "max_parallelism", max(16, parallelism), 1)
-    if not min_p <= parallelism <= max_p:
-        raise fail(
-            "stream.parallelism",
-            parallelism,
-            f"must lie in [min_parallelism={min_p}, max_parallelism={max_p}]",
-        )
-    max_rows = count(stream, "stream", "max_records_per_batch", 50_000, 1)
-    tuple_size = count(stream, "stream", "tuple_size", 100, 1)
+    parallelism, min_p, max_p = _parallelism(stream)
+    max_rows = _count(stream, "stream", "max_records_per_batch", 50_000, 1)
+    tuple_size = _count(stream, "stream", "tuple_size", 100, 1)
     trigger = number("stream.trigger_interval_s", stream.get("trigger_interval_s", 1.0), lo=0)
-    retain = count(stream, "stream", "spark_batches_to_retain", 10, 1)
+    retain = _count(stream, "stream", "spark_batches_to_retain", 10, 1)
     callback = stream.get("on_health_callback", "")
     if not isinstance(callback, str):
         raise fail("stream.on_health_callback", callback, 'must be "package.module:function"')
@@ -270,6 +234,62 @@ def _parse(raw: dict[str, Any], path: Path) -> PipelineConfig:
         on_data_loss=on_loss,
         on_health_callback=callback or None,
     )
+
+
+def _check_known_fields(raw: dict[str, Any]) -> None:
+    """Reject a misspelt key before any value is read, so a typo is not a silent default."""
+    for section, known in _KNOWN.items():
+        table = raw if not section else raw.get(section, {})
+        if not isinstance(table, dict):
+            raise InvalidValue(section, table, "must be a table")
+        for key in table:
+            if key not in known:
+                field = f"{section}.{key}" if section else key
+                raise InvalidValue(
+                    field, table[key], f"is not a known field (known: {sorted(known)})"
+                )
+
+
+def _definition(raw: dict[str, Any], path: Path) -> tuple[str, str, dict[str, Any]]:
+    """The pipeline's name, its definition module and ``[params]``, the module imported and
+    its params checked now rather than in a running lane."""
+    fail = InvalidValue
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise fail("name", name, "must be lower-case letters, digits, '_' or '-'")
+    if path.stem != name:
+        raise fail("name", name, f"must match the file name {path.name!r}")
+    definition = raw.get("definition")
+    if not isinstance(definition, str) or not definition:
+        raise fail("definition", definition, "must be a dotted module name")
+    try:
+        module = importlib.import_module(definition)
+    # A relative name, a NUL byte, a syntax error in a module being written, ...
+    except (ImportError, SyntaxError, TypeError, ValueError) as exc:
+        raise fail("definition", definition, f"cannot be imported: {exc}") from exc
+    params = raw.get("params", {})
+    if not isinstance(params, dict):
+        raise fail("params", params, "must be a table")
+    definition_of(module, params)
+    return name, definition, params
+
+
+def _count(table: dict[str, Any], section: str, key: str, default: int, lo: int) -> int:
+    return integer(f"{section}.{key}", table.get(key, default), lo=lo)
+
+
+def _parallelism(stream: dict[str, Any]) -> tuple[int, int, int]:
+    """``stream.parallelism`` and its bounds, the parallelism within them."""
+    parallelism = _count(stream, "stream", "parallelism", 2, 1)
+    min_p = _count(stream, "stream", "min_parallelism", 1, 1)
+    max_p = _count(stream, "stream", "max_parallelism", max(16, parallelism), 1)
+    if not min_p <= parallelism <= max_p:
+        raise InvalidValue(
+            "stream.parallelism",
+            parallelism,
+            f"must lie in [min_parallelism={min_p}, max_parallelism={max_p}]",
+        )
+    return parallelism, min_p, max_p
 
 
 def definition_of(module: ModuleType, params: Mapping[str, Any]) -> Any:

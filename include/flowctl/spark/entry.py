@@ -21,11 +21,12 @@ from flowctl.spark.job import (
     parse_args,
 )
 from flowctl.spark.startup import SessionStarter
+from flowctl.spark.topology_job import TopologyJob
 
 log = logging.getLogger("flowctl.job")
 
 
-def make_job(args: JobArgs, settings: Settings) -> StreamJob:
+def make_job(args: JobArgs, settings: Settings) -> TopologyJob:
     """The job class the pipeline's ``[flow] mode`` asks for (ValueError when unusable)."""
     from flowctl.pipelines.config import load_pipeline_config
 

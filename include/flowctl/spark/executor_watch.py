@@ -20,7 +20,10 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["CHECK_EVERY_S", "WARN_AFTER_S", "ExecutorWatch", "executor_count", "watch_session"]
 
@@ -105,11 +108,11 @@ def executor_count(ui_url: str, app_id: str, timeout_s: float = 5.0) -> int:
     return sum(1 for e in executors if e.get("id") != "driver")
 
 
-def watch_session(spark: Any) -> ExecutorWatch | None:
+def watch_session(spark: SparkSession) -> ExecutorWatch | None:
     """Start an :class:`ExecutorWatch` on ``spark``'s application unless its master is local."""
     sc = spark.sparkContext
     master = sc.master
-    if master.startswith("local"):
+    if master is None or master.startswith("local"):  # a started context always has one
         return None
     ui_url, app_id = sc.uiWebUrl, sc.applicationId
     if not ui_url:  # spark.ui.enabled=false: no monitoring API to ask

@@ -1,47 +1,22 @@
-"""The stream job: one topology of any pipeline definition, from registration to a clean stop.
+"""The plain stream job: the word count straight from the records into the database.
 
 ``spark_jobs/<pipeline>_stream.py`` calls :func:`flowctl.spark.entry.main`, which runs
-
-- :class:`~flowctl.spark.flow.job.FlowStreamJob` when the pipeline's ``[flow] mode`` is
-  ``flow`` (the default): the flow-controlled topology of docs/flow-control.md. The
-  ``flowctl_kafka`` source in flow mode is the spout (windows, XOR acker, replay topics)
-  and its lanes run the pipeline definition's ``process`` per tuple and append the
-  outcomes to the MRWQ in memcached; this driver process runs the MRWQ **flusher**
-  thread (the durable checkpoint advances only behind the flush), turns the planner's
-  closed metrics windows into ``metrics_windows`` rows, and handles the control signals
-  of "Signals and states" (``--standby`` -> READY, ``activate``,
-  ``deactivate``/``drain`` -> DRAINING -> DRAINED, ``stop``);
-- :class:`StreamJob` when it is ``plain``: the word count straight from the records into
-  the database in ``foreachBatch`` (no windows, no MRWQ); the benchmarks' baseline job
-  (``bench/lib/baseline.py``) builds on it.
-
-Either way the job loads the pipeline config, ensures the schema and topics, registers
-the topology (STARTING), starts the query, loops (signals, progress lines; the heartbeat
-has its own thread, :mod:`flowctl.spark.heartbeat`) and on ``stop`` or SIGTERM stops
-between batches, records STOPPED, deletes its Spark checkpoint and returns 0; if the
-query fails: FAILED, the cause in the log, return 1. Log lines go to stderr, which
-becomes the Airflow task log.
-
-Killing spark-submit's JVM takes the Spark context down at once: the driver then records
-FAILED (or nothing, under SIGKILL); the durable offsets stay consistent and a rerun
-resumes from them.
+:class:`StreamJob` when the pipeline's ``[flow] mode`` is ``plain``: the word count in
+``foreachBatch`` (no windows, no MRWQ, no replay topics), the ``stop`` signal its only
+control; the benchmarks' baseline job (``bench/lib/baseline.py``) builds on it. The
+flow-controlled job of the default ``flow`` mode is
+:class:`~flowctl.spark.flow.job.FlowStreamJob`. What both share (registration, the
+heartbeat, the loop, stop and SIGTERM, the exit codes) is
+:class:`~flowctl.spark.topology_job.TopologyJob`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import sys
-import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.config import Settings
-from flowctl.core.log_pacing import QUIET_EVERY_S
-from flowctl.pipelines.health_callback import HealthCallback
-from flowctl.spark.executor_watch import watch_session
-from flowctl.spark.heartbeat import Heartbeat
 from flowctl.spark.job_args import (  # re-exported: the job's command line
     COLOURS,
     JobArgs,
@@ -49,9 +24,16 @@ from flowctl.spark.job_args import (  # re-exported: the job's command line
     default_topology_id,
     parse_args,
 )
-from flowctl.spark.job_reports import JobReports
-from flowctl.spark.niceness import yield_shutdown
-from flowctl.spark.startup import SessionStarter, StartupClock
+from flowctl.spark.topology_job import (  # re-exported: every job's session and log
+    PHASES_EVERY_S,
+    TopologyJob,
+    build_session,
+    configure_logging,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
     "COLOURS",
@@ -67,129 +49,18 @@ __all__ = [
 
 log = logging.getLogger("flowctl.job")
 
-#: Seconds between two lines of Spark's micro-batch phases (:mod:`flowctl.spark.progress`).
-PHASES_EVERY_S = QUIET_EVERY_S
-#: Seconds without a finished batch before the job says so (then once a minute).
-NO_BATCH_AFTER_S = 10.0
 
-
-def build_session(app_name: str) -> Any:
-    """A SparkSession tuned for small local clusters (see DESIGN "Measured on this machine")."""
-    from pyspark.sql import SparkSession
-
-    # Local executors must run the driver's interpreter (the one with flowctl installed).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    cores = os.cpu_count() or 2
-    spark = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        # The session runs streaming queries only, where AQE does not apply: left on, Spark
-        # warns "spark.sql.adaptive.enabled is not supported in streaming" at every start.
-        .config("spark.sql.adaptive.enabled", "false")
-        .getOrCreate()
-    )
-    # Stopping a query cancels its job group; between micro-batches the group has no job and
-    # the DAGScheduler warns "Failed to cancel job group" at every clean stop. Not a fault.
-    jvm = spark.sparkContext._jvm
-    if jvm is None:  # a Spark Connect session has no JVM gateway; the jobs run classic Spark
-        raise RuntimeError("the Spark session has no JVM gateway (a Spark Connect session?)")
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.scheduler.DAGScheduler", jvm.org.apache.logging.log4j.Level.ERROR
-    )
-    # On a cluster, a job that gets no executor says so (flowctl.spark.executor_watch).
-    watch_session(spark)
-    return spark
-
-
-class _Progress:
-    """Per-batch reports handed from the foreachBatch thread to the control loop."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.batches = 0
-        self.records = 0
-        self.last_batch_at = time.monotonic()
-
-
-class StreamJob(JobReports):
-    """One run of a stream topology; :meth:`run` returns the process exit code."""
-
-    #: The last batch whose Spark phases were logged (set when the loop starts).
-    _phases_after: int
+class StreamJob(TopologyJob):
+    """One run of a plain topology: the plain ``flowctl_kafka`` source into the word count's
+    idempotent sink, one transaction per micro-batch."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
-        from flowctl.adapters.control_plane import ControlPlane
-        from flowctl.pipelines.config import load_pipeline_config
-
-        self.args = args
-        self.settings = settings
-        self.config = load_pipeline_config(args.pipeline_config)
-        self.database_url = settings.resolved_database_url
-        self.control = ControlPlane(self.database_url)
-        self.parallelism = args.parallelism or self.config.parallelism
+        super().__init__(args, settings)
         #: Records per micro-batch of the plain query (the baseline may set its own).
         self.max_rows = self.config.max_records_per_batch
-        if not self.config.min_parallelism <= self.parallelism <= self.config.max_parallelism:
-            raise ValueError(
-                f"--parallelism={self.parallelism} is outside [{self.config.min_parallelism}, "
-                f"{self.config.max_parallelism}] of {self.config.source}"
-            )
-        self.topology_id = args.topology_id or default_topology_id(self.config.name, args.colour)
-        self.alerts = HealthCallback(
-            self.config.name, self.topology_id, self.config.on_health_callback
-        )
-        self.checkpoint_dir = args.checkpoint_dir or str(
-            settings.home / "checkpoints" / self.topology_id
-        )
-        self.progress = _Progress()
-        self._terminate = threading.Event()
-        self._lag_consumer: Any = None
-        self._lag_lock = threading.Lock()
         self._ignored_signals: set[str] = set()
-        #: Written from its own thread: a stop or a drain that waits on a long micro-batch
-        #: must not make the topology look dead (:mod:`flowctl.spark.heartbeat`).
-        self.heartbeat = Heartbeat(
-            lambda: self.control.heartbeat(self.topology_id), self.topology_id
-        )
-        self.final_state: str | None = None  # STOPPED or FAILED, once recorded
-        self.startup = StartupClock(self.topology_id)
-        self.startup.mark("job built (imports, config)")
 
-    # -- pieces -----------------------------------------------------------------------------
-
-    def _prepare(self) -> None:
-        from flowctl.adapters import kafka_log
-
-        self.control.ensure_schema()
-        kafka_log.ensure_topics(
-            self.settings.kafka_bootstrap, {self.config.eden_topic: self.config.partitions}
-        )
-        self.control.register_topology(
-            self.topology_id,
-            self.config.name,
-            self.args.colour,
-            self.parallelism,
-            airflow_run_id=self.args.airflow_run_id,
-            warm_standby=self.args.warm_standby,
-        )
-        log.info(
-            "topology %s registered: pipeline=%s colour=%s parallelism=%d topic=%s db=%s",
-            self.topology_id,
-            self.config.name,
-            self.args.colour,
-            self.parallelism,
-            self.config.eden_topic,
-            self._safe_db_url(),
-        )
-
-    def _safe_db_url(self) -> str:
-        from flowctl.adapters.db import masked_url
-
-        return masked_url(self.database_url)
-
-    def _on_batch(self, df: Any, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         from flowctl.adapters import results
         from flowctl.spark.wordcount_sink import write_batch
 
@@ -220,49 +91,8 @@ class StreamJob(JobReports):
             self._lag(),
         )
 
-    def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.kafka_source import SOURCE_NAME
-        from flowctl.spark.source import FlowctlKafkaDataSource
-
-        spark.dataSource.register(FlowctlKafkaDataSource)
-        stream = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("bootstrap", self.settings.kafka_bootstrap)
-            .option("topic", self.config.eden_topic)
-            .option("pipeline", self.config.name)
-            .option("database_url", self.database_url)
-            .option("lanes", str(self.parallelism))
-            .option("max_rows", str(self.max_rows))
-            .load()
-        )
-        return self._write(stream)
-
-    def _write(self, stream: Any) -> Any:
-        """Start ``stream`` into this job's ``_on_batch`` on its trigger and checkpoint
-        (every job's sink: the subclasses differ in their source and their batch).
-
-        Spark keeps the offset and commit logs of ``[stream] spark_batches_to_retain``
-        micro-batches: the job restarts from the database's durable checkpoint, so its
-        Spark checkpoint only serves the running query."""
-        stream.sparkSession.conf.set(
-            "spark.sql.streaming.minBatchesToRetain", str(self.config.spark_batches_to_retain)
-        )
-        return (
-            stream.writeStream.queryName(self.topology_id)
-            .foreachBatch(self._on_batch)
-            .option("checkpointLocation", self.checkpoint_dir)
-            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
-            .start()
-        )
-
-    def _stop_query(self, query: Any, grace_s: float = 20.0) -> None:
-        """Stop between micro-batches when possible (a cut batch is replayed harmlessly anyway)."""
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and query.isActive:
-            if not query.status.get("isTriggerActive", False):
-                break
-            time.sleep(0.05)
-        query.stop()
+    def _start_query(self, spark: SparkSession) -> StreamingQuery:
+        return self._write(self._read_stream(spark, self.max_rows).load())
 
     def _handle_signals(self) -> int | None:
         """Return the id of a pending ``stop`` signal, if any; log the kinds not handled yet."""
@@ -275,193 +105,3 @@ class StreamJob(JobReports):
                     "signal %s (%d) is not supported by this job; ignored", sig.kind, sig.id
                 )
         return None
-
-    # -- the run ----------------------------------------------------------------------------
-
-    def run(self, session: SessionStarter | None = None) -> int:
-        """Run until stopped; 0 on a requested stop, 1 if it could not start or the query failed.
-
-        ``session``: the SparkSession already being built (``entry.main`` starts it before
-        the job's imports); else it is started here, built while :meth:`_prepare` runs.
-        """
-        session = session or SessionStarter(f"flowctl-{self.topology_id}", build_session)
-        try:
-            self._prepare()
-        except Exception as exc:  # nothing registered yet: only the log can tell
-            log.error("topology %s cannot start: %s", self.topology_id, exc, exc_info=True)
-            session.discard()
-            return 1
-        self.startup.mark("registered (schema, topics)")
-        self.heartbeat.start()
-        spark: Any = None
-        query = None
-        try:
-            spark = session.result()
-            spark.sparkContext.setLogLevel("WARN")  # keep the task log readable
-            self.startup.mark("SparkSession built")
-            self.control.set_spark_app_id(self.topology_id, spark.sparkContext.applicationId)
-            self._before_query(spark)
-            query = self._start_query(spark)
-            self.startup.mark("query started")
-            state = self._initial_state()
-            self.control.set_state(self.topology_id, state)
-            self.startup.mark(state)
-            log.info(
-                "topology %s %s (query %s, checkpoint %s)",
-                self.topology_id,
-                state,
-                query.id,
-                self.checkpoint_dir,
-            )
-            return self._loop(query)
-        except BaseException as exc:
-            log.error("topology %s failed: %s", self.topology_id, exc, exc_info=True)
-            self._set_final("FAILED")
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            return 1
-        finally:
-            self.heartbeat.stop()
-            if query is not None and query.isActive:
-                query.stop()
-            self._cleanup()
-            if self._lag_consumer is not None:
-                self._lag_consumer.close()
-            if spark is not None:
-                # After STOPPED: the operator does not wait for the JVM's shutdown, and
-                # it must not slow the topology that replaced this one (niceness 19).
-                yield_shutdown(spark)
-                started = time.monotonic()
-                spark.stop()
-                log.info("Spark stopped in %.2f s", time.monotonic() - started)
-            self._drop_spark_checkpoint()
-
-    def _before_query(self, spark: Any) -> None:
-        """Work to start beside the query's start (the flow job warms its Python workers)."""
-
-    def _initial_state(self) -> str:
-        """The state once the query runs (a flow job in standby reports READY)."""
-        return "ACTIVE"
-
-    def _tick(self) -> None:
-        """Per-poll work of a subclass (the flow job: control key, metrics, draining)."""
-
-    def _before_stop(self) -> None:
-        """After the query stopped on request, before STOPPED (the flow job flushes)."""
-
-    def _cleanup(self) -> None:
-        """Whatever the run started besides the query (the flow job's flusher thread)."""
-
-    def _loop(self, query: Any) -> int:
-        last_idle_log = time.monotonic()
-        quiet_s = NO_BATCH_AFTER_S  # the first line after 10 s, then once a minute
-        last_phases_log = time.monotonic()
-        self._phases_after = -1
-        last_db_warning = -1e9
-        while True:
-            if not query.isActive:
-                error = query.exception()
-                cause = error if error is not None else "the query ended without a stop request"
-                log.error("topology %s: query terminated: %s", self.topology_id, cause)
-                self._set_final("FAILED")
-                self._record_cause(str(cause))
-                return 1
-            stop_id = None
-            try:
-                stop_id = self._handle_signals()
-            except Exception as exc:  # the database may be away; the stream goes on
-                if time.monotonic() - last_db_warning > 10:
-                    last_db_warning = time.monotonic()
-                    log.warning(
-                        "topology %s: signals unavailable (retrying): %s",
-                        self.topology_id,
-                        exc,
-                    )
-            self._tick()
-            if stop_id is not None or self._terminate.is_set():
-                reason = f"stop signal {stop_id}" if stop_id is not None else "SIGTERM"
-                log.info("topology %s: stopping on %s", self.topology_id, reason)
-                started = time.monotonic()
-                self._log_batch_phases(query)
-                self._stop_query(query)
-                stopped = time.monotonic()
-                self._before_stop()
-                self._set_final("STOPPED")
-                if stop_id is not None:
-                    self.control.mark_signal_handled(stop_id)
-                log.info(
-                    "topology %s STOPPED after %d batches, %d records (query stopped in %.2f "
-                    "s, then %.2f s to flush and record the state)",
-                    self.topology_id,
-                    self.progress.batches,
-                    self.progress.records,
-                    stopped - started,
-                    time.monotonic() - stopped,
-                )
-                return 0
-            now = time.monotonic()
-            if now - last_phases_log >= PHASES_EVERY_S:
-                last_phases_log = now
-                self._log_batch_phases(query)
-            with self.progress.lock:
-                idle_for = now - self.progress.last_batch_at
-            if idle_for > NO_BATCH_AFTER_S and now - last_idle_log >= quiet_s:
-                last_idle_log, quiet_s = now, QUIET_EVERY_S
-                self._report_no_batch(idle_for)
-            self._terminate.wait(self.args.poll_seconds)
-
-    def _drop_spark_checkpoint(self) -> None:
-        """Delete the query's Spark checkpoint after a clean stop, unless ``--checkpoint-dir``
-        chose it: topology ids are unique and every job starts from the database's durable
-        checkpoint, so nothing reads it again, and one directory per topology would pile up
-        with every restart and replacement. A failed topology's stays for its post-mortem."""
-        if self.final_state != "STOPPED" or self.args.checkpoint_dir is not None:
-            return
-        try:
-            shutil.rmtree(self.checkpoint_dir)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.warning("could not delete the Spark checkpoint %s: %s", self.checkpoint_dir, exc)
-            return
-        log.info("deleted the Spark checkpoint %s (stopped cleanly)", self.checkpoint_dir)
-
-    def _record_cause(self, error: str) -> None:
-        """Store why the query failed, for the metrics page: the planner's cause (records
-        lost, a read error that persisted) when it raised one, else the error's first line."""
-        from flowctl.adapters.data_loss import record_cause
-        from flowctl.core.data_loss import failure_cause
-
-        cause = failure_cause(error)
-        if cause is not None:
-            log.error("topology %s FAILED: %s", self.topology_id, cause)
-        else:
-            cause = next((line.strip() for line in error.splitlines() if line.strip()), error)
-        try:
-            record_cause(self.database_url, self.topology_id, cause)
-        except Exception:  # the database may be the reason we are failing
-            log.exception("could not record the cause of %s's failure", self.topology_id)
-
-    def _set_final(self, state: str) -> None:
-        self.heartbeat.stop()  # a topology in a final state never beats again
-        self.final_state = state
-        try:
-            self.control.set_state(self.topology_id, state)
-        except Exception:  # the database may be the reason we are failing
-            log.exception("could not record state %s for %s", state, self.topology_id)
-        if state == "FAILED":
-            self.alerts.failed("see the stream task's log", time.time())
-
-    def request_stop(self, *_: Any) -> None:
-        """SIGTERM handler: stop like a ``stop`` signal, from the control loop."""
-        self._terminate.set()
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("kafka", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -2,30 +2,51 @@
 
 The lag behind the log, the "no batch finished" line and Spark's micro-batch
 phases: reporting only, never a reason for the job to stop. A mixin of
-:class:`flowctl.spark.job.StreamJob`, which holds the state these read
-(``settings``, ``config``, ``control``, ``progress``, the lag consumer).
+:class:`flowctl.spark.topology_job.TopologyJob`, which holds the state these read
+(``settings``, ``config``, ``control``, ``progress``, the lag consumer); the batch thread
+fills :class:`BatchProgress`, the control loop reads it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+import time
+from typing import TYPE_CHECKING
 
 from flowctl.spark.progress import batch_phases
 
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.config import Settings
+    from flowctl.pipelines.config import PipelineConfig
+
 log = logging.getLogger("flowctl.job")
+
+
+class BatchProgress:
+    """Per-batch reports handed from the foreachBatch thread to the control loop."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches = 0
+        self.records = 0
+        self.last_batch_at = time.monotonic()
 
 
 class JobReports:
     """The job's reporting lines (see the module docstring)."""
 
-    settings: Any
-    config: Any
-    control: Any
-    progress: Any
+    settings: Settings
+    config: PipelineConfig
+    control: ControlPlane
+    progress: BatchProgress
     topology_id: str
-    _lag_consumer: Any
-    _lag_lock: Any
+    _lag_consumer: KafkaConsumer | None
+    _lag_lock: threading.Lock
     _phases_after: int
 
     def _lag(self) -> int | None:
@@ -46,7 +67,7 @@ class JobReports:
         committed = self.control.committed_offsets(self.config.name, self.config.eden_topic)
         return int(sum(max(0, n - committed.get(p, 0)) for p, n in latest.items()))
 
-    def _log_batch_phases(self, query: Any) -> None:
+    def _log_batch_phases(self, query: StreamingQuery) -> None:
         """One line: Spark's micro-batch phases since the last line (:mod:`.progress`)."""
         try:
             self._phases_after, phases = batch_phases(query.recentProgress, self._phases_after)

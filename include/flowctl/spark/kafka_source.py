@@ -38,9 +38,9 @@ Two modes (option ``mode``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -62,7 +62,15 @@ from flowctl.core.validation import (
 )
 from flowctl.spark.lane_planner import LanePlanner, OffsetRange
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from kafka import KafkaConsumer
+
+    from flowctl.spark.flow.settings import FlowSettings
+
 log = logging.getLogger(__name__)
+
+_N = TypeVar("_N")  # what an option's reader makes of its text
 
 SOURCE_NAME = "flowctl_kafka"
 
@@ -85,7 +93,7 @@ MODES = ("plain", "flow")
 ARROW_BATCH_ROWS = 10_000
 
 
-def arrow_schema() -> Any:
+def arrow_schema() -> pa.Schema:
     """:data:`SCHEMA` as the Arrow schema Spark expects from ``read`` (timestamps in UTC)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -125,9 +133,13 @@ class SourceOptions:
                 raise SourceOptionError(f"{SOURCE_NAME} option {key!r} is required, got {value!r}")
             return str(value)
 
-        def number(key: str, default: str | None, read: Any) -> Any:
-            raw = opts.get(key) or default  # an empty option is the default, as when absent
-            return None if raw is None else read(key, raw)
+        # An empty option is the default, as when absent.
+        def number(key: str, default: str, read: Callable[[str, str], _N]) -> _N:
+            return read(key, opts.get(key) or default)
+
+        def optional(key: str, read: Callable[[str, str], _N]) -> _N | None:
+            raw = opts.get(key)
+            return read(key, raw) if raw else None
 
         def positive_integer(key: str, text: str) -> int:
             value = integer_from_text(key, text)
@@ -137,8 +149,8 @@ class SourceOptions:
 
         try:
             lanes = number("lanes", "2", positive_integer)
-            max_rows = number("max_rows", None, positive_integer)
-            slots = number("slots", None, positive_integer)
+            max_rows = optional("max_rows", positive_integer)
+            slots = optional("slots", positive_integer)
             read_timeout_s = number(
                 "read_timeout_s", "30", lambda k, t: number_from_text(k, t, lo=0, lo_open=True)
             )
@@ -167,7 +179,7 @@ class SourceOptions:
             slots=slots,
         )
 
-    def flow_settings(self) -> Any:
+    def flow_settings(self) -> FlowSettings:
         """The :class:`flowctl.spark.flow.settings.FlowSettings` of a ``mode=flow`` stream."""
         from flowctl.spark.flow.settings import FlowSettings
 
@@ -221,18 +233,18 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions, planner: LanePlanner | None = None) -> None:
         self.options = options
         self.planner = planner or LanePlanner(options.lanes)
-        self._consumer: Any = None  # the planner's KafkaConsumer, created lazily
+        self._consumer: KafkaConsumer | None = None  # the planner's, created lazily
         self._planning_error: BaseException | None = None
         self._latest: dict[str, Any] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Tasks get a pickled snapshot; a live KafkaConsumer cannot travel.
         state = self.__dict__.copy()
         state["_consumer"] = None
         state["_planning_error"] = None
         return state
 
-    def _planner_consumer(self) -> Any:
+    def _planner_consumer(self) -> KafkaConsumer:
         from flowctl.adapters import kafka_log
 
         if self._consumer is None:
@@ -285,7 +297,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
         """The log's end as last seen (shown in Spark's progress; ahead of the batch's end)."""
         return self._latest
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One :class:`LanePartition` per non-empty lane."""
         try:
             plans = self.planner.assign(
@@ -299,7 +311,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             self._planning_error = exc
             raise
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Exactly the records of the lane's ranges, as Arrow batches (runs on executors).
 
         Yielding ``pyarrow.RecordBatch`` rather than tuples skips Spark's
@@ -313,9 +325,9 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             raise TypeError(f"partition={partition!r} is not a LanePartition")
         schema = arrow_schema()
         consumer = kafka_log.cached_consumer(self.options.bootstrap)
-        columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        columns: tuple[list[object], ...] = ([], [], [], [], [])
 
-        def flush() -> Any:
+        def flush() -> pa.RecordBatch:
             batch = pa.RecordBatch.from_arrays(
                 [
                     pa.array(col, type=field.type)

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +63,18 @@ def lower_autogroup(pid: int, niceness: int = LOWEST) -> bool:
         return False
 
 
-def jvm_pid(spark: Any) -> int | None:
+def jvm_pid(spark: SparkSession) -> int | None:
     """The pid of the SparkSession's driver JVM (``None`` if it cannot be asked)."""
     try:
-        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        jvm = spark.sparkContext._jvm
+        if jvm is None:  # a Spark Connect session has no JVM gateway
+            return None
+        return int(jvm.java.lang.ProcessHandle.current().pid())
     except Exception:
         return None
 
 
-def yield_shutdown(spark: Any) -> None:
+def yield_shutdown(spark: SparkSession) -> None:
     """Lower this Python driver's and its JVM's threads, and their session's autogroup,
     before ``spark.stop()``."""
     threads = lower_priority(os.getpid())

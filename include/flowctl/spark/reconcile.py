@@ -48,9 +48,15 @@ import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.spark.reconcile_waiting import STALL_MINUTES, stalled, waiting
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from flowctl.pipelines.base import PipelineDefinition
+    from flowctl.pipelines.sinks import ResultStore
 
 log = logging.getLogger("flowctl.reconcile")
 
@@ -210,11 +216,11 @@ def compare(
     return len(keys), [(k, reference.get(k), stored.get(k)) for k in keys[:first_n]]
 
 
-def read_snapshot(database_url: str, pipeline: str, topic: str, store: Any) -> Snapshot:
+def read_snapshot(database_url: str, pipeline: str, topic: str, store: ResultStore) -> Snapshot:
     """Checkpoints, durable rows and stored results in ONE repeatable-read transaction.
 
-    ``store`` is anything with ``stored(conn, pipeline)``: a
-    :class:`~flowctl.pipelines.sinks.ResultStore` (the definition's own or its ``[sink]``'s).
+    ``store``'s ``stored(conn, pipeline)`` reads the results (the definition's own or its
+    ``[sink]``'s).
     """
     from flowctl.adapters.durable_cut import read_durable_cut
 
@@ -222,7 +228,7 @@ def read_snapshot(database_url: str, pipeline: str, topic: str, store: Any) -> S
 
 
 def _reference_of_chunks(
-    bootstrap: str, definition: Any, collect_records: bool, chunks: Iterator[Chunk]
+    bootstrap: str, definition: PipelineDefinition, collect_records: bool, chunks: Iterator[Chunk]
 ) -> Iterator[tuple[str, Any]]:
     """Executor side: read each chunk's exact range, classify, reference the counted records.
 
@@ -264,7 +270,7 @@ def _reference_of_chunks(
 
 
 def reconcile(
-    spark: Any,
+    spark: SparkSession,
     *,
     pipeline_config: str,
     database_url: str,

@@ -17,7 +17,10 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("flowctl.job")
 
@@ -100,12 +103,12 @@ class SessionStarter:
     and need no session. Started first, the session is built behind them.
     """
 
-    def __init__(self, app_name: str, build: Callable[[str], Any]) -> None:
+    def __init__(self, app_name: str, build: Callable[[str], SparkSession]) -> None:
         import threading
 
         self.app_name = app_name
         self._build_session = build
-        self._spark: Any = None
+        self._spark: SparkSession | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._build, name="spark-session", daemon=True)
         self._thread.start()
@@ -116,11 +119,12 @@ class SessionStarter:
         except BaseException as exc:  # handed to result(), raised in the main thread
             self._error = exc
 
-    def result(self) -> Any:
+    def result(self) -> SparkSession:
         """The session once built; the build's exception if it failed."""
         self._thread.join()
         if self._error is not None:
             raise self._error
+        assert self._spark is not None  # _build set it, since it did not raise
         return self._spark
 
     def discard(self) -> None:

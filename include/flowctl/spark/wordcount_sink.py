@@ -18,11 +18,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.adapters import results
 from flowctl.adapters.results import PartialOverlap, PartitionSpan
 from flowctl.pipelines.wordcount import apply_records
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, Row
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,7 @@ SUMMARY_SCHEMA = (
 )
 
 
-def summarize_batches(batches: Iterator[Any]) -> Iterator[Any]:
+def summarize_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: word counts and offset spans of one Spark task's records."""
     import pyarrow as pa
 
@@ -83,7 +87,7 @@ def summarize_batches(batches: Iterator[Any]) -> Iterator[Any]:
     )
 
 
-def merge_summaries(rows: list[Any]) -> tuple[dict[str, int], list[PartitionSpan]]:
+def merge_summaries(rows: list[Row]) -> tuple[dict[str, int], list[PartitionSpan]]:
     """Driver side: add up the tasks' word counts and join their spans per partition.
 
     A partition split over several lanes yields one span per lane; the lanes
@@ -123,7 +127,7 @@ class BatchReport:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def write_batch(df: Any, batch_id: int, database_url: str, pipeline: str) -> BatchReport:
+def write_batch(df: DataFrame, batch_id: int, database_url: str, pipeline: str) -> BatchReport:
     """Apply one micro-batch DataFrame (``flowctl_kafka`` schema) to the results, idempotently."""
     started = time.monotonic()
     rows = df.mapInArrow(summarize_batches, SUMMARY_SCHEMA).collect()

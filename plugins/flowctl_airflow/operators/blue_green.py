@@ -58,13 +58,14 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from flowctl.adapters.control_plane import ControlPlane, Topology
-    from flowctl.adapters.replacements import ReplacementLog
+    from flowctl.adapters.replacements import ReplacementEvent, ReplacementLog
+    from flowctl.core.scaling import Decision
     from flowctl.pipelines.config import PipelineConfig
 
 COLOURS = ("blue", "green")
 
 
-def _running_message(pipeline: str, event: Any) -> str:
+def _running_message(pipeline: str, event: ReplacementEvent) -> str:
     return (
         f"a replacement of pipeline {pipeline!r} is already running (event {event.id}, "
         f"{event.old_topology_id} -> {event.new_topology_id}, started "
@@ -73,7 +74,7 @@ def _running_message(pipeline: str, event: Any) -> str:
     )
 
 
-def validate_parallelism(field: str, value: Any, lo: int, hi: int) -> int:
+def validate_parallelism(field: str, value: object, lo: int, hi: int) -> int:
     """``value`` as an int that is a power of two within ``[lo, hi]``, or a ValueError naming it.
 
     The platform's one parallelism rule, :func:`flowctl.core.validation.parallelism`.
@@ -244,7 +245,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
             )
         return active[0]
 
-    def _target(self, blue: Topology, config: PipelineConfig) -> tuple[int, str, Any]:
+    def _target(self, blue: Topology, config: PipelineConfig) -> tuple[int, str, Decision | None]:
         """The new parallelism, the reason and the decision stored with the event."""
         lo, hi = config.min_parallelism, config.max_parallelism
         decision = None
@@ -276,7 +277,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         return target, reason, decision
 
     def _open_event(
-        self, blue: Topology, target: int, reason: str, decision: Any, green_id: str
+        self, blue: Topology, target: int, reason: str, decision: Decision | None, green_id: str
     ) -> int:
         """Open the ``running`` event, then make sure no earlier one is still running."""
         assert self._events is not None

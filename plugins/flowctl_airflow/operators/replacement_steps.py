@@ -310,7 +310,9 @@ class ReplacementSteps:
         )
         return event.to_dict()
 
-    _PHASES: Mapping[str, Callable[[Any, Progress, Outcome], Wait | dict[str, Any]]] = {
+    _PHASES: Mapping[
+        str, Callable[[ReplacementSteps, Progress, Outcome], Wait | dict[str, Any]]
+    ] = {
         "started": _started,
         "ready": _ready,
         "drained": _drained,

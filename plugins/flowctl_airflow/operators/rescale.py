@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from flowctl.adapters.control_plane import Topology
+    from flowctl.core.scaling import Decision
     from flowctl.pipelines.config import PipelineConfig
 
 DIRECTIONS = ("up", "down")
@@ -48,7 +49,7 @@ def change_labels(min_parallelism: int, max_parallelism: int) -> dict[str, str]:
     }
 
 
-def split_change(change: Any) -> tuple[str | None, int | None]:
+def split_change(change: object) -> tuple[str | None, int | None]:
     """``change`` (as the form held it, or its rendered text) as ``(direction, target)``.
 
     ``up``/``down`` is a direction; a whole number is a target parallelism, whose
@@ -66,7 +67,7 @@ def split_change(change: Any) -> tuple[str | None, int | None]:
     )
 
 
-def _as_form_value(value: Any) -> Any:
+def _as_form_value(value: object) -> object:
     """A rendered template's text as the value the form held: ``""`` -> None, ``"8"`` -> 8.
 
     Templates render to text; without this a request with both fields set would be
@@ -84,15 +85,15 @@ def _as_form_value(value: Any) -> Any:
         return value
 
 
-def _blank(value: Any) -> bool:
+def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "None"))
 
 
 def validate_request(
     *,
-    direction: Any,
-    target_parallelism: Any,
-    reason: Any,
+    direction: object,
+    target_parallelism: object,
+    reason: object,
     min_parallelism: int,
     max_parallelism: int,
 ) -> tuple[str | None, int | None, str]:
@@ -131,9 +132,9 @@ def validate_request(
 
 def resolve_rescale(
     *,
-    direction: Any,
-    target_parallelism: Any,
-    reason: Any,
+    direction: object,
+    target_parallelism: object,
+    reason: object,
     current: int,
     min_parallelism: int,
     max_parallelism: int,
@@ -195,8 +196,9 @@ class RescaleOperator(BlueGreenReplaceOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.change = change
-        self.direction = direction
-        self.target_parallelism = target_parallelism
+        # Rendered templates, read as the form's values (_as_form_value) before the checks.
+        self.direction: object = direction
+        self.target_parallelism: object = target_parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.direction = _as_form_value(self.direction)
@@ -220,7 +222,7 @@ class RescaleOperator(BlueGreenReplaceOperator):
         self.decision = None
         return super().execute(context)
 
-    def _target(self, blue: Topology, config: PipelineConfig) -> tuple[int, str, Any]:
+    def _target(self, blue: Topology, config: PipelineConfig) -> tuple[int, str, Decision | None]:
         """The request resolved against the ACTIVE topology: its target is the replacement's."""
         target, reason = resolve_rescale(
             direction=self.direction,

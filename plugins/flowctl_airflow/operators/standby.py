@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from flowctl.core.validation import allowed_parallelisms, flag_from_text
+from flowctl_airflow.operators.replacement_steps import Outcome, ReplacementSteps
 from flowctl_airflow.replacement_state import (
     NEXT_STANDBY_RUN_PREFIX,
     Progress,
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
     from flowctl.pipelines.config import PipelineConfig
 
 
-class StandbySteps:
-    """Taking a warm standby as green, and starting the next one after the replacement."""
+class StandbySteps(ReplacementSteps):
+    """Taking a warm standby as green, and starting the next one after the replacement
+    (its :meth:`_finish` extends the replacement's last step)."""
 
     pipeline: str
     start_next_standby: bool | str
@@ -74,7 +76,7 @@ class StandbySteps:
 
     # -- the next warm standby ---------------------------------------------------------------
 
-    def _finish(self, p: Progress, outcome: Any) -> dict[str, Any]:
+    def _finish(self, p: Progress, outcome: Outcome) -> dict[str, Any]:
         """Complete the event, then start the next warm standby if this one took one."""
         result = super()._finish(p, outcome)
         self._start_next_standby(p)

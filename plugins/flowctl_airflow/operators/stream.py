@@ -65,6 +65,7 @@ from flowctl_airflow.operators.driver_log import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic import JsonValue
 
     from flowctl.adapters.control_plane import ControlPlane
 
@@ -305,7 +306,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             raise AirflowException(f"spark-submit left no driver record in {directory}")
         return {"topology_id": topology_id, **driver.to_json()}
 
-    def _followed(self, external_id: Any) -> tuple[str, DetachedDriver]:
+    def _followed(self, external_id: JsonValue) -> tuple[str, DetachedDriver]:
         if not isinstance(external_id, dict) or not external_id.get("topology_id"):
             raise ValueError(
                 f"{self.external_id_key}={external_id!r} is not a followed topology "
@@ -313,7 +314,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             )
         return str(external_id["topology_id"]), DetachedDriver.from_json(external_id)
 
-    def get_job_status(self, external_id: Any, context: Context) -> str:
+    def get_job_status(self, external_id: JsonValue, context: Context) -> str:
         from flowctl.adapters.topology_driver import topology_status
 
         topology_id, driver = self._followed(external_id)
@@ -325,10 +326,10 @@ class FlowctlStreamOperator(SparkSubmitOperator):
     def is_job_succeeded(self, status: str) -> bool:
         return status == "STOPPED"
 
-    def get_job_result(self, external_id: Any, context: Context) -> None:
+    def get_job_result(self, external_id: JsonValue, context: Context) -> None:
         return None
 
-    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+    def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
         """Relay the driver's log into the task log until the topology ends; fail unless
         it ended STOPPED."""
         from flowctl.adapters.topology_driver import topology_status

@@ -97,7 +97,7 @@ class FailureRateWindowSensor(BaseSensorOperator):
         return FlowctlDbHook(self.flowctl_conn_id).sqlalchemy_url
 
     def _succeed(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        decision = event["decision"]
+        decision: dict[str, Any] = event["decision"]
         context["ti"].xcom_push(key="topology_id", value=event["topology_id"])
         self.log.info(
             "decision for %s (topology %s): %s %d -> %d, cause %s; E(M)=%g S^2=%g C=%g; %s",

@@ -22,6 +22,7 @@ are cached per URL and the schema is ensured once per URL per process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,7 +67,7 @@ def reader_for(url: str) -> MetricsReader:
         return reader
 
 
-def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
+def _field_name(loc: Sequence[object]) -> str:
     parts = [str(p) for p in loc if p not in ("query", "path", "body")]
     return ".".join(parts) or "request"
 

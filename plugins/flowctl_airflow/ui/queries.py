@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,7 @@ class MetricsReader:
     def __init__(self, url: str | sa.Engine) -> None:
         self.engine = engine_for(url)
 
-    def _read(self, what: str, query: Any) -> list[sa.Row[Any]]:
+    def _read(self, what: str, query: sa.Executable) -> Sequence[sa.Row[Any]]:
         return in_transaction(self.engine, lambda conn: conn.execute(query).all(), what=what)
 
     # -- pipelines ----------------------------------------------------------------------------

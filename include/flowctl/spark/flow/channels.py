@@ -176,7 +176,10 @@ class SpoutState:
     @classmethod
     def decode(cls, data: Any) -> SpoutState:
         d = _object("state", data)
-        f = lambda key, kind: _field("state", d, key, kind)  # noqa: E731
+
+        def f(key: str, kind: type | tuple[type, ...]) -> Any:
+            return _field("state", d, key, kind)
+
         return cls(
             at=float(f("at", _NUMBER)),
             admit=f("admit", bool),
@@ -233,8 +236,11 @@ def _decode_result(data: Any) -> LaneResult:
     """A tuple's result; absent fields take :class:`LaneResult`'s defaults."""
     d = _object("lane result", data)
     name = "lane result"
+    raw = d.get("outcome")
     try:
-        outcome = Outcome(d.get("outcome"))
+        if not isinstance(raw, str):
+            raise ValueError(f"{raw!r} is not a valid Outcome")
+        outcome = Outcome(raw)
     except ValueError as exc:
         raise ValueError(f"{name}.outcome: {exc}") from None
 

@@ -10,9 +10,12 @@ import contextvars
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TypeVar
 
 from flowctl.spark.flow.settings import worker_cache
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 _current_lane: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "flowctl_lane", default=None
@@ -31,7 +34,7 @@ def current_lane() -> int | None:
     return _current_lane.get()
 
 
-def run_with_deadline(fn: Callable[[Any], Any], records: Any, timeout_s: float, lane: int) -> Any:
+def run_with_deadline(fn: Callable[[_In], _Out], records: _In, timeout_s: float, lane: int) -> _Out:
     """``fn(records)`` in the worker's helper thread (with :func:`current_lane` set to
     ``lane``), raising :class:`TupleTimeout` after ``timeout_s``."""
     cache = worker_cache()

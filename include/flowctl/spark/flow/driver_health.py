@@ -113,6 +113,7 @@ class DriverHealth:
             return None
         backlog = 0 if state is None else state.in_flight + state.buffered
         # Nothing was measured in it: no figure carries over but the MRWQ's length.
+        # Keyword arguments by field name: mypy checks each value against every field.
         unmeasured: dict[str, Any] = dict.fromkeys(
             f.name for f in dataclasses.fields(WindowFigures)
         )
@@ -133,6 +134,6 @@ class DriverHealth:
         )
 
 
-def _zero_counts() -> dict[str, Any]:
+def _zero_counts() -> dict[str, Any]:  # keyword arguments by field name, as above
     """Every count of a metrics window at 0 (a window in which nothing was measured)."""
     return dict.fromkeys(COUNTS, 0)

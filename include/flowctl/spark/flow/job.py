@@ -1,6 +1,6 @@
 """The flow-controlled stream job: the driver side of docs/flow-control.md.
 
-:class:`FlowStreamJob` extends :class:`~flowctl.spark.job.StreamJob` (registration,
+:class:`FlowStreamJob` is a :class:`~flowctl.spark.topology_job.TopologyJob` (registration,
 heartbeat, the loop, stop and SIGTERM, exit codes) with what the driver's main process
 owns in a flow-controlled topology:
 
@@ -28,7 +28,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.config import Settings
 from flowctl.core.clock import MonotonicClock
@@ -37,13 +37,21 @@ from flowctl.core.log_pacing import QUIET_EVERY_S
 from flowctl.core.metrics_row import MetricsRow
 from flowctl.pipelines.sinks import result_store
 from flowctl.spark.flow import channels
-from flowctl.spark.flow.channels import Control, SpoutState
+from flowctl.spark.flow.channels import CallMark, Control, SpoutState
 from flowctl.spark.flow.driver_health import DriverHealth
 from flowctl.spark.flow.job_flusher import FlusherThread
 from flowctl.spark.flow.job_handover import HandoverSides
 from flowctl.spark.flow.job_windows import WindowPublishing
 from flowctl.spark.flow.lane import WARMUP
-from flowctl.spark.job import JobArgs, StreamJob
+from flowctl.spark.job_args import JobArgs
+from flowctl.spark.topology_job import TopologyJob
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from flowctl.adapters.handovers import HandoverLog
+    from flowctl.adapters.mrwq_flusher import FlusherService
 
 log = logging.getLogger("flowctl.job")
 
@@ -59,7 +67,7 @@ UPKEEP_EVERY_S = 1.0
 WARMUP_READY_TIMEOUT_S = 60.0
 
 
-class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
+class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob):
     """One run of a flow-controlled topology; :meth:`run` returns the exit code."""
 
     def __init__(self, args: JobArgs, settings: Settings) -> None:
@@ -82,7 +90,7 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
         self.admit = not args.standby
         self.rebuild_no = 0
         self.state = "STARTING"
-        self.flusher: Any = None
+        self.flusher: FlusherService | None = None
         self._flusher_stop = threading.Event()
         self._flusher_thread: threading.Thread | None = None
         self._flusher_lock = threading.Lock()
@@ -106,9 +114,9 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
         # Overlapped handover (docs/flow-control.md): as blue, the handover whose frontier
         # is still to publish; as green, its state machine, blue's frontier for the planner
         # and the sweep number.
-        self._handover_log: Any = None
+        self._handover_log: HandoverLog | None = None
         self._blue_handover: int | None = None
-        self._fence: Any = None  # the planner's CallMark seen after admission went off
+        self._fence: CallMark | None = None  # the planner's CallMark seen after admission went off
         self._green: GreenHandover | None = None
         self._green_handover: int | None = None
         self.frontier: dict[str, Any] | None = None
@@ -145,7 +153,7 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
             self.flow.flush_update_time_s,
         )
 
-    def _before_query(self, spark: Any) -> None:
+    def _before_query(self, spark: SparkSession) -> None:
         """Warm the Python workers beside the query's start (its first batch is the slow
         one: for a green, the warm-up batch that READY waits for)."""
         from flowctl.spark.flow.preload import warm_workers
@@ -177,19 +185,10 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
         self._set_state("READY")
         self.startup.mark("READY")
 
-    def _start_query(self, spark: Any) -> Any:
-        from flowctl.spark.source import SOURCE_NAME, FlowctlKafkaDataSource
-
-        spark.dataSource.register(FlowctlKafkaDataSource)
+    def _start_query(self, spark: SparkSession) -> StreamingQuery:
         stream = (
-            spark.readStream.format(SOURCE_NAME)
+            self._read_stream(spark, self.config.max_records_per_batch)
             .option("mode", "flow")
-            .option("bootstrap", self.settings.kafka_bootstrap)
-            .option("topic", self.config.eden_topic)
-            .option("pipeline", self.config.name)
-            .option("database_url", self.database_url)
-            .option("lanes", str(self.parallelism))
-            .option("max_rows", str(self.config.max_records_per_batch))
             .option("config", str(self.config.source))
             .option("memcached", self.memcached)
             .option("topology_id", self.topology_id)
@@ -354,11 +353,11 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
         self._warming_since = None
         self._set_state("ACTIVE")
 
-    def _on_batch(self, df: Any, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         """Count the lanes' status rows (one per tuple) and log the batch in one line."""
         rows = df.collect()
         if rows and all(row["outcome"] == WARMUP for row in rows):
-            errors = {row["error"] for row in rows if row["error"]}
+            warmup_errors = {row["error"] for row in rows if row["error"]}
             log.info(
                 "batch %d: warm-up, %d record(s) read and processed on %d lane(s) in %.2f s, "
                 "results discarded%s",
@@ -366,7 +365,7 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, StreamJob):
                 sum(int(row["records"] or 0) for row in rows),
                 len(rows),
                 max(float(row["rt"] or 0.0) for row in rows),
-                f"; errors: {'; '.join(sorted(errors))}" if errors else "",
+                f"; errors: {'; '.join(sorted(warmup_errors))}" if warmup_errors else "",
             )
             if self._warmed is None:
                 self._warmed = f"warm-up batch {batch_id} ran"

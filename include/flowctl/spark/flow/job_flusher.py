@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flowctl.adapters.memcached_store import MemcachedStore
+    from flowctl.adapters.mrwq_flusher import FlusherService
+    from flowctl.adapters.mrwq_reports import GapReport
+    from flowctl.pipelines.config import PipelineConfig
+    from flowctl.pipelines.config_sections import FlowConfig
+    from flowctl.pipelines.sinks import ResultStore
 
 log = logging.getLogger("flowctl.job")
 
@@ -24,13 +32,13 @@ class FlusherThread:
     """The flusher's thread and service, owned by the driver."""
 
     topology_id: str
-    config: Any
-    flow: Any
-    store: Any
+    config: PipelineConfig
+    flow: FlowConfig
+    store: MemcachedStore
     database_url: str
-    results: Any
+    results: ResultStore
     rebuild_no: int
-    flusher: Any
+    flusher: FlusherService | None
     _flusher_stop: threading.Event
     _flusher_thread: threading.Thread | None
     _flusher_lock: threading.Lock
@@ -102,7 +110,7 @@ class FlusherThread:
                         exc,
                     )
 
-    def _on_gap(self, service: Any, report: Any) -> bool:
+    def _on_gap(self, service: FlusherService, report: GapReport) -> bool:
         """MRWQ items were lost: resync now, then have the planner rebuild from the database.
 
         The order matters: everything queued at the resync is skipped, so the planner must

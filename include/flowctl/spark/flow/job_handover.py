@@ -18,6 +18,12 @@ from flowctl.core.handover import GreenAction, GreenHandover
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import CallMark, SpoutState
 
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.handovers import HandoverLog
+    from flowctl.adapters.memcached_store import MemcachedStore
+    from flowctl.pipelines.config import PipelineConfig
+
 log = logging.getLogger("flowctl.job")
 
 
@@ -26,9 +32,9 @@ class HandoverSides:
 
     topology_id: str
     parallelism: int
-    config: Any
-    control: Any
-    store: Any
+    config: PipelineConfig
+    control: ControlPlane
+    store: MemcachedStore
     ns: str
     _fence: CallMark | None
     database_url: str
@@ -36,7 +42,7 @@ class HandoverSides:
     rebuild_no: int
     _draining_since: float | None
     _warming_since: float | None
-    _handover_log: Any
+    _handover_log: HandoverLog | None
     _blue_handover: int | None
     _green: GreenHandover | None
     _green_handover: int | None
@@ -50,7 +56,7 @@ class HandoverSides:
         def _activate(self) -> None: ...
         def _start_flusher(self) -> None: ...
 
-    def _handovers(self) -> Any:
+    def _handovers(self) -> HandoverLog:
         from flowctl.adapters.handovers import HandoverLog
 
         if self._handover_log is None:

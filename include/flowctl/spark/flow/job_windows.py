@@ -12,13 +12,20 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.config import Settings
 from flowctl.core.metrics_row import MetricsRow
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import SpoutState
 from flowctl.spark.flow.driver_health import DriverHealth
+
+if TYPE_CHECKING:
+    from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.memcached_store import MemcachedStore
+    from flowctl.adapters.mrwq_flusher import FlusherService
+    from flowctl.pipelines.config import PipelineConfig
+    from flowctl.pipelines.health_callback import HealthCallback
 
 log = logging.getLogger("flowctl.job")  # the driver log the task shows
 
@@ -30,14 +37,14 @@ class WindowPublishing:
     """Writing the topology's windows to ``metrics_windows``, each once, with its health."""
 
     topology_id: str
-    config: Any
-    control: Any
-    store: Any
+    config: PipelineConfig
+    control: ControlPlane
+    store: MemcachedStore
     ns: str
     state: str
-    alerts: Any
+    alerts: HealthCallback
     driver_health: DriverHealth
-    flusher: Any  # the MRWQ flusher service (job_flusher.FlusherThread), None until started
+    flusher: FlusherService | None  # the MRWQ flusher (job_flusher.FlusherThread), once started
     _last_row_end: float
     _last_row: MetricsRow | None
     _batch_ends: collections.deque[float]

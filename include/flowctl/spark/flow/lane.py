@@ -18,16 +18,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flowctl.core.backoff import FlumeBackoff
 from flowctl.core.isolation import isolate, verdict
 from flowctl.core.persistence import MrwqWriter, mrwq_namespace, mrwq_result
-from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, decode_envelope
+from flowctl.core.replay import Backflow, EnvelopeError, ReplayTopics, Routed, decode_envelope
 from flowctl.core.replay import encode_envelope as encode_routed
 from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.core.tuples import TupleRange
-from flowctl.pipelines.base import PoisonRecord, Record, combiner_of
+from flowctl.pipelines.base import PipelineDefinition, PoisonRecord, Record, combiner_of
 from flowctl.spark.flow.channels import LaneFeedback, control_key
 from flowctl.spark.flow.deadline import TupleTimeout, run_with_deadline
 from flowctl.spark.flow.lane_read import prefetch
@@ -40,6 +40,11 @@ from flowctl.spark.flow.routing import (
     route_replay_failure,
 )
 from flowctl.spark.flow.settings import FlowSettings, cached_store, load_config
+
+if TYPE_CHECKING:
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    from flowctl.adapters.memcached_store import MemcachedStore
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,12 @@ WARMUP = "warmup"
 #: Latency samples a lane reports per acked tuple (evenly spread over its records).
 LATENCY_SAMPLES = 8
 
-Fetched = Mapping[str, "list[Any] | Exception"]
+#: Each tuple's records as kafka-python consumed them, by tuple id, or why the read failed.
+Fetched = Mapping[str, "list[ConsumerRecord] | Exception"]
+#: One row of :data:`STATUS_SCHEMA`.
+StatusRow = tuple[int, int, str, str, int, float, "str | None"]
+#: ``process`` over one tuple's records: the definition's JSON-serialisable result.
+Process = Callable[[list[Record]], Any]
 
 
 class LaneIO(Protocol):
@@ -62,7 +72,7 @@ class LaneIO(Protocol):
 
     #: The memcached store (MRWQ and feedback): ``incr``, ``add``, ``get_many``,
     #: ``set_many``, ``delete_many``, ``get_json``, ``set_json``.
-    store: Any
+    store: MemcachedStore
 
     def read(self, entries: Sequence[PlanEntry]) -> Fetched:
         """Every tuple's Kafka records by tuple id, or the exception that failed its read."""
@@ -82,7 +92,7 @@ class TupleDone:
     records: int
     rt: float
     item: tuple[str, list[tuple[str, Any]]] | None = None
-    routed: list[Any] | None = None
+    routed: list[Routed] | None = None
     latencies: tuple[float, ...] = ()
     not_before: float | None = None
     error: str = ""
@@ -131,7 +141,7 @@ class KafkaLaneIO:
 
 def run_lane(
     settings: FlowSettings, part: FlowPartition, io: LaneIO | None = None
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[StatusRow]:
     """Process one lane's tuples (see the module docstring); yields one status row per tuple.
 
     Never raises for a tuple: a tuple that cannot even be read or stored is reported
@@ -152,7 +162,7 @@ def run_lane(
         backoff=FlumeBackoff(flow.replay_backoff_initial_s, flow.replay_backoff_max_s),
     )
 
-    def process(records: list[Any]) -> Any:
+    def process(records: list[Record]) -> Any:
         result = run_with_deadline(definition.process, records, flow.tuple_timeout_s, part.lane)
         json.dumps(result, allow_nan=False)  # it waits in memcached as JSON: fail here if not
         return result
@@ -170,7 +180,7 @@ def run_lane(
 def process_tuples(
     entries: Sequence[PlanEntry],
     fetched: Fetched,
-    process: Callable[[list[Any]], Any],
+    process: Process,
     backflow: Backflow,
     combine: Callable[[Sequence[Any]], Any],
     deadline: float | None = None,
@@ -211,7 +221,7 @@ def process_tuples(
     return done
 
 
-def _sample_latencies(records: Sequence[Any], now_epoch: float) -> tuple[float, ...]:
+def _sample_latencies(records: Sequence[Record], now_epoch: float) -> tuple[float, ...]:
     stamps = [r.timestamp_ms for r in records if r.timestamp_ms is not None and r.timestamp_ms > 0]
     if not stamps:
         return ()
@@ -235,8 +245,8 @@ def _failed(
 
 def eden_tuple(
     entry: PlanEntry,
-    records: list[Any],
-    process: Callable[[list[Any]], Any],
+    records: list[Record],
+    process: Process,
     backflow: Backflow,
     started: float,
     combine: Callable[[Sequence[Any]], Any],
@@ -277,8 +287,8 @@ def eden_tuple(
 
 def replay_record(
     entry: PlanEntry,
-    raw: Any,
-    process: Callable[[list[Any]], Any],
+    raw: ConsumerRecord,
+    process: Process,
     backflow: Backflow,
     started: float,
     held: set[tuple[str, int]],
@@ -351,7 +361,7 @@ def route_records(done: Sequence[TupleDone], io: LaneIO) -> None:
                 d.nested = []
 
 
-def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
+def append_outcomes(done: Sequence[TupleDone], store: MemcachedStore, ns: str) -> None:
     """The MRWQ: one outcome item per tuple, one ``incr`` and one ``set_many`` for the lane;
     each tuple learns its queue epoch and sequence number (the planner's durable ack)."""
     items = [d for d in done if d.item is not None]
@@ -371,7 +381,9 @@ def append_outcomes(done: Sequence[TupleDone], store: Any, ns: str) -> None:
             d.mrwq_epoch, d.mrwq_seq = epoch, seq
 
 
-def write_feedback(store: Any, ns: str, part: FlowPartition, done: Sequence[TupleDone]) -> None:
+def write_feedback(
+    store: MemcachedStore, ns: str, part: FlowPartition, done: Sequence[TupleDone]
+) -> None:
     """The lane's feedback of batch ``part.seq`` for the planner (best effort: without it
     the spout times these tuples out and dispatches them again)."""
     from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
@@ -383,7 +395,7 @@ def write_feedback(store: Any, ns: str, part: FlowPartition, done: Sequence[Tupl
         log.warning("lane %d: feedback of batch %d not stored: %s", part.lane, part.seq, exc)
 
 
-def status_rows(part: FlowPartition, done: Sequence[TupleDone]) -> Iterator[tuple[Any, ...]]:
+def status_rows(part: FlowPartition, done: Sequence[TupleDone]) -> Iterator[StatusRow]:
     """One row of :data:`STATUS_SCHEMA` per tuple."""
     for d in done:
         yield (
@@ -400,10 +412,10 @@ def status_rows(part: FlowPartition, done: Sequence[TupleDone]) -> Iterator[tupl
 def warm_up(
     settings: FlowSettings,
     part: FlowPartition,
-    definition: Any,
+    definition: PipelineDefinition,
     timeout_s: float,
     io: LaneIO,
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[StatusRow]:
     """A warm-up tuple: read its records, run ``process``, discard the results.
 
     Touches what a real batch touches (Kafka, the pipeline code, memcached) and nothing
@@ -412,7 +424,7 @@ def warm_up(
     started = time.monotonic()
     entry = part.entries[0]
     error = ""
-    records: list[Any] = []
+    records: list[Record] = []
     try:
         io.store.get_json(control_key(settings.ns))
         raw = io.read(part.entries)[entry.tuple.id]

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowctl.core.tuples import TupleRange
 from flowctl.spark.flow.plan import PlanEntry
 
+if TYPE_CHECKING:
+    from kafka.consumer.fetcher import ConsumerRecord
+
 
 def prefetch(
     entries: Sequence[PlanEntry], bootstrap: str, timeout_s: float
-) -> dict[str, list[Any] | Exception]:
+) -> dict[str, list[ConsumerRecord] | Exception]:
     """Every tuple's records, read in as few ``read_range`` calls as possible.
 
     A lane's tuples of one partition are often contiguous (a window's worth of one
@@ -26,12 +29,10 @@ def prefetch(
     assign + seek + fetch round trip per tuple. A span that cannot be read fails its
     tuples only (the spout dispatches them again), never the task.
     """
-    out: dict[str, list[Any] | Exception] = {}
+    out: dict[str, list[ConsumerRecord] | Exception] = {}
     for span in _spans(entries):
-        for t in span:
-            out[t.id] = []
         try:
-            _read_span(span, bootstrap, timeout_s, out)
+            out.update(_read_span(span, bootstrap, timeout_s))
         except Exception as exc:
             from flowctl.adapters import kafka_log
 
@@ -60,10 +61,12 @@ def _spans(entries: Sequence[PlanEntry]) -> list[list[TupleRange]]:
 
 
 def _read_span(
-    span: list[TupleRange], bootstrap: str, timeout_s: float, out: dict[str, Any]
-) -> None:
+    span: list[TupleRange], bootstrap: str, timeout_s: float
+) -> dict[str, list[ConsumerRecord]]:
+    """The records of a contiguous run of tuples, in one ``read_range``, by tuple id."""
     from flowctl.adapters import kafka_log
 
+    out: dict[str, list[ConsumerRecord]] = {t.id: [] for t in span}
     starts = [t.start for t in span]
     consumer = kafka_log.cached_consumer(bootstrap)
     first, last = span[0], span[-1]
@@ -71,3 +74,4 @@ def _read_span(
         consumer, first.topic, first.partition, first.start, last.end, timeout_s=timeout_s
     ):
         out[span[bisect.bisect_right(starts, record.offset) - 1].id].append(record)
+    return out

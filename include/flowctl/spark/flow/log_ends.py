@@ -20,7 +20,12 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer
+
+    from flowctl.adapters.kafka_log import KnownEnds
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +58,8 @@ class KafkaEnds:
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
-        self._consumer: Any = None
-        self._known: dict[Any, tuple[int, int, float]] = {}  # kafka_log.KnownEnds
+        self._consumer: KafkaConsumer | None = None
+        self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
 
@@ -90,7 +95,7 @@ class KafkaEnds:
 
         return kafka_log.log_starts(self._open(), topic)
 
-    def _open(self) -> Any:
+    def _open(self) -> KafkaConsumer:
         from flowctl.adapters import kafka_log
 
         if self._consumer is None:

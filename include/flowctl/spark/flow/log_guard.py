@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from flowctl.core.clock import Clock
 from flowctl.core.data_loss import (
@@ -65,7 +64,7 @@ class LogGuard:
         read_error_timeout_s: float,
         clock: Clock,
         skip: Callable[[LostRange], int],
-        rebuild: Callable[[], Any],
+        rebuild: Callable[[], object],
     ) -> None:
         self.topology_id = topology_id
         self.topic = topic

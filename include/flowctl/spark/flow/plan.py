@@ -27,7 +27,9 @@ def initial_offset(topic: str) -> dict[str, Any]:
     return {"v": PLAN_VERSION, "topic": topic, "seq": 0, "plan": []}
 
 
-def encode_plan(topic: str, seq: int, dispatches: Sequence[Dispatch], pipeline: str) -> dict:
+def encode_plan(
+    topic: str, seq: int, dispatches: Sequence[Dispatch], pipeline: str
+) -> dict[str, Any]:
     """The offset of batch ``seq``: one row per dispatched tuple."""
     topics = ReplayTopics(pipeline)
     rows = [
@@ -73,7 +75,9 @@ class FlowPartition(InputPartition):
         return f"FlowPartition(lane={self.lane}, seq={self.seq}, tuples={len(self.entries)}{kind})"
 
 
-def encode_warmup(topic: str, seq: int, number: int, ranges: Sequence[TupleRange]) -> dict:
+def encode_warmup(
+    topic: str, seq: int, number: int, ranges: Sequence[TupleRange]
+) -> dict[str, Any]:
     """A warm-up batch's offset: ``ranges[i]`` is read by lane ``i``; nothing is admitted.
 
     ``number`` makes each warm-up a new offset (Spark runs a batch only when the end

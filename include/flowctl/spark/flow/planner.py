@@ -16,7 +16,7 @@ import secrets
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.core.backpressure_chain import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
@@ -46,6 +46,10 @@ from flowctl.spark.flow.planner_logs import (
 )
 from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
 from flowctl.spark.flow.window_log import WindowLog
+
+if TYPE_CHECKING:
+    from flowctl.adapters.flow_state import FlowState
+    from flowctl.adapters.memcached_store import MemcachedStore
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +90,9 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self,
         settings: FlowSettings,
         *,
-        store: Any = None,
+        store: MemcachedStore | None = None,
         ends: LogEnds | None = None,
-        state: Any = None,
+        state: FlowState | None = None,
         clock: Clock | None = None,
     ) -> None:
         _ensure_logging()
@@ -177,14 +181,14 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
 
     # -- services --
 
-    def store(self) -> Any:
+    def store(self) -> MemcachedStore:
         from flowctl.adapters.memcached_store import MemcachedStore
 
         if self._store is None:
             self._store = MemcachedStore(self.settings.memcached)
         return self._store
 
-    def state(self) -> Any:
+    def state(self) -> FlowState:
         """The database side (:class:`~flowctl.adapters.flow_state.FlowState`)."""
         if self._state is None:
             from flowctl.adapters.flow_state import FlowState
@@ -463,7 +467,7 @@ def planner_for(settings: FlowSettings) -> FlowPlanner:
     again."""
     cache = worker_cache()
     planner = cache.planners.get(settings.topology_id)
-    if planner is None or planner.settings != settings:
+    if not isinstance(planner, FlowPlanner) or planner.settings != settings:
         planner = FlowPlanner(settings)
         cache.planners[settings.topology_id] = planner
     return planner

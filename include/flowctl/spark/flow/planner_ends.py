@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flowctl.spark.flow.log_ends import BackgroundEnds, Ends
 from flowctl.spark.flow.log_guard import LogGuard
 
 if TYPE_CHECKING:
+    from flowctl.core.handover import Frontier
     from flowctl.core.replay import ReplayTopics
     from flowctl.core.spout import Spout
     from flowctl.core.tuples import TopicPartition
+    from flowctl.pipelines.config import PipelineConfig
     from flowctl.spark.flow.settings import FlowSettings
 
 log = logging.getLogger("flowctl.spark.flow.planner")
@@ -30,7 +32,7 @@ class EndsPlanning:
     """The ends' read of a batch, and the data-loss and read-error checks on it."""
 
     settings: FlowSettings
-    config: Any
+    config: PipelineConfig
     spout: Spout | None
     ends: BackgroundEnds
     guard: LogGuard
@@ -44,7 +46,9 @@ class EndsPlanning:
 
     if TYPE_CHECKING:  # FlowPlanner's
 
-        def build_spout(self) -> Spout: ...
+        def build_spout(
+            self, frontier: Frontier | None = None, *, windows_of: Frontier | None = None
+        ) -> Spout: ...
         def batch_cap(self) -> int | None: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 

@@ -10,11 +10,12 @@ replay), the log guard and the health watch, and logs what the lanes returned un
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flowctl.spark.flow.channels import LaneFeedback
 
 if TYPE_CHECKING:
+    from flowctl.adapters.memcached_store import MemcachedStore
     from flowctl.core.clock import Clock
     from flowctl.core.log_pacing import Tally
     from flowctl.core.spout import Spout
@@ -40,7 +41,7 @@ class FeedbackPlanning:
 
     if TYPE_CHECKING:  # FlowPlanner's
 
-        def store(self) -> Any: ...
+        def store(self) -> MemcachedStore: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
     def _collect_feedback(self) -> None:

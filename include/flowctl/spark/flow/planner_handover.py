@@ -17,8 +17,10 @@ from flowctl.core.spout import Spout
 from flowctl.spark.flow.settings import spout_config
 
 if TYPE_CHECKING:
+    from flowctl.adapters.flow_state import FlowState
     from flowctl.core.clock import Clock
     from flowctl.core.replay import ReplaySnapshot
+    from flowctl.pipelines.config import PipelineConfig
     from flowctl.spark.flow.channels import Control
     from flowctl.spark.flow.settings import FlowSettings
 
@@ -29,7 +31,7 @@ class HandoverPlanning:
     """Spout building, lanes at activation, the frontier, the sweep and the epoch check."""
 
     settings: FlowSettings
-    config: Any
+    config: PipelineConfig
     clock: Clock
     spout: Spout | None
     pending: dict[int, tuple[set[int], float]]
@@ -45,7 +47,7 @@ class HandoverPlanning:
 
     if TYPE_CHECKING:  # FlowPlanner's
 
-        def state(self) -> Any: ...
+        def state(self) -> FlowState: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
     def build_spout(

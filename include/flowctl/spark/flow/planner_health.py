@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from flowctl.core.clock import Clock
 from flowctl.core.health import Health, HealthMonitor
 from flowctl.core.spout_contract import LaneResult, Outcome
 
 log = logging.getLogger("flowctl.spark.flow")
+
+#: Whatever a checkpoint is keyed by: only its offsets are summed.
+_Key = TypeVar("_Key")
 
 #: Outcomes of a tuple whose code raised (the error text names the exception type).
 _RAISED = frozenset({Outcome.REPLAYED, Outcome.DLQ})
@@ -79,7 +83,7 @@ class PlannerHealth:
         """A read or flush error of the planner: the cause of a stall, if one follows."""
         self.monitor.error(f"{what}: {type(exc).__name__}: {exc}")
 
-    def durable_at(self, checkpoints: Mapping[object, int]) -> None:
+    def durable_at(self, checkpoints: Mapping[_Key, int]) -> None:
         """What the database says is durable: the sum of the Eden checkpoints."""
         self.durable = sum(checkpoints.values())
 

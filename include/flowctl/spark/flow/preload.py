@@ -18,7 +18,10 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("flowctl.job")
 
@@ -38,7 +41,7 @@ def preload_worker(_: Iterable[int], definition: str) -> Iterator[int]:
     yield os.getpid()
 
 
-def warm_workers(spark: Any, definition: str, topology_id: str) -> threading.Thread:
+def warm_workers(spark: SparkSession, definition: str, topology_id: str) -> threading.Thread:
     """Run :func:`preload_worker` on every task slot, on a daemon thread; failures are
     logged, never raised (the query's own first batch then simply starts cold)."""
 

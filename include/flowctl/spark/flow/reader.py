@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from flowctl.spark.flow.settings import FlowSettings
 from flowctl.spark.kafka_source import SOURCE_NAME
+
+if TYPE_CHECKING:
+    from flowctl.spark.flow.lane import StatusRow
+    from flowctl.spark.flow.planner import FlowPlanner
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +32,17 @@ class FlowStreamReader(DataSourceStreamReader):
 
     def __init__(self, settings: FlowSettings) -> None:
         self.settings = settings
-        self._planner: Any = None  # the FlowPlanner, created lazily in the planner process
+        self._planner: FlowPlanner | None = None  # created lazily in the planner process
         self._planning_error: BaseException | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Tasks get a pickled snapshot; the spout cannot travel.
         state = self.__dict__.copy()
         state["_planner"] = None
         state["_planning_error"] = None
         return state
 
-    def planner(self) -> Any:
+    def planner(self) -> FlowPlanner:
         from flowctl.spark.flow.planner import planner_for
 
         if self._planner is None:
@@ -77,7 +81,7 @@ class FlowStreamReader(DataSourceStreamReader):
         freeze_planner()  # the collector then skips the imports and the first spout
         return end
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One ``FlowPartition`` per lane with tuples in the plan ``end``."""
         from flowctl.spark.flow.plan import decode_plan
 
@@ -91,11 +95,14 @@ class FlowStreamReader(DataSourceStreamReader):
             self._planning_error = exc
             raise
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[StatusRow]:
         """The lane: one status row per tuple (runs on executors)."""
         from flowctl.spark.flow.lane import run_lane
+        from flowctl.spark.flow.plan import FlowPartition
         from flowctl.spark.flow.worker_gc import freeze_long_lived
 
+        if not isinstance(partition, FlowPartition):
+            raise TypeError(f"partition={partition!r} is not a FlowPartition")
         freeze_long_lived()  # Spark's gc.collect() after each task then skips the imports
         yield from run_lane(self.settings, partition)
 

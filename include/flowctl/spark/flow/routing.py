@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from flowctl.core.isolation import Verdict
 from flowctl.core.replay import Backflow, Envelope, Routed
 from flowctl.core.spout_contract import Outcome
-from flowctl.pipelines.base import PoisonRecord
+from flowctl.pipelines.base import PoisonRecord, Record
 from flowctl.spark.flow.deadline import TupleTimeout
 
 
@@ -54,7 +53,7 @@ def _outcome(exc: BaseException, dead: bool) -> Outcome:
 
 def route_isolated(
     verdict: Verdict,
-    records: Sequence[Any],
+    records: Sequence[Record],
     *,
     topic: str,
     from_topic: str,
@@ -97,7 +96,7 @@ def route_isolated(
     return routed
 
 
-def _stamp(record: Any) -> int | None:
+def _stamp(record: Record) -> int | None:
     """The record's Kafka timestamp for its envelope (``None``/-1: the log has none)."""
     ts = record.timestamp_ms
     return ts if isinstance(ts, int) and ts >= 0 else None

@@ -7,10 +7,16 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 from flowctl.core.spout_contract import SpoutConfig
 from flowctl.spark.flow.channels import namespace
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flowctl.adapters.memcached_store import MemcachedStore
+    from flowctl.pipelines.config import PipelineConfig
 
 _CACHE_MODULE = "flowctl._flow_lane_cache"
 
@@ -39,17 +45,27 @@ class FlowSettings:
         return namespace(self.topology_id)
 
 
-def worker_cache() -> Any:
+class WorkerCache(Protocol):
+    """What :func:`worker_cache` holds, each keyed by what it was built from."""
+
+    configs: dict[str, PipelineConfig]  # by config path
+    stores: dict[str, MemcachedStore]  # by memcached address
+    planners: dict[str, object]  # by topology id: flowctl.spark.flow.planner.planner_for's
+    pool: ThreadPoolExecutor | None  # the thread that runs process() under a deadline
+
+
+def worker_cache() -> WorkerCache:
     """Per-process cache in ``sys.modules`` (module globals do not survive between tasks)."""
     cache = sys.modules.get(_CACHE_MODULE)
     if cache is None:
         cache = types.ModuleType(_CACHE_MODULE, "Per-worker state of flowctl lanes.")
         vars(cache).update(configs={}, stores={}, planners={}, pool=None)
         sys.modules[_CACHE_MODULE] = cache
-    return cache
+    # A module answers any attribute: the type checker cannot see the ones set above.
+    return cast("WorkerCache", cache)
 
 
-def load_config(path: str) -> Any:
+def load_config(path: str) -> PipelineConfig:
     """The pipeline config (cached per process: lanes call this per task)."""
     cache = worker_cache()
     config = cache.configs.get(path)
@@ -61,7 +77,7 @@ def load_config(path: str) -> Any:
     return config
 
 
-def cached_store(address: str) -> Any:
+def cached_store(address: str) -> MemcachedStore:
     """The process's :class:`~flowctl.adapters.memcached_store.MemcachedStore` at ``address``."""
     from flowctl.adapters.memcached_store import MemcachedStore
 
@@ -74,7 +90,11 @@ def cached_store(address: str) -> Any:
 
 
 def spout_config(
-    settings: FlowSettings, config: Any, *, lanes: int | None = None, w_init: int | None = None
+    settings: FlowSettings,
+    config: PipelineConfig,
+    *,
+    lanes: int | None = None,
+    w_init: int | None = None,
 ) -> SpoutConfig:
     """The spout's parameters: the pipeline's ``[flow]`` table and the topology's lanes
     (``lanes``: another count than the source option's, given at activation; ``w_init``:

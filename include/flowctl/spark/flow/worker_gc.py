@@ -33,24 +33,31 @@ import gc
 import sys
 import types
 from collections.abc import Callable
+from typing import Protocol, cast
 
 _STATE_MODULE = "flowctl._flow_worker_gc"
 _PLANNER_STATE_MODULE = "flowctl._flow_planner_gc"
 
 
-def _state(module: str = _STATE_MODULE) -> types.ModuleType:
+class GcState(Protocol):
+    """What a process's state module holds: its tasks (or calls) seen, whether it froze."""
+
+    tasks: int
+    frozen: bool
+
+
+def _state(module: str = _STATE_MODULE) -> GcState:
     """Per-process state in ``sys.modules`` (a reused worker keeps it between tasks)."""
     state = sys.modules.get(module)
     if state is None:
         state = types.ModuleType(module, "Calls seen and freeze done, per process.")
         vars(state).update(tasks=0, frozen=False)
         sys.modules[module] = state
-    return state
+    # A module answers any attribute: the type checker cannot see the ones set above.
+    return cast("GcState", state)
 
 
-def freeze_long_lived(
-    state: types.ModuleType | None = None, freeze: Callable[[], None] = gc.freeze
-) -> bool:
+def freeze_long_lived(state: GcState | None = None, freeze: Callable[[], None] = gc.freeze) -> bool:
     """Call at the start of every lane task in a Spark worker: the second call in a
     process freezes what is alive (see the module docstring); returns whether this call
     froze. ``state`` and ``freeze`` are for tests (a fresh state, a fake freeze)."""
@@ -63,9 +70,7 @@ def freeze_long_lived(
     return True
 
 
-def freeze_planner(
-    state: types.ModuleType | None = None, freeze: Callable[[], None] = gc.freeze
-) -> bool:
+def freeze_planner(state: GcState | None = None, freeze: Callable[[], None] = gc.freeze) -> bool:
     """Call after every ``latestOffset`` in the planner's process: the second call freezes
     what is alive (see the module docstring); returns whether this call froze."""
     return freeze_long_lived(_state(_PLANNER_STATE_MODULE) if state is None else state, freeze)
