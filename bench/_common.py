@@ -294,16 +294,19 @@ def export_tree(commit: str, into: Path) -> Path:
     return into
 
 
-def old_tree_config(tree: Path, directory: Path, name: str, topic: str) -> Path:
-    """``tree``'s shipped word-count config renamed ``name`` and reading ``topic``.
+def old_tree_config(
+    tree: Path, directory: Path, name: str, topic: str, *, shipped: str = "wordcount"
+) -> Path:
+    """``tree``'s shipped config ``shipped`` (word count by default) renamed ``name`` and
+    reading ``topic``.
 
     Derived by text from the old file (not :func:`pipeline_config`: the keys of this
     tree's config are not all known to an old tree, and the reverse)."""
-    text = (tree / "include" / "pipelines" / "wordcount.toml").read_text()
-    for old, new in (('name = "wordcount"', f'name = "{name}"'),
-                     ('eden = "wordcount.eden"', f'eden = "{topic}"')):  # fmt: skip
+    text = (tree / "include" / "pipelines" / f"{shipped}.toml").read_text()
+    for old, new in ((f'name = "{shipped}"', f'name = "{name}"'),
+                     (f'eden = "{shipped}.eden"', f'eden = "{topic}"')):  # fmt: skip
         if text.count(old) != 1:
-            raise ValueError(f"{tree}'s wordcount.toml does not hold {old!r} exactly once")
+            raise ValueError(f"{tree}'s {shipped}.toml does not hold {old!r} exactly once")
         text = text.replace(old, new)
     path = directory / f"{name}.toml"
     path.write_text(text)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import subprocess
+import dataclasses
 import sys
 import tempfile
 import threading
@@ -42,6 +42,8 @@ import sqlalchemy as sa
 from bench._common import (
     Job,
     Platform,
+    export_tree,
+    old_tree_config,
     pipeline_config,
     platform_up,
     save_log,
@@ -70,18 +72,6 @@ SKIP_S = 10.0  # the first seconds of the run are not part of "before"
 STORM_TARGET = 0.8
 DRAIN_TARGET_S = 30.0
 PLOT_BIN_S = 5.0
-
-
-def export_tree(commit: str, into: Path) -> Path:
-    """The project at ``commit`` as plain files under ``into`` (no checkout, no worktree)."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(PROJECT_ROOT), "archive", commit],
-        check=True,
-        capture_output=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def lines(count: int, seed: int, malformed: bool) -> list[bytes]:
@@ -177,10 +167,21 @@ def wait_warm(plat: Platform, engine: sa.Engine, job: Job, name: str) -> None:
         time.sleep(0.5)
 
 
-def measure(plat: Platform, work: Path, tree: Path, label: str, args: Any) -> dict[str, Any]:
-    """One job on its own pipeline: warm up, before / storm / after, drain, stop."""
+def measure(
+    plat: Platform, work: Path, tree: Path, label: str, args: Any, *, old_tree: bool = False
+) -> dict[str, Any]:
+    """One job on its own pipeline: warm up, before / storm / after, drain, stop.
+
+    ``old_tree``: ``tree`` is an older export (the baseline), run with its own shipped
+    log-ETL config and on a database of its own: it knows neither this tree's config keys
+    (``[sink]``) nor its schema version."""
     name = unique_name("psn")
-    config = pipeline_config(work, name, shipped="logetl")
+    if old_tree:
+        plat = dataclasses.replace(plat, work_dir=work / f"{name}-db")
+        plat.work_dir.mkdir()
+        config = old_tree_config(tree, work, name, f"{name}.eden", shipped="logetl")
+    else:
+        config = pipeline_config(work, name, shipped="logetl")
     engine = sa.create_engine(plat.database_url)
     job = start_job(plat, tree, config, f"{name}-1", args.lanes)
     samples: list[tuple[float, int, int, int, int]] = []  # t, stored, dlq, good, bad sent
@@ -315,7 +316,8 @@ def _run(args: argparse.Namespace) -> int:
         for label, tree in ((f"main@{args.base}", base_tree), ("candidate", args.candidate_tree)):
             with contextlib.suppress(FileExistsError):
                 (Path(tmp) / label).mkdir()
-            run = measure(plat, Path(tmp) / label, tree, label.split("@")[0], args)
+            base = tree == base_tree
+            run = measure(plat, Path(tmp) / label, tree, label.split("@")[0], args, old_tree=base)
             runs[label] = run
             print(
                 f"{label}: good rows/s before {run['good_rows_per_s_before']}, storm "
