@@ -45,10 +45,22 @@ def _fmt(value: object) -> str:
 
 
 def _commit(result: dict[str, object]) -> str:
-    commit = result.get("commit")
+    """The commit the figures were measured on: ``measured_on`` where a result was
+    summarised again later (``--from-raw``), else the commit it was written on."""
+    measured = result.get("measured_on")
+    source = measured if isinstance(measured, dict) else result
+    commit = source.get("commit")
     if not isinstance(commit, str):
         return "-"
-    return commit[:7] + ("+" if result.get("tree_modified") else "")
+    return commit[:7] + ("+" if source.get("tree_modified") else "")
+
+
+def _command(result: dict[str, object]) -> object:
+    """The command that measured the figures (a ``--from-raw`` summary keeps it apart)."""
+    measured = result.get("measured_on")
+    if isinstance(measured, dict) and measured.get("command"):
+        return measured["command"]
+    return result.get("command")
 
 
 def main() -> int:
@@ -70,7 +82,7 @@ def main() -> int:
         print(
             f"| {name} | {d['metric']}{unit} | {_fmt(d.get('candidate_value'))} | "
             f"{_fmt(d.get('baseline_value'))} | {_fmt(d.get('ratio'))} | {d['target']} | "
-            f"{met} | {d['date'][:16]} | {_commit(d)} | `{d['command']}` |"
+            f"{met} | {d['date'][:16]} | {_commit(d)} | `{_command(d)}` |"
         )
     return 0
 
