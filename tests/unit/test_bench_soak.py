@@ -57,6 +57,31 @@ def test_a_spans_cost_is_the_batch_weighted_median_of_its_minutes() -> None:
     assert soak.per_batch(soak.cost_of([]), flush) is None
 
 
+def test_the_seconds_past_the_last_whole_bucket_join_it_instead_of_making_an_empty_one() -> None:
+    """An hour's load stopped 6 s past its 12th bucket: there are 12 buckets, and the
+    minute lines of those 6 s count in the last one (an empty 13th bucket, with no cost,
+    was once taken for "the last")."""
+    sample = {
+        "durable": 0, "backlog": 0, "rss_mb": {}, "db_bytes": 0, "checkpoint_bytes": 0,
+        "rows": {},
+    }  # fmt: skip
+    run = {
+        "load_s": 3606.0,
+        "samples": [{**sample, "t_s": float(t)} for t in range(0, 3606, 30)],
+        "log": {
+            "planning": [(float(t), 100, 10.0, 20.0) for t in range(60, 3606, 60)]
+            + [(3605.0, 100, 99.0, 99.0)],
+            "flush": [(float(t), 100, 5.0, 9.0) for t in range(60, 3606, 60)],
+        },
+        "windows": [],
+    }
+    rows = soak.buckets(run, 300.0)
+    assert len(rows) == 12
+    assert rows[-1]["minutes"] == [55.0, 60.1]
+    assert rows[-1]["planning_ms"]["n"] == 700  # minutes 55-60 (six lines) and the tail's
+    assert all(b["per_batch_ms"] is not None for b in rows)
+
+
 def test_the_feed_knows_the_words_of_every_line_it_sent() -> None:
     pool = [b"a b", b"b c c", b"d"]
     feed = SteadyFeed("127.0.0.1:9", "t", pool, rate=5)
