@@ -193,6 +193,7 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
             return bool(pattern.search(page.inner_text("body")))
 
         _poll("a window or checkpoint line in the stream task's log", 120, log_shows_the_story, 5)
+        _each_driver_line_has_its_own_level(page.inner_text("body"))
         _shot(page, "07_stream_task_log")
         page.set_viewport_size({"width": 1400, "height": 1000})
 
@@ -266,6 +267,29 @@ def test_a_new_user_drives_the_platform_from_the_airflow_ui(platform: Settings) 
     assert api.open_runs() == []
     if refused is not None:
         raise refused
+
+
+#: A line of Airflow's log view: "[2026-11-26 14:38:19] INFO - message".
+_VIEW_LINE = re.compile(
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) - (.*)"
+)
+#: The driver's own stamp and level at the start of a message: a line relayed as the
+#: text of an INFO line (Spark's log4j "26/11/26 14:38:19 WARN ..." or flowctl's
+#: "2026-11-26 14:38:19,123 WARNING ...") instead of at its own level.
+_RELAYED_STAMP = re.compile(
+    r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ )"
+    r"(DEBUG|INFO|WARN|WARNING|ERROR)\b"
+)
+
+
+def _each_driver_line_has_its_own_level(text: str) -> None:
+    """The log view shows the driver's lines with their levels: each line is a record at
+    its own level (the view's level column, which its level filter uses), never the
+    driver's stamped line as the message of an INFO record."""
+    lines = [m.groups() for m in _VIEW_LINE.finditer(text)]
+    assert len(lines) >= 5, f"the log view shows {len(lines)} levelled lines: {text[:400]!r}"
+    relayed = [message for _, message in lines if _RELAYED_STAMP.match(message)]
+    assert relayed == [], f"lines relayed as text, not at their level: {relayed[:3]}"
 
 
 def _bad_rescale_is_refused(page: Page, base: str, api: AirflowApi) -> None:
