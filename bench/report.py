@@ -30,6 +30,7 @@ EXPERIMENTS = (
     "codecs",
     "cluster",
     "cluster_volume",
+    "cluster_volume_s3",
     "broker_cost",
     "soak",
     "planning",
