@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from flowctl.adapters import postgres_admin
 from flowctl.services.base import ServiceError
-from flowctl.services.cluster_layout import ClusterLayout
+from flowctl.services.cluster_layout import DEFAULT_TANSU_STORAGE, ClusterLayout
 from flowctl.services.cluster_purge import purge, state_paths
 from tests.conftest import _postgres_base_url
 
@@ -33,14 +33,22 @@ def _exists(url: str, name: str) -> bool:
         engine.dispose()
 
 
-def test_purge_drops_the_databases_and_deletes_only_the_cluster_state(tmp_path: Path) -> None:
+def _layout_with_own_databases(
+    home: Path, tansu_storage: str = DEFAULT_TANSU_STORAGE
+) -> ClusterLayout:
+    """A layout on the local server whose two databases no other test uses."""
     tag = secrets.token_hex(4)
-    layout = ClusterLayout(
-        home=tmp_path,
+    return ClusterLayout(
+        home=home,
         postgres_url=_server_url(),
         flowctl_db=f"flowctl_p_{tag}",
         airflow_db=f"airflow_p_{tag}",
+        tansu_storage=tansu_storage,
     )
+
+
+def test_purge_drops_the_databases_and_deletes_only_the_cluster_state(tmp_path: Path) -> None:
+    layout = _layout_with_own_databases(tmp_path)
     postgres_admin.ensure_databases(layout.postgres_url, [layout.flowctl_db, layout.airflow_db])
     # A session left open (as by a killed driver) does not stop the drop.
     engine = sa.create_engine(layout.database_url(layout.flowctl_db))
@@ -80,14 +88,7 @@ def test_an_external_s3_log_is_said_to_be_kept_only_when_tansu_stored_it_there(
     """On the memory engine an ``AWS_ENDPOINT`` of the environment holds no log of the
     cluster's: purge says nothing of it."""
     monkeypatch.setenv("AWS_ENDPOINT", "https://s3.example.net")
-    tag = secrets.token_hex(4)
-    layout = ClusterLayout(
-        home=tmp_path,
-        postgres_url=_server_url(),
-        flowctl_db=f"flowctl_p_{tag}",
-        airflow_db=f"airflow_p_{tag}",
-        tansu_storage=storage,
-    )
+    layout = _layout_with_own_databases(tmp_path, tansu_storage=storage)
     kept = (
         "purge: the Tansu log in the S3 store at https://s3.example.net is kept "
         "(not the cluster's to delete)"
