@@ -45,11 +45,16 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def _commit(result: dict[str, object]) -> str:
-    """The commit the figures were measured on: ``measured_on`` where a result was
-    summarised again later (``--from-raw``), else the commit it was written on."""
+def _measured(result: dict[str, object]) -> dict[str, object]:
+    """Where a result keeps what measured it: ``measured_on`` when it was summarised again
+    later (``--from-raw``), else the result itself (written by the run)."""
     measured = result.get("measured_on")
-    source = measured if isinstance(measured, dict) else result
+    return measured if isinstance(measured, dict) else result
+
+
+def _commit(result: dict[str, object]) -> str:
+    """The commit the figures were measured on, ``+`` if the tree had changes."""
+    source = _measured(result)
     commit = source.get("commit")
     if not isinstance(commit, str):
         return "-"
@@ -57,11 +62,8 @@ def _commit(result: dict[str, object]) -> str:
 
 
 def _command(result: dict[str, object]) -> object:
-    """The command that measured the figures (a ``--from-raw`` summary keeps it apart)."""
-    measured = result.get("measured_on")
-    if isinstance(measured, dict) and measured.get("command"):
-        return measured["command"]
-    return result.get("command")
+    """The command that measured the figures."""
+    return _measured(result).get("command") or result.get("command")
 
 
 def main() -> int:
