@@ -360,3 +360,51 @@ def test_log_starts_of_a_topic_deleted_and_recreated_under_a_reader(kafka_bootst
         assert all(after[p] < before[p] for p in before if before[p] > 4)
     finally:
         consumer.close()
+
+
+def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
+    kafka_bootstrap: str,
+) -> None:
+    """With ``defer_tails``, a partition whose bound moved since the last read is answered
+    with that bound (no fetch: its last batch waits), never below the last answer; once the
+    bound stops moving the next read is exact, and a topic not named stays exact."""
+    topic, other = _topic(2, kafka_bootstrap), _topic(1, kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    known: kafka_log.KnownEnds = {}
+    fetched: list[set[str]] = []
+    read = functools.partial(
+        kafka_log.latest_offsets_of,
+        consumer,
+        [topic, other],
+        known=known,
+        defer_tails=[topic],
+        on_fetch=lambda topics, ms: fetched.append(set(topics)),
+    )
+
+    def send(n: int, partition: int, to: str = topic) -> None:
+        for i in range(n):  # one record batch of n records
+            producer.send(to, f"r{i}".encode(), partition=partition)
+        producer.flush()
+
+    try:
+        send(5, 0)
+        assert read() == {topic: {0: 5, 1: 0}, other: {0: 0}}  # nothing known yet: exact
+        assert fetched == [{topic}]
+        answers = []
+        for _ in range(3):
+            send(4, 0)
+            send(2, 0, other)
+            answers.append(read())
+        # the moving tail is a bound (at most its batch's first record), never going back
+        ends = [a[topic][0] for a in answers]
+        assert all(5 < e <= 5 + 4 * (i + 1) for i, e in enumerate(ends)), ends
+        assert ends == sorted(ends)
+        assert [a[other][0] for a in answers] == [2, 4, 6]  # not deferred: exact each time
+        assert all(f == {other} for f in fetched[1:]), fetched
+        # quiet: the bound did not move since the last read, which fetches the exact end
+        assert read()[topic] == {0: 17, 1: 0}
+        assert fetched[-1] == {topic}
+    finally:
+        consumer.close()
+        producer.close()

@@ -9,7 +9,7 @@ reads and writes (:class:`flowctl.spark.flow.lane.LaneIO`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,6 +84,7 @@ class FakeEnds:
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+        may_defer: Collection[str] = (),
     ) -> dict[str, dict[int, int]]:
         """Exact ends (a broker whose ``end_offsets()`` is exact); records whether the
         caller would have done with them, per read, for the first topic (Eden)."""

@@ -263,10 +263,10 @@ def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
 class _ReplayTopicsMissing(FakeEnds):
     """A broker that fails any read naming a replay topic (e.g. not created yet)."""
 
-    def latest_offsets_of(self, topics, bounds_suffice=None):  # type: ignore[no-untyped-def]
+    def latest_offsets_of(self, topics, bounds_suffice=None, may_defer=()):  # type: ignore[no-untyped-def]
         if len(topics) > 1:
             raise ValueError(f"topic={topics[1]!r} does not exist (or has no partitions)")
-        return super().latest_offsets_of(topics, bounds_suffice)
+        return super().latest_offsets_of(topics, bounds_suffice, may_defer)
 
 
 def test_a_failed_read_of_the_replay_topics_ends_leaves_eden_planned(

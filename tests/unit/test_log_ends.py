@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from flowctl.spark.flow.log_ends import enough_below
+import logging
+
+import pytest
+
+from flowctl.spark.flow.log_ends import DEFER_TAIL_AFTER_MS, KafkaEnds, enough_below
 
 EDEN = "demo.eden"
 
@@ -21,3 +25,20 @@ def test_a_cut_past_a_bound_needs_the_exact_end() -> None:
 
 def test_replay_topics_are_always_read_exactly() -> None:
     assert not enough_below(EDEN, {}, 0, "demo.replay.a", {0: 90_000})
+
+
+def test_only_a_topic_whose_exact_ends_were_costly_to_fetch_may_defer_its_tails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The switch follows each topic's last fetch, both ways, and says so in the log."""
+    ends = KafkaEnds("127.0.0.1:1")  # never connects: no read is made here
+    assert ends.costly(["eden", "replay"]) == []  # nothing fetched yet: exact ends
+    ends._fetched({"eden", "replay"}, DEFER_TAIL_AFTER_MS / 5)
+    assert ends.costly(["eden"]) == []
+    with caplog.at_level(logging.INFO, logger="flowctl.spark.flow.log_ends"):
+        ends._fetched({"eden"}, DEFER_TAIL_AFTER_MS * 2)
+    assert ends.costly(["eden", "replay"]) == ["eden"]
+    assert "its appended tails now wait a batch" in caplog.text
+    with caplog.at_level(logging.INFO, logger="flowctl.spark.flow.log_ends"):
+        ends._fetched({"eden"}, 1.0)
+    assert ends.costly(["eden"]) == [] and "its ends are exact again" in caplog.text

@@ -26,7 +26,7 @@ import logging
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -301,6 +301,8 @@ def latest_offsets_of(
     known: KnownEnds | None = None,
     known_max_age_s: float = KNOWN_MAX_AGE_S,
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+    defer_tails: Collection[str] = (),
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
 
@@ -312,6 +314,14 @@ def latest_offsets_of(
     exact on Apache Kafka), whether the caller can do with them; for a topic where it
     says so they are returned and none of its records is fetched (a planner with more
     records waiting than it can admit needs no exact end).
+
+    ``defer_tails``: topics whose partitions are answered with their ``end_offsets()``
+    while those moved since the last read (and are at or past its answer): a partition
+    being appended to then costs no fetch, and its last record batch waits for the next
+    read; once the bound stops moving, the next read fetches the exact end. The caller
+    asks for it where an exact end costs more than a batch's delay (a long log on Tansu,
+    whose fetch walks the partition's batches). ``on_fetch(topics, ms)`` is told how long
+    each fetch round took and which topics it read.
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -326,6 +336,8 @@ def latest_offsets_of(
             {} if known is None else known,
             known_max_age_s,
             bounds_suffice,
+            defer_tails,
+            on_fetch,
         )
     finally:
         if owned:
@@ -339,6 +351,8 @@ def _latest_offsets(
     known: KnownEnds,
     max_age_s: float,
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+    defer_tails: Collection[str] = (),
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
 ) -> dict[str, dict[int, int]]:
     tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
     ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
@@ -349,12 +363,16 @@ def _latest_offsets(
             if bounds_suffice(topic, bounds):
                 result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
     now = time.monotonic()
+    deferred: dict[TopicPartition, int] = {}
     for tp in tps:
         seen = known.get(tp)
         if ends.get(tp) and seen is not None and seen[0] == ends[tp] and now - seen[2] < max_age_s:
             result[tp] = seen[1]  # exact, and at or past an accepted bound
+        elif tp.topic in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
+            result[tp] = deferred[tp] = ends[tp]  # a bound: the last batch waits a read
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
+        started = time.monotonic()
         consumer.assign(pending)
         for tp in pending:
             consumer.seek(tp, ends[tp] - 1)
@@ -377,10 +395,22 @@ def _latest_offsets(
         for tp in pending:
             result[tp] = consumer.highwater(tp)
             known[tp] = (ends[tp], result[tp], now)
+        if on_fetch is not None:
+            on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
+    for tp, bound in deferred.items():
+        # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
+        # fetches the exact end (the age limit never lets it stand in for one).
+        known[tp] = (bound, bound, float("-inf"))
     out: dict[str, dict[int, int]] = {t: {} for t in topics}
     for tp in sorted(result):
         out[tp.topic][tp.partition] = result[tp]
     return out
+
+
+def _moved(seen: tuple[int, int, float] | None, bound: int | None) -> bool:
+    """Whether a partition's ``end_offsets()`` moved past what the last read answered (so
+    taking it loses nothing the last read gave, and the log is being appended to)."""
+    return seen is not None and bound is not None and bound > seen[0] and bound >= seen[1]
 
 
 def read_range(

@@ -7,6 +7,14 @@ and what it learnt per partition (``known``): a partition whose bound did not mo
 costs no fetch (for up to ``kafka_log.KNOWN_MAX_AGE_S``), and the three topics are read
 together (one ListOffsets request, at most one fetch round).
 
+On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
+the log (bench/results/soak.json: the planning of a stream at 34k records/s grew from 45 to
+223 ms over an hour). Once a fetch of Eden takes longer than ``DEFER_TAIL_AFTER_MS``, Eden's
+partitions that are being appended to are planned up to their ``end_offsets()`` (the start
+of their last record batch): that batch waits for the next micro-batch, and the exact end
+is fetched again once a partition goes quiet (``kafka_log.latest_offsets_of``,
+``defer_tails``). Below that cost the ends stay exact, which a light stream's latency needs.
+
 The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
 hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
 answers nothing within so short a hold (it reads the batch from S3 first), so a read
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +41,10 @@ log = logging.getLogger(__name__)
 #: A read takes about 5 ms on Tansu in memory and on Apache Kafka.
 QUICK_READ_TIMEOUT_S = 1.0
 
+#: A fetch of a topic's exact ends that took longer than this lets its tails wait a batch
+#: (see the module's docstring). A fetch takes about 5 ms on a short log.
+DEFER_TAIL_AFTER_MS = 25.0
+
 #: ``{topic: {partition: end offset}}``
 Ends = dict[str, dict[int, int]]
 
@@ -44,7 +56,11 @@ class LogEnds(Protocol):
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
-    ) -> Ends: ...
+        may_defer: Collection[str] = (),
+    ) -> Ends:
+        """``may_defer``: topics whose tails may wait a batch when their exact ends are
+        costly (never a replay topic: its reader needs its exact end)."""
+        ...
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         """``{partition: first offset still in the log}`` (one ListOffsets request)."""
@@ -62,18 +78,27 @@ class KafkaEnds:
         self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
+        #: How long the last fetch round that read each topic took (ms).
+        self.fetch_ms: dict[str, float] = {}
 
     def latest_offsets_of(
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+        may_defer: Collection[str] = (),
     ) -> Ends:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
-        (or the lower bounds ``bounds_suffice`` accepts: see ``kafka_log.latest_offsets_of``)."""
+        (or the lower bounds ``bounds_suffice`` accepts, and the moving tails of the
+        ``may_defer`` topics whose last fetch was costly: see
+        ``kafka_log.latest_offsets_of``)."""
         from flowctl.adapters import kafka_log
 
         read = functools.partial(
-            kafka_log.latest_offsets_of, known=self._known, bounds_suffice=bounds_suffice
+            kafka_log.latest_offsets_of,
+            known=self._known,
+            bounds_suffice=bounds_suffice,
+            defer_tails=self.costly(may_defer),
+            on_fetch=self._fetched,
         )
         if self.patient:
             return read(self._open(), topics)
@@ -89,6 +114,25 @@ class KafkaEnds:
             self.close()
             self.patient = True
             return read(self._open(), topics)
+
+    def costly(self, topics: Collection[str]) -> list[str]:
+        """Those of ``topics`` whose last exact-end fetch took over ``DEFER_TAIL_AFTER_MS``."""
+        return [t for t in topics if self.fetch_ms.get(t, 0.0) > DEFER_TAIL_AFTER_MS]
+
+    def _fetched(self, topics: Collection[str], ms: float) -> None:
+        for topic in topics:
+            if topic in self.fetch_ms and (ms > DEFER_TAIL_AFTER_MS) != (
+                self.fetch_ms[topic] > DEFER_TAIL_AFTER_MS
+            ):
+                log.info(
+                    "log ends: a fetch of %s's exact ends took %.1f ms: %s",
+                    topic,
+                    ms,
+                    "its appended tails now wait a batch instead"
+                    if ms > DEFER_TAIL_AFTER_MS
+                    else "its ends are exact again",
+                )
+            self.fetch_ms[topic] = ms
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         from flowctl.adapters import kafka_log
@@ -152,7 +196,7 @@ class BackgroundEnds:
         return self._pool.submit(self._read, check, with_starts)
 
     def _read(self, check: Callable[[str, dict[int, int]], bool] | None, with_starts: bool) -> Ends:
-        ends = self.source.latest_offsets_of(self.topics, check)
+        ends = self.source.latest_offsets_of(self.topics, check, may_defer=[self.eden])
         if with_starts:
             try:
                 self.starts = self.source.log_starts_of(self.eden)
