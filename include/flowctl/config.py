@@ -45,6 +45,9 @@ class Settings:
     host: str = "127.0.0.1"
     kafka_port: int = 9092
     tansu_storage: str = "memory"  # "memory" or "s3"
+    #: The variable that chose ``tansu_storage``, named in errors and in ``status`` (the
+    #: process cluster's is ``FLOWCTL_CLUSTER_TANSU_STORAGE``).
+    tansu_storage_variable: str = "FLOWCTL_TANSU_STORAGE"
     tansu_s3_url: str = "s3://tansu/"
     s3_port: int = 9000  # the local (moto) S3 server of Tansu's S3 mode
     memcached_port: int = 11211

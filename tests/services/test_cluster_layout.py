@@ -46,8 +46,12 @@ def test_tansu_runs_on_its_memory_engine_unless_the_clusters_own_variable_says_s
 
     layout = ClusterLayout.from_env(tmp_path, {})
     assert layout.settings.tansu_storage == "memory"
-    line = durability(layout.settings, "FLOWCTL_CLUSTER_TANSU_STORAGE")
+    line = durability(layout.settings)
     assert "NOT durable" in line and "FLOWCTL_CLUSTER_TANSU_STORAGE=s3" in line
+    # every message about the engine names the variable that chose it
+    from flowctl.services.s3 import S3Service
+
+    assert "FLOWCTL_CLUSTER_TANSU_STORAGE=memory" in S3Service().up(layout.settings)
     # the embedded platform's variable does not switch the cluster
     embedded = ClusterLayout.from_env(tmp_path, {"FLOWCTL_TANSU_STORAGE": "s3"})
     assert embedded.tansu_storage == "memory"

@@ -42,7 +42,7 @@ from flowctl.core.slot_plan import DEFAULT_PLAN
 from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
-from flowctl.services.cluster_layout import STORAGE_VARIABLE, WORKERS, ClusterLayout
+from flowctl.services.cluster_layout import WORKERS, ClusterLayout
 from flowctl.services.ports import check_tcp
 from flowctl.services.process import Daemon, PidRecord, stop_tree
 from flowctl.services.s3 import durability
@@ -465,7 +465,7 @@ def status(layout: ClusterLayout) -> list[ServiceStatus]:
 def log_durability(layout: ClusterLayout) -> str:
     """Where the cluster's broker log lives and whether it is durable: ``up`` ends with it
     (an ``AWS_ENDPOINT`` alone does not move the log to S3) and so does ``status``."""
-    return durability(layout.settings, STORAGE_VARIABLE)
+    return durability(layout.settings)
 
 
 def healthy(layout: ClusterLayout) -> bool:

@@ -149,6 +149,7 @@ class ClusterLayout:
             host=self.host,
             kafka_port=self.kafka_port,
             tansu_storage=self.tansu_storage,
+            tansu_storage_variable=STORAGE_VARIABLE,
             s3_port=self.s3_port,
             memcached_port=self.memcached_port,
             database_url=self.database_url(self.flowctl_db),

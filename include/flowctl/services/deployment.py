@@ -78,5 +78,7 @@ def choose(settings: Settings, explicit: Collection[str] = ()) -> Deployment:
         return Deployment("embedded", settings)
     cluster = layout.settings
     taken = {f: getattr(cluster, f) for f in CLUSTER_FIELDS if f not in explicit}
+    if "tansu_storage" in taken:  # and the variable that chose it, for its messages
+        taken["tansu_storage_variable"] = cluster.tansu_storage_variable
     kept = tuple(sorted(f for f in CLUSTER_FIELDS if f in explicit))
     return Deployment("cluster", dataclasses.replace(settings, **taken), kept)

@@ -64,11 +64,11 @@ def moto_available() -> bool:
     )
 
 
-def durability(settings: Settings, storage_variable: str = "FLOWCTL_TANSU_STORAGE") -> str:
+def durability(settings: Settings) -> str:
     """One line saying where the broker's log lives and whether it survives a full ``down``:
     only a real S3 endpoint the operator names (``AWS_ENDPOINT``) makes Tansu's log durable;
-    moto and the memory engine keep it in a process's memory. ``storage_variable`` names
-    the variable that picks the engine (the process cluster has its own)."""
+    moto and the memory engine keep it in a process's memory. It names the variable that
+    picks the engine (``settings.tansu_storage_variable``: the process cluster has its own)."""
     if settings.kafka_bootstrap_servers:
         return (
             f"log: in the external Kafka at {settings.kafka_bootstrap_servers}; "
@@ -77,8 +77,8 @@ def durability(settings: Settings, storage_variable: str = "FLOWCTL_TANSU_STORAG
     if settings.tansu_storage != "s3":
         return (
             "log: in Tansu's memory, NOT durable (lost when Tansu stops); durability: "
-            f"docker-compose's Apache Kafka, or {storage_variable}=s3 with AWS_ENDPOINT "
-            "naming a real S3"
+            f"docker-compose's Apache Kafka, or {settings.tansu_storage_variable}=s3 with "
+            "AWS_ENDPOINT naming a real S3"
         )
     endpoint = external_endpoint()
     if endpoint:
@@ -154,14 +154,14 @@ class S3Service:
 
     def up(self, settings: Settings) -> str:
         if settings.tansu_storage != "s3":
-            return f"{NAME}: not used (FLOWCTL_TANSU_STORAGE={settings.tansu_storage})"
+            return f"{NAME}: not used ({settings.tansu_storage_variable}={settings.tansu_storage})"
         endpoint = external_endpoint()
         if endpoint:
             http_health(endpoint, timeout=5.0)
             return f"{NAME}: using external S3 at {endpoint} (reachable)"
         if not moto_available():
             raise ServiceError(
-                "s3: FLOWCTL_TANSU_STORAGE=s3 needs an S3 endpoint; set AWS_ENDPOINT, "
+                f"s3: {settings.tansu_storage_variable}=s3 needs an S3 endpoint; set AWS_ENDPOINT, "
                 "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION (and "
                 "AWS_ALLOW_HTTP=true for http://), or `pip install 'moto[server]'` for a local one"
             )

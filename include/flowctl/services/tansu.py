@@ -72,7 +72,8 @@ def storage_engine(settings: Settings, check: bool = True) -> str:
             )
     elif check and not s3.moto_available():
         raise ServiceError(
-            f"tansu: FLOWCTL_TANSU_STORAGE=s3 needs an S3 endpoint; set {', '.join(S3_ENV)} "
+            f"tansu: {settings.tansu_storage_variable}=s3 needs an S3 endpoint; set "
+            f"{', '.join(S3_ENV)} "
             "(and AWS_ALLOW_HTTP=true for an http:// endpoint), or `pip install 'moto[server]'` "
             "to run a local one"
         )
