@@ -187,6 +187,14 @@ def test_closed_metrics_windows_are_published_as_rows(tmp_path: Path) -> None:
     rows = channels.decode_rows(store.get_json(channels.rows_key(planner.settings.ns)))
     assert [r.n for r in rows] == [1] and rows[0].admitted == 2
     assert rows[0].window_end > rows[0].window_start and len(rows[0].lanes) == 2
+    # republished only when a window closes: a batch within the window leaves them as set
+    store.delete_many([channels.rows_key(planner.settings.ns)])
+    planner.latest_offset(start)
+    assert store.get_json(channels.rows_key(planner.settings.ns)) is None
+    planner.clock.advance(1.0)  # type: ignore[attr-defined]
+    planner.latest_offset(start)
+    rows = channels.decode_rows(store.get_json(channels.rows_key(planner.settings.ns)))
+    assert [r.n for r in rows] == [1, 2]
 
 
 def test_the_planning_cost_is_logged_after_10_s_then_every_60_s(

@@ -42,7 +42,9 @@ log = logging.getLogger(__name__)
 QUICK_READ_TIMEOUT_S = 1.0
 
 #: A fetch of a topic's exact ends that took longer than this lets its tails wait a batch
-#: (see the module's docstring). A fetch takes about 5 ms on a short log.
+#: (see the module's docstring), until one takes less than half of it (a fetch's time
+#: varies by a few ms from batch to batch: one threshold would switch back and forth).
+#: A fetch takes about 5 ms on a short log.
 DEFER_TAIL_AFTER_MS = 25.0
 
 #: ``{topic: {partition: end offset}}``
@@ -78,8 +80,8 @@ class KafkaEnds:
         self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
-        #: How long the last fetch round that read each topic took (ms).
-        self.fetch_ms: dict[str, float] = {}
+        #: The topics whose last exact-end fetch was costly (see ``DEFER_TAIL_AFTER_MS``).
+        self.deferring: set[str] = set()
 
     def latest_offsets_of(
         self,
@@ -116,23 +118,20 @@ class KafkaEnds:
             return read(self._open(), topics)
 
     def costly(self, topics: Collection[str]) -> list[str]:
-        """Those of ``topics`` whose last exact-end fetch took over ``DEFER_TAIL_AFTER_MS``."""
-        return [t for t in topics if self.fetch_ms.get(t, 0.0) > DEFER_TAIL_AFTER_MS]
+        """Those of ``topics`` whose exact ends are costly to fetch (``DEFER_TAIL_AFTER_MS``)."""
+        return [t for t in topics if t in self.deferring]
 
     def _fetched(self, topics: Collection[str], ms: float) -> None:
         for topic in topics:
-            if topic in self.fetch_ms and (ms > DEFER_TAIL_AFTER_MS) != (
-                self.fetch_ms[topic] > DEFER_TAIL_AFTER_MS
-            ):
-                log.info(
-                    "log ends: a fetch of %s's exact ends took %.1f ms: %s",
-                    topic,
-                    ms,
-                    "its appended tails now wait a batch instead"
-                    if ms > DEFER_TAIL_AFTER_MS
-                    else "its ends are exact again",
-                )
-            self.fetch_ms[topic] = ms
+            if topic not in self.deferring and ms > DEFER_TAIL_AFTER_MS:
+                self.deferring.add(topic)
+                change = "its appended tails now wait a batch instead"
+            elif topic in self.deferring and ms < DEFER_TAIL_AFTER_MS / 2:
+                self.deferring.discard(topic)
+                change = "its ends are exact again"
+            else:
+                continue
+            log.info("log ends: a fetch of %s's exact ends took %.1f ms: %s", topic, ms, change)
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         from flowctl.adapters import kafka_log

@@ -272,7 +272,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             admitting = self.admit and self._marked and not self.health.halted
             dispatches = self._admit() if admitting else []
         with timed("metrics"):
-            self.metrics.record(
+            rolled = self.metrics.record(
                 self.spout,
                 self._latest,
                 levels,
@@ -281,7 +281,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
                 wall_offset=time.time() - self.clock.now(),
                 health=health,
             )
-            self._publish_state(persist_len, levels)
+            self._publish_state(persist_len, levels, with_rows=rolled)
         if not dispatches:
             warmup = self._warmup_plan() if not self.activated else None
             return dict(start) if warmup is None else warmup
@@ -445,9 +445,12 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             call=self.calls,
         )
 
-    def _publish_state(self, persist_len: int, levels: Mapping[str, int]) -> None:
+    def _publish_state(
+        self, persist_len: int, levels: Mapping[str, int], *, with_rows: bool = True
+    ) -> None:
+        """The spout's state every batch, and the closed windows when they changed."""
         state = self.spout_state(persist_len, levels)
-        rows = self.metrics.rows
+        rows = self.metrics.rows if with_rows else []
         ns = self.settings.ns
         try:
             store = self.store()
