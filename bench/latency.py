@@ -82,8 +82,12 @@ def measure(
     on_running: Callable[[], None] | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 240.0,
+    offsets: bool = False,
 ) -> dict[str, Any]:
-    """Run one job on its own pipeline; steady load; per-record durable latency."""
+    """Run one job on its own pipeline; steady load; per-record durable latency.
+
+    ``offsets``: the result also holds every record's send and durable time by
+    ``(partition, offset)`` (``sent``, ``durable``: lists of ``[partition, offset, t]``)."""
     name = unique_name(label)
     config = pipeline_config(
         work, name, definition=definition, partitions=partitions, stream=stream, flow=flow
@@ -113,7 +117,12 @@ def measure(
         save_log(job, f"{label}-{'baseline' if baseline else 'flow'}")
     lat = [v for _, v in meter.latencies]
     series = [(round(t - started, 3), round(v, 4)) for t, v in meter.latencies]
+    extra: dict[str, Any] = {}
+    if offsets:
+        extra["sent"] = [[p, o, t] for (p, o), t in meter.sent.items()]
+        extra["durable"] = [[p, o, t] for (p, o), t in meter.durable.items()]
     return {
+        **extra,
         "records": len(lat),
         "expected": total,
         "p50_ms": None if not lat else round(percentile(lat, 50) * 1000, 1),
