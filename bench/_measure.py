@@ -138,8 +138,14 @@ class OffsetLatency:
     def _collect(self, futures: list[tuple[Any, float]]) -> None:
         for fut, sent_at in futures:
             md = fut.get(timeout=30)
+            key = (md.partition, md.offset)
             with self._lock:
-                self.sent[(md.partition, md.offset)] = sent_at
+                self.sent[key] = sent_at
+                # Acks are collected every 200 sends: a record may be durable before its
+                # offset is known here; it is counted now, once, at its durable time.
+                durable_at = self.durable.get(key)
+                if durable_at is not None:
+                    self.latencies.append((durable_at, durable_at - sent_at))
 
     def poll_until(self, total: int | None, timeout_s: float, job: Job) -> None:
         """Poll until ``total`` sent records are durable (``None``: until the timeout), the

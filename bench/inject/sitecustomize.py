@@ -13,10 +13,17 @@ directory (a job's driver and its Spark workers); does nothing unless asked:
   time is waiting, identical in the flow-controlled job and the baseline;
 - ``FLOWCTL_BENCH_LANE_DRIFT=PATH`` (with the above): lane ``LANE`` is ``FACTOR`` times
   slower only while the file ``PATH`` exists (``bench/drift.py`` creates and removes it:
-  a lane that slows down and recovers during one run).
+  a lane that slows down and recovers during one run);
+- ``FLOWCTL_BENCH_TRACE=PATH``: no fault: timestamps of the flow job's steps appended
+  to ``PATH`` (``bench/lib/latency_trace.py``, read by ``bench/latency_parts.py``).
 """
 
 import os
+
+if os.environ.get("FLOWCTL_BENCH_TRACE"):
+    from bench.lib import latency_trace
+
+    latency_trace.install(os.environ["FLOWCTL_BENCH_TRACE"])
 
 if os.environ.get("FLOWCTL_BENCH_SLOW_SQLITE"):
     import sqlite3

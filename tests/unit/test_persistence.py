@@ -38,7 +38,7 @@ def tokens():
     return lambda: f"epoch-{next(counter)}"
 
 
-def setup(max_length: int = 3, update_time_s: float = 1.0, **kw):
+def setup(max_length: int = 3, update_time_s: float = 1.0, as_queued: bool = False, **kw):
     clock = FakeClock()
     store, sink = DictStore(), KeyedSink()
     new_token = tokens()
@@ -47,7 +47,7 @@ def setup(max_length: int = 3, update_time_s: float = 1.0, **kw):
         store,
         sink,
         "wc",
-        policy=FlushPolicy(max_length, update_time_s),
+        policy=FlushPolicy(max_length, update_time_s, as_queued),
         clock=clock,
         new_token=new_token,
         **kw,
@@ -67,9 +67,20 @@ def test_flush_policy_triggers_on_length_then_on_time() -> None:
     assert policy.due(0, 60.0) is None
 
 
+def test_flush_policy_as_queued_flushes_whatever_is_queued() -> None:
+    policy = FlushPolicy(max_length=100, update_time_s=2.0, as_queued=True)
+    assert policy.due(1, 0.0) == "queued"
+    assert policy.due(100, 0.0) == "length"
+    assert policy.due(0, 60.0) is None
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
-    [((0, 1.0), "max_length must be an int >= 1, got 0"), ((1, 0), "update_time_s")],
+    [
+        ((0, 1.0), "max_length must be an int >= 1, got 0"),
+        ((1, 0), "update_time_s"),
+        ((1, 1.0, "yes"), "as_queued must be a bool, got 'yes'"),
+    ],
 )
 def test_flush_policy_names_bad_arguments(args: tuple, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -124,6 +135,22 @@ def test_a_batch_end_flushes_what_is_queued_without_waiting_for_the_timer() -> N
     )
     writer.append("t2", [("b", 1)])
     assert flusher.poll() is None  # without a batch end the timer rules again
+
+
+def test_as_queued_every_poll_flushes_what_the_lanes_queued() -> None:
+    _, _, _, writer, flusher = setup(max_length=3, update_time_s=1.0, as_queued=True)
+    assert flusher.poll() is None  # nothing queued: nothing to write
+    writer.append("t1", [("a", 1)])
+    result = flusher.poll()
+    assert result is not None and (result.trigger, result.durable_tuple_ids) == (
+        "queued",
+        ("t1",),
+    )
+    writer.append("t2", [("b", 1)])
+    writer.append("t3", [("c", 1)])
+    result = flusher.poll()
+    assert result is not None and result.durable_tuple_ids == ("t2", "t3")
+    assert flusher.poll() is None
 
 
 def test_a_tuple_is_durable_only_when_its_last_item_is_flushed() -> None:

@@ -80,6 +80,16 @@ def test_a_path_loads_with_defaults(tmp_path: Path) -> None:
             "tuple_size = 10\n[flow]\ncoalesce_every_s = -1",
             r"flow.coalesce_every_s=-1",
         ),
+        (
+            "tuple_size = 10",
+            'tuple_size = 10\n[flow]\nflush_as_queued = "yes"',
+            r"flow.flush_as_queued='yes' must be true or false",
+        ),
+        (
+            "tuple_size = 10",
+            "tuple_size = 10\n[flow]\nflush_poll_s = 0",
+            r"flow.flush_poll_s=0",
+        ),
         ('name = "demo"', 'name = "other"', r"name='other' must match the file name"),
         ('"flowctl.pipelines.wordcount"', '"no.such.module"', r"definition='no.such.module'"),
     ],

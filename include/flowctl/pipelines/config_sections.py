@@ -90,6 +90,10 @@ class FlowConfig:
     flush_update_time_s: float = 1.0
     #: Also flush when a micro-batch ends (its results are all in the MRWQ then).
     flush_at_batch_end: bool = True
+    #: Flush whatever the lanes queued at every poll of the flusher (beyond Algorithm 3).
+    flush_as_queued: bool = True
+    #: Seconds between two looks of the flusher at the MRWQ.
+    flush_poll_s: float = 0.02
     gap_grace_s: float = 5.0
     #: Seconds between two merges of the contiguous applied rows below the checkpoint.
     coalesce_every_s: float = 10.0
@@ -229,6 +233,8 @@ def parse_flow(table: dict[str, Any]) -> FlowConfig:
         flush_max_length=count("flush_max_length", 1),
         flush_update_time_s=amount("flush_update_time_s", lo=0),
         flush_at_batch_end=flag("flush_at_batch_end"),
+        flush_as_queued=flag("flush_as_queued"),
+        flush_poll_s=amount("flush_poll_s", lo=0),
         gap_grace_s=amount("gap_grace_s", lo=0, lo_open=False),
         coalesce_every_s=amount("coalesce_every_s", lo=0, lo_open=False),
         persist_queue_capacity=count("persist_queue_capacity", 1),

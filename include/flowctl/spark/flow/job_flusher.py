@@ -61,8 +61,13 @@ class FlusherThread:
                 self.database_url,
                 self.config.name,
                 self.results.apply,
-                policy=FlushPolicy(self.flow.flush_max_length, self.flow.flush_update_time_s),
+                policy=FlushPolicy(
+                    self.flow.flush_max_length,
+                    self.flow.flush_update_time_s,
+                    self.flow.flush_as_queued,
+                ),
                 gap_grace_s=self.flow.gap_grace_s,
+                poll_interval_s=self.flow.flush_poll_s,
                 coalesce_every_s=self.flow.coalesce_every_s,
             )
             service.on_gap = lambda report: self._on_gap(service, report)
