@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,9 +41,15 @@ def preload_worker(_: Iterable[int], definition: str) -> Iterator[int]:
     yield os.getpid()
 
 
-def warm_workers(spark: SparkSession, definition: str, topology_id: str) -> threading.Thread:
+def warm_workers(
+    spark: SparkSession,
+    definition: str,
+    topology_id: str,
+    on_done: Callable[[], object] | None = None,
+) -> threading.Thread:
     """Run :func:`preload_worker` on every task slot, on a daemon thread; failures are
-    logged, never raised (the query's own first batch then simply starts cold)."""
+    logged, never raised (the query's own first batch then simply starts cold).
+    ``on_done`` is called once the workers are warm (the start-up clock's mark)."""
 
     def run() -> None:
         started = time.monotonic()
@@ -61,6 +67,8 @@ def warm_workers(spark: SparkSession, definition: str, topology_id: str) -> thre
                 len(set(pids)),
                 time.monotonic() - started,
             )
+            if on_done is not None:
+                on_done()
         except Exception as exc:  # warming is an optimisation only
             log.warning("topology %s: warming the Python workers failed: %s", topology_id, exc)
 
