@@ -42,8 +42,9 @@ Figures of every run (all in the JSON; the summary holds the medians):
         [--runs 5] [--methods overlap,sequential,stop_restart] [--rate 2500] \\
         [--standby warm|cold]
 
-Writes bench/results/replacement.json and replacement.png; exits 1 if a target of
-the overlapped handover is missed.
+Writes bench/results/<output>.json and <output>.png (``--output``; by default
+``replacement`` with the warm standby, ``replacement_cold`` with ``--standby cold``, so
+each form keeps its own result); exits 1 if a target of the overlapped handover is missed.
 """
 
 from __future__ import annotations
@@ -535,10 +536,25 @@ def _parser() -> argparse.ArgumentParser:
         help="blue-green methods: take a warm standby started before the load (warm) or "
         "start green at the decision (cold)",
     )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="result name under bench/results/ (default: replacement, or replacement_cold "
+        "with --standby cold)",
+    )
     return p
 
 
+def output_name(args: argparse.Namespace) -> str:
+    """The result's name: ``--output``, else one per standby form (both are kept)."""
+    name = args.output or ("replacement_cold" if args.standby == "cold" else "replacement")
+    if not re.fullmatch(r"[a-z0-9_]+", name):
+        raise BadArgument(f"--output={name!r}: lower-case letters, digits and '_' only")
+    return name
+
+
 def _run(args: argparse.Namespace) -> int:
+    output = output_name(args)
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         if m not in METHODS:
@@ -606,8 +622,8 @@ def _run(args: argparse.Namespace) -> int:
         "params": vars(args),
         "runs": runs,
     }
-    write_result("replacement", summary)
-    plot(RESULTS / "replacement.png", runs)
+    write_result("replacement", summary, name=output)
+    plot(RESULTS / f"{output}.png", runs)
     for method, fig in figures.items():
         print(method, {k: v["median"] for k, v in fig.items()})
     print("checks", checks)
