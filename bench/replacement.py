@@ -111,9 +111,17 @@ class DirectReplace(BlueGreenReplaceOperator):
     def _start_green(self, context: Any, progress: Any, conf: dict[str, Any]) -> None:
         plat, config, env, jobs, master = self._bench
         self.green_submitted_at = time.monotonic()
-        extra = ["--standby", "--colour", conf["colour"]]
+        keep = kept_checkpoint(plat, conf["topology_id"])
+        extra = ["--standby", "--colour", conf["colour"], *keep]
         jobs.append(submit(plat, config, conf["topology_id"], conf["parallelism"], extra=extra,
                            env=env, master=master))  # fmt: skip
+
+
+def kept_checkpoint(plat: Platform, topology_id: str) -> list[str]:
+    """``--checkpoint-dir`` at the job's default place: a job deletes its Spark checkpoint
+    after a clean stop unless it was chosen, and :func:`batch_commits` reads the commit
+    times from it after the run."""
+    return ["--checkpoint-dir", str(plat.settings.home / "checkpoints" / topology_id)]
 
 
 class StateWatch(threading.Thread):
@@ -197,7 +205,9 @@ def one_method(
     kafka_log.ensure_topics(plat.bootstrap, {topic: args.partitions})
     total = int(args.rate * args.seconds)
     lines = [line.encode() for line in zipf_lines(total, seed=args.seed)]
-    blue = submit(plat, config, f"{name}-blue", args.from_lanes, env=env, master=master)
+    blue_id = f"{name}-blue"
+    blue = submit(plat, config, blue_id, args.from_lanes, env=env, master=master,
+                  extra=kept_checkpoint(plat, blue_id))  # fmt: skip
     jobs: list[Job] = [blue]
     samples: list[tuple[float, int]] = []
     events: dict[str, float] = {}
@@ -212,7 +222,8 @@ def one_method(
             # READY): the replace operator takes it instead of starting green.
             spare = submit(
                 plat, config, f"{name}-standby", args.from_lanes, env=env, master=master,
-                extra=["--warm-standby", "--colour", "green"],
+                extra=["--warm-standby", "--colour", "green",
+                       *kept_checkpoint(plat, f"{name}-standby")],
             )  # fmt: skip
             jobs.append(spare)
             if not wait_state(plat, spare.topology_id, {"READY"}, 180):
@@ -423,7 +434,8 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0, master) -> dic
     else:
         stop(plat, blue, timeout_s=120)
         ev["old_stopped"] = time.monotonic() - t0
-        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env, master=master)
+        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env, master=master,
+                     extra=kept_checkpoint(plat, f"{name}-restart"))  # fmt: skip
         ev["green_submitted"] = time.monotonic() - t0
         jobs.append(new)
         wait_state(plat, new.topology_id, {"ACTIVE"}, 180)
