@@ -96,6 +96,9 @@ METHODS = ("overlap", "sequential", "stop_restart")
 #: Issue 12's targets for the overlapped handover.
 PAUSE_FACTOR = 1.2
 DONE_TARGET_S = 15.0
+#: Micro-batches whose Spark commit logs a job keeps (``[stream] spark_batches_to_retain``):
+#: all of a run's, since :func:`batch_commits` reads their times after it.
+KEPT_BATCHES = 100_000
 STARTUP_LINE = re.compile(r"start-up (.+?): \+([0-9.]+) s after")
 
 
@@ -198,7 +201,8 @@ def one_method(
         work,
         name,
         partitions=args.partitions,
-        stream={"tuple_size": 100},
+        # Every batch's commit kept (a run has a few hundred): the pause is read from them.
+        stream={"tuple_size": 100, "spark_batches_to_retain": KEPT_BATCHES},
         flow={"latency_target_s": 1.0},
     )
     topic = f"{name}.eden"
