@@ -3,8 +3,9 @@
 The scaling core (:class:`flowctl.core.scaling.Autoscaler`, the code the autoscale DAG
 runs) is driven window by window by a fluid model of the topology; the per-lane
 processing rate is a measured one: by default the rate of the one-lane topology
-saturated before the decision in ``bench/results/replacement.json`` (a real run with
-the same injected per-record delay), or ``--lane-rate``.
+saturated before the decision in ``bench/results/replacement.json`` (else
+``replacement_cold.json``; a real run with the same injected per-record delay), or
+``--lane-rate``.
 
 Model, per metrics window of ``--window`` s: ``P`` lanes serve at most ``P x
 lane_rate`` records/s; the arrival rate is ``--load`` x one lane's rate, then ``--step``
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -55,15 +57,31 @@ from flowctl.pipelines.config import load_pipeline_config
 TARGET_DECISIONS = 3
 
 
+#: Replacement results that measured the saturated one-lane rate, the first found is read
+#: (the warm form's, else the cold form's: blue is the same one-lane topology in both).
+LANE_RATE_RESULTS = ("replacement.json", "replacement_cold.json")
+
+
 def measured_lane_rate() -> tuple[float | None, str]:
-    path = RESULTS / "replacement.json"
-    try:
-        data = json.loads(path.read_text())
-        rate = data["runs"]["stop_restart"]["rate_before"]
-        lanes = data["params"]["from_lanes"]
-        return float(rate) / lanes, f"{path.name}: stop_restart rate before the decision"
-    except (OSError, KeyError, TypeError, ValueError):
-        return None, "none"
+    """One lane's records/s: the median over every run (every method) of a replacement
+    result of the durable rate blue kept in the 8 s before the decision, per lane."""
+    for name in LANE_RATE_RESULTS:
+        path = RESULTS / name
+        try:
+            data = json.loads(path.read_text())
+            rates = [
+                float(run["rate_before"])
+                for runs in data["runs"].values()
+                for run in runs
+                if run.get("rate_before")
+            ]
+            lanes = int(data["params"]["from_lanes"])
+        except (OSError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if rates and lanes > 0:
+            rate = statistics.median(rates) / lanes
+            return rate, f"{name} at {data.get('commit', '?')}: median rate before the decision"
+    return None, "none"
 
 
 def run_policy(policy: str, args: argparse.Namespace, lane_rate: float) -> dict[str, Any]:

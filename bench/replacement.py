@@ -42,8 +42,9 @@ Figures of every run (all in the JSON; the summary holds the medians):
         [--runs 5] [--methods overlap,sequential,stop_restart] [--rate 2500] \\
         [--standby warm|cold]
 
-Writes bench/results/replacement.json and replacement.png; exits 1 if a target of
-the overlapped handover is missed.
+Writes bench/results/<output>.json and <output>.png (``--output``; by default
+``replacement`` with the warm standby, ``replacement_cold`` with ``--standby cold``, so
+each form keeps its own result); exits 1 if a target of the overlapped handover is missed.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ METHODS = ("overlap", "sequential", "stop_restart")
 #: Issue 12's targets for the overlapped handover.
 PAUSE_FACTOR = 1.2
 DONE_TARGET_S = 15.0
+#: Micro-batches whose Spark commit logs a job keeps (``[stream] spark_batches_to_retain``):
+#: all of a run's, since :func:`batch_commits` reads their times after it.
+KEPT_BATCHES = 100_000
 STARTUP_LINE = re.compile(r"start-up (.+?): \+([0-9.]+) s after")
 
 
@@ -110,9 +114,17 @@ class DirectReplace(BlueGreenReplaceOperator):
     def _start_green(self, context: Any, progress: Any, conf: dict[str, Any]) -> None:
         plat, config, env, jobs, master = self._bench
         self.green_submitted_at = time.monotonic()
-        extra = ["--standby", "--colour", conf["colour"]]
+        keep = kept_checkpoint(plat, conf["topology_id"])
+        extra = ["--standby", "--colour", conf["colour"], *keep]
         jobs.append(submit(plat, config, conf["topology_id"], conf["parallelism"], extra=extra,
                            env=env, master=master))  # fmt: skip
+
+
+def kept_checkpoint(plat: Platform, topology_id: str) -> list[str]:
+    """``--checkpoint-dir`` at the job's default place: a job deletes its Spark checkpoint
+    after a clean stop unless it was chosen, and :func:`batch_commits` reads the commit
+    times from it after the run."""
+    return ["--checkpoint-dir", str(plat.settings.home / "checkpoints" / topology_id)]
 
 
 class StateWatch(threading.Thread):
@@ -189,14 +201,17 @@ def one_method(
         work,
         name,
         partitions=args.partitions,
-        stream={"tuple_size": 100},
+        # Every batch's commit kept (a run has a few hundred): the pause is read from them.
+        stream={"tuple_size": 100, "spark_batches_to_retain": KEPT_BATCHES},
         flow={"latency_target_s": 1.0},
     )
     topic = f"{name}.eden"
     kafka_log.ensure_topics(plat.bootstrap, {topic: args.partitions})
     total = int(args.rate * args.seconds)
     lines = [line.encode() for line in zipf_lines(total, seed=args.seed)]
-    blue = submit(plat, config, f"{name}-blue", args.from_lanes, env=env, master=master)
+    blue_id = f"{name}-blue"
+    blue = submit(plat, config, blue_id, args.from_lanes, env=env, master=master,
+                  extra=kept_checkpoint(plat, blue_id))  # fmt: skip
     jobs: list[Job] = [blue]
     samples: list[tuple[float, int]] = []
     events: dict[str, float] = {}
@@ -211,7 +226,8 @@ def one_method(
             # READY): the replace operator takes it instead of starting green.
             spare = submit(
                 plat, config, f"{name}-standby", args.from_lanes, env=env, master=master,
-                extra=["--warm-standby", "--colour", "green"],
+                extra=["--warm-standby", "--colour", "green",
+                       *kept_checkpoint(plat, f"{name}-standby")],
             )  # fmt: skip
             jobs.append(spare)
             if not wait_state(plat, spare.topology_id, {"READY"}, 180):
@@ -422,7 +438,8 @@ def switch(plat, config, name, method, blue, jobs, args, env, t0, master) -> dic
     else:
         stop(plat, blue, timeout_s=120)
         ev["old_stopped"] = time.monotonic() - t0
-        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env, master=master)
+        new = submit(plat, config, f"{name}-restart", args.to_lanes, env=env, master=master,
+                     extra=kept_checkpoint(plat, f"{name}-restart"))  # fmt: skip
         ev["green_submitted"] = time.monotonic() - t0
         jobs.append(new)
         wait_state(plat, new.topology_id, {"ACTIVE"}, 180)
@@ -535,10 +552,25 @@ def _parser() -> argparse.ArgumentParser:
         help="blue-green methods: take a warm standby started before the load (warm) or "
         "start green at the decision (cold)",
     )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="result name under bench/results/ (default: replacement, or replacement_cold "
+        "with --standby cold)",
+    )
     return p
 
 
+def output_name(args: argparse.Namespace) -> str:
+    """The result's name: ``--output``, else one per standby form (both are kept)."""
+    name = args.output or ("replacement_cold" if args.standby == "cold" else "replacement")
+    if not re.fullmatch(r"[a-z0-9_]+", name):
+        raise BadArgument(f"--output={name!r}: lower-case letters, digits and '_' only")
+    return name
+
+
 def _run(args: argparse.Namespace) -> int:
+    output = output_name(args)
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         if m not in METHODS:
@@ -606,8 +638,8 @@ def _run(args: argparse.Namespace) -> int:
         "params": vars(args),
         "runs": runs,
     }
-    write_result("replacement", summary)
-    plot(RESULTS / "replacement.png", runs)
+    write_result("replacement", summary, name=output)
+    plot(RESULTS / f"{output}.png", runs)
     for method, fig in figures.items():
         print(method, {k: v["median"] for k, v in fig.items()})
     print("checks", checks)

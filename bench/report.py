@@ -24,6 +24,7 @@ EXPERIMENTS = (
     "heterogeneous",
     "overload",
     "replacement",
+    "replacement_cold",
     "autoscale",
     "autoscale_live",
     "poison",

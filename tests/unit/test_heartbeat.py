@@ -65,3 +65,14 @@ def test_stop_before_start_and_twice_is_harmless() -> None:
     heartbeat.stop()
     heartbeat.stop()
     assert not heartbeat.alive
+
+
+def test_beat_now_beats_in_the_caller_and_not_after_stop() -> None:
+    beats: list[str] = []
+    heartbeat = Heartbeat(lambda: beats.append(threading.current_thread().name), "t2", 60)
+    heartbeat.start()
+    heartbeat.beat_now()
+    assert beats == [threading.current_thread().name] * 2  # no wait for the thread's beat
+    heartbeat.stop()
+    heartbeat.beat_now()
+    assert len(beats) == 2  # a stopped heartbeat stays silent

@@ -68,6 +68,13 @@ class Heartbeat:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
 
+    def beat_now(self) -> None:
+        """Beat once now, in the caller's thread, unless stopped: a replacement waits for a
+        heartbeat newer than a moment (green's after blue drained) and should not wait up to
+        ``every_s`` for the thread's next one."""
+        if not self._stop.is_set():
+            self._once()
+
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

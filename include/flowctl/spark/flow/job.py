@@ -158,7 +158,12 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
         one: for a green, the warm-up batch that READY waits for)."""
         from flowctl.spark.flow.preload import warm_workers
 
-        warm_workers(spark, self.config.definition, self.topology_id)
+        warm_workers(
+            spark,
+            self.config.definition,
+            self.topology_id,
+            on_done=lambda: self.startup.mark("Python workers warmed"),
+        )
 
     def _initial_state(self) -> str:
         """ACTIVE, or for a standby topology STARTING until it has warmed up (then READY)."""
@@ -196,6 +201,8 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
             .option("slots", str(max(1, int(spark.sparkContext.defaultParallelism))))
             .load()
         )
+        # The data source's lookup and schema each run in a Python worker of their own.
+        self.startup.mark("source loaded")
         return self._write(stream)
 
     # -- the planner's channels --------------------------------------------------------------
@@ -355,6 +362,8 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
 
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         """Count the lanes' status rows (one per tuple) and log the batch in one line."""
+        # Planned (the planner's first reads done); the lanes' tasks run in collect().
+        self.startup.mark("first batch planned")
         rows = df.collect()
         if rows and all(row["outcome"] == WARMUP for row in rows):
             warmup_errors = {row["error"] for row in rows if row["error"]}

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flowctl.adapters.handovers import HandoverLog
     from flowctl.adapters.memcached_store import MemcachedStore
     from flowctl.pipelines.config import PipelineConfig
+    from flowctl.spark.heartbeat import Heartbeat
 
 log = logging.getLogger("flowctl.job")
 
@@ -37,6 +38,7 @@ class HandoverSides:
     store: MemcachedStore
     ns: str
     _fence: CallMark | None
+    heartbeat: Heartbeat
     database_url: str
     admit: bool
     rebuild_no: int
@@ -189,6 +191,9 @@ class HandoverSides:
             self._handovers().stamp(handover, green_admitting_at=True, blue_gone_at=True, note=note)
         elif action is GreenAction.TAKE_OVER:
             self._green = None
+            # The replace operator stops blue once green beats after blue's DRAINED: at
+            # once, not at the heartbeat thread's next beat (up to a second later).
+            self.heartbeat.beat_now()
             self._start_flusher()  # its first flush_all takes what blue left in the MRWQ
             self.sweep_no = 1
             self._write_ctl()
