@@ -35,6 +35,7 @@ EXPERIMENTS = (
     "cluster_volume_s3",
     "broker_cost",
     "soak",
+    "soak_20min",
     "planning",
 )
 
