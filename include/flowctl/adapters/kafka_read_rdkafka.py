@@ -82,6 +82,14 @@ CONSUMER_CONFIG: dict[str, Any] = {
     # S3 answers a fetch of old data only within this time).
     "fetch.wait.max.ms": 100,
     "socket.timeout.ms": 30_000,
+    # How far librdkafka fetches ahead of the application (default 100,000 records): what
+    # lies past a range's end is parsed and then dropped by the next assign, so a short
+    # lead; a few fetches' worth keeps a long range streaming.
+    "queued.min.messages": 10_000,
+    # How long a fetch waits once that lead is queued (default 1 s): at the default a
+    # range read longer than the lead stalled for up to a second on every refill (a
+    # one-off timing on Tansu: ranges of 12,000 records read at 35k/s, 140-200k/s at 10 ms).
+    "fetch.queue.backoff.ms": 10,
 }
 
 
