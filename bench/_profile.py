@@ -151,6 +151,9 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SQL (SQLAlchemy, sqlite3)", ("sqlalchemy/", "sqlite3/")),
     ("Kafka record unpacking (kafka-python)", ("kafka/record/", "_unpack_records")),
     ("Kafka fetch (kafka-python client, protocol)", ("kafka/",)),
+    # the lanes' librdkafka reader: its consume() (fetching and parsing in C) and the
+    # Records it builds, both on the lines of its read_range
+    ("Kafka read (librdkafka reader: consume, Records)", ("kafka_read_rdkafka.py",)),
     ("word counting", ("wordcount.py",)),
     ("MRWQ fold of results", ("sink_rules.py",)),
     ("threads waiting (pools, selectors)", ("threading.py", "concurrent/futures", "selectors.py")),

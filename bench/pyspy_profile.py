@@ -8,7 +8,7 @@ its Python driver and its Spark Python workers with py-spy for ``--seconds``. Gi
 enough ``--records`` to last both (the job drains them at tens of thousands per second).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.pyspy_profile \
-        [--lanes 4] [--records 900000] [--name profile]
+        [--lanes 4] [--records 900000] [--name profile] [--reader librdkafka]
 
 Writes bench/results/<name>.json (CPU shares; per process the samples' categories:
 Kafka fetch, record unpacking, counting, JSON, memcached, SQL... as
@@ -29,6 +29,7 @@ from bench._common import Job, platform_up, produce, random_lines, unique_name
 from bench._experiment import RESULTS, experiment_parser, run_experiment, write_result
 from bench._measure import drain_run
 from bench._profile import batch_phases, cpu_shares, py_spy
+from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS
 
 
 def given(settings: dict[str, int | None]) -> dict[str, int]:
@@ -48,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of py-spy sampling")
     p.add_argument("--cpu-seconds", type=float, default=5.0, help="seconds of CPU shares")
     p.add_argument("--name", default="profile", help="result file: bench/results/<name>.json")
+    p.add_argument(
+        "--reader",
+        choices=LANE_READERS,
+        default=KAFKA_PYTHON,
+        help="the lanes' Kafka reader ([flow] reader; default: shipped)",
+    )
     return p
 
 
@@ -75,7 +82,10 @@ def _run(args: argparse.Namespace) -> int:
             partitions=args.partitions,
             batch=args.batch,
             stream=given({"tuple_size": args.tuple_size}),
-            flow=given({"w_init": args.w_init, "w_max": args.w_max}),
+            flow={
+                **given({"w_init": args.w_init, "w_max": args.w_max}),
+                **({"reader": args.reader} if args.reader != KAFKA_PYTHON else {}),
+            },
             on_first_batch=sample,
         )
     info.pop("series", None)

@@ -6,7 +6,10 @@ once; every run reads all of it under a pipeline name of its own (own offsets an
 results), so every candidate sees the same data in the same run:
 
 - ``flow``: the flow-controlled topology (``spark_jobs/wordcount_stream.py``, the
-  shipped ``[flow]`` settings);
+  shipped ``[flow]`` settings: its lanes read with kafka-python);
+- ``flow_librdkafka`` (with ``--readers kafka-python librdkafka``): the same job with
+  ``[flow] reader = "librdkafka"`` (issue 27: >= 1.5x ``flow``, same run), run right
+  after ``flow`` at each lane count, ``--flow-rounds`` times each, alternating, medians;
 - ``baseline``: plain Structured Streaming with direct writes
   (``bench/jobs/wordcount_baseline.py``, ``--max-records-per-batch``);
 - (b) ``rate``: the same baseline job, budget, tasks and sink fed by Spark's built-in rate
@@ -28,12 +31,14 @@ results), so every candidate sees the same data in the same run:
 Metric: records/s made durable (sum of committed offsets) from the end of the first
 micro-batch to the last record, so Spark's 4-7 s first batch is excluded. Also per lane
 count: the flow job vs each ceiling (flow/(a), flow/(b), flow/(c)), (c)/(a), the
+librdkafka reader's flow job vs the kafka-python one's (rd/flow) and vs (c), the
 planner's cost per micro-batch (the driver log's "planning per batch" lines: p50, p99 and
 max in ms, and by phase) and each Spark run's last "Spark micro-batches ... ms p50/p99"
 line (where a batch's time goes).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.throughput \
-        [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8] [--loop-rounds 3]
+        [--records 300000] [--lanes 1,2,4] [--batch 50000] [--base 3b2f8e8] [--loop-rounds 3] \
+        [--readers kafka-python librdkafka] [--flow-rounds 1]
 
 Writes bench/results/throughput.json and throughput.png; exits 1 if the target
 (flow >= 0.9x the baseline at every lane count: the runtime costs little) is missed.
@@ -72,6 +77,7 @@ from bench._experiment import (
 )
 from bench._measure import drain_run
 from bench._profile import batch_phases
+from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS, LIBRDKAFKA
 
 #: Issue 4: on a balanced pipeline without faults the runtime costs little.
 TARGET = 0.9
@@ -80,6 +86,11 @@ CEILING_TARGETS = {"read_loop": 0.6, "rate": 0.7}
 #: Issue 13: the flow job at least this many times main's at BASE, same run, same lanes.
 BASE_TARGET = 2.0
 BASE = "3b2f8e8"
+#: Issue 27: the flow job on the librdkafka reader at least this many times the one on
+#: kafka-python, same run, same lanes, exact counts.
+READER_TARGET = 1.5
+#: The flow job's kind per lane reader (``[flow] reader``): ``flow`` is the shipped one.
+FLOW_KINDS = {KAFKA_PYTHON: "flow", LIBRDKAFKA: "flow_librdkafka"}
 #: The planner's log line (flowctl.spark.flow.planner.FlowPlanner.planned).
 PLANNING = re.compile(
     r"planning per batch over (\d+) batch\(es\), ms: p50 ([\d.]+), p99 ([\d.]+), "
@@ -123,14 +134,17 @@ def plot(path: Path, lanes: list[int], cases: list[dict], upper: float, rdkafka:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.2
     xs = range(len(lanes))
+    width = 0.16
     for shift, kind, label in (
-        (-1.5, "flow", "flow-controlled"),
-        (-0.5, "baseline", "baseline (Kafka)"),
-        (0.5, "rate", "rate source, same sink"),
-        (1.5, "base", "flow job of main@3b2f8e8"),
+        (-2, "flow", "flow-controlled (kafka-python)"),
+        (-1, "flow_librdkafka", "flow-controlled (librdkafka)"),
+        (0, "baseline", "baseline (Kafka)"),
+        (1, "rate", "rate source, same sink"),
+        (2, "base", "flow job of main@3b2f8e8"),
     ):
+        if not any(c.get(kind) for c in cases):
+            continue
         heights = [c.get(kind) or 0 for c in cases]
         ax.bar([x + shift * width for x in xs], heights, width, label=label)
     ax.axhline(upper, color="grey", linestyle="--", label="(a) kafka-python loop")
@@ -154,6 +168,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--w-max", type=int, help="flow: largest window, tuples (default: shipped)")
     p.add_argument(
         "--loop-rounds", type=int, default=3, help="runs of each read loop, (a) and (c) alternating"
+    )
+    p.add_argument(
+        "--readers",
+        nargs="+",
+        default=[KAFKA_PYTHON],
+        help=f"the flow job's lane readers ([flow] reader), each a run: {', '.join(LANE_READERS)}",
+    )
+    p.add_argument(
+        "--flow-rounds",
+        type=int,
+        default=1,
+        help="runs of the flow job per reader and lane count, the readers alternating (median)",
     )
     p.add_argument("--base", default=BASE, help='old commit whose flow job runs too ("": none)')
     p.add_argument(
@@ -188,7 +214,6 @@ def _measure(
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         base_tree = args.base_tree or (export_tree(args.base, work / "base") if args.base else None)
-        kinds = ("baseline", "rate", "flow", *(("base",) if base_tree else ()))
         topic = unique_name("fastwc") + ".eden"
         values = random_lines(args.records, args.seed)
         t0 = time.monotonic()
@@ -198,38 +223,76 @@ def _measure(
         upper, rdkafka = loops["kafka_python"], loops["librdkafka"]
         print(f"read loops (medians): (a) kafka-python {upper:.0f}, (c) librdkafka "
               f"{rdkafka:.0f} records/s", flush=True)  # fmt: skip
+        readers = [r for r in LANE_READERS if r in args.readers]
+
+        def run(
+            row: dict[str, Any], kind: str, label: str, reader: str = KAFKA_PYTHON
+        ) -> float | None:
+            """One run of ``kind`` at ``row``'s lane count, its info kept in ``row``."""
+            n = row["lanes"]
+            flow = given({"w_init": args.w_init, "w_max": args.w_max})
+            if reader != KAFKA_PYTHON:
+                flow["reader"] = reader
+            rate, info = drain_run(
+                plat,
+                work,
+                topic,
+                produced,
+                n,
+                label=label,
+                baseline=kind in ("baseline", "rate"),
+                rate_source=kind == "rate",
+                partitions=args.partitions,
+                batch=args.batch,
+                stream=given({"tuple_size": args.tuple_size}),
+                flow=flow,
+                timeout_s=args.timeout,
+                tree=base_tree if kind == "base" else None,
+            )
+            row.setdefault(f"{kind}_runs", []).append(info)
+            log = RESULTS / "logs" / f"{label}.log"
+            info["spark_batches_ms"] = batch_phases(log)
+            if kind != "baseline" and kind != "rate":
+                info["planning"] = planning_cost(log)
+            print(f"lanes {n} {kind} ({label}): {rate} records/s", flush=True)
+            return rate
+
         cases = []
         for n in lanes:
-            row = {"lanes": n}
-            for kind in kinds:
-                rate, info = drain_run(
-                    plat,
-                    work,
-                    topic,
-                    produced,
-                    n,
-                    label=f"throughput-{kind}-{n}",
-                    baseline=kind in ("baseline", "rate"),
-                    rate_source=kind == "rate",
-                    partitions=args.partitions,
-                    batch=args.batch,
-                    stream=given({"tuple_size": args.tuple_size}),
-                    flow=given({"w_init": args.w_init, "w_max": args.w_max}),
-                    timeout_s=args.timeout,
-                    tree=base_tree if kind == "base" else None,
-                )
-                row[kind] = rate
-                row[f"{kind}_run"] = info
-                log = RESULTS / "logs" / f"throughput-{kind}-{n}.log"
-                info["spark_batches_ms"] = batch_phases(log)
-                if kind in ("flow", "base"):
-                    row["planning" if kind == "flow" else "base_planning"] = planning_cost(log)
-                print(f"lanes {n} {kind}: {row[kind]} records/s", flush=True)
+            row: dict[str, Any] = {"lanes": n}
+            for kind in ("baseline", "rate"):
+                row[kind] = run(row, kind, f"throughput-{kind}-{n}")
+                row[f"{kind}_run"] = row.pop(f"{kind}_runs")[0]
+            # the readers' flow jobs one after the other, round by round (a change of the
+            # machine's load hits every reader alike), then each reader's median
+            rates: dict[str, list[float | None]] = {r: [] for r in readers}
+            for i in range(args.flow_rounds):
+                for reader in readers:
+                    kind = FLOW_KINDS[reader]
+                    suffix = f"-r{i + 1}" if args.flow_rounds > 1 else ""
+                    rates[reader].append(run(row, kind, f"throughput-{kind}-{n}{suffix}", reader))
+            for reader, got in rates.items():
+                kind = FLOW_KINDS[reader]
+                done = [r for r in got if r is not None]
+                row[kind] = percentile(done, 50) if len(done) == len(got) else None
+                row[f"{kind}_rounds"] = got
+                runs = row.pop(f"{kind}_runs")
+                row[f"{kind}_run"] = runs[-1]  # the last round's (its log is the one kept)
+                if len(runs) > 1:
+                    row[f"{kind}_earlier_runs"] = runs[:-1]
+            row["planning"] = row["flow_run"]["planning"]
+            if base_tree:
+                row["base"] = run(row, "base", f"throughput-base-{n}")
+                row["base_run"] = row.pop("base_runs")[0]
+                row["base_planning"] = row["base_run"]["planning"]
             row["ratio"] = ratio(row["flow"], row["baseline"])
             row["flow_vs_read_loop"] = ratio(row["flow"], upper)
             row["flow_vs_rate"] = ratio(row["flow"], row["rate"])
             row["flow_vs_librdkafka"] = ratio(row["flow"], rdkafka)
             row["flow_vs_base"] = ratio(row["flow"], row.get("base"))
+            if LIBRDKAFKA in readers:
+                row["librdkafka_flow_vs_flow"] = ratio(row["flow_librdkafka"], row["flow"])
+                row["librdkafka_flow_vs_librdkafka"] = ratio(row["flow_librdkafka"], rdkafka)
             cases.append(row)
 
     return cases, loops
@@ -240,6 +303,7 @@ def _summary(
 ) -> dict[str, Any]:
     """The result file's content: the lowest-ratio lane count as the headline, the ceilings."""
     upper, rdkafka = loops["kafka_python"], loops["librdkafka"]
+    readers = [r for r in LANE_READERS if r in args.readers]
     ratios = [c["ratio"] for c in cases]
     meets = all(r is not None and r >= TARGET for r in ratios)
     # the headline is the lane count with the lowest ratio (the target holds at every one)
@@ -272,6 +336,7 @@ def _summary(
         "flow_vs_rate_per_lanes": {c["lanes"]: c["flow_vs_rate"] for c in cases},
         "flow_vs_librdkafka_per_lanes": {c["lanes"]: c["flow_vs_librdkafka"] for c in cases},
         "rate_source_per_lanes": {c["lanes"]: c["rate"] for c in cases},
+        "readers": readers,
         "planning_ms_per_lanes": {
             c["lanes"]: None
             if not c.get("planning")
@@ -282,6 +347,7 @@ def _summary(
         "upper_bound_librdkafka": round(rdkafka),
         "librdkafka_vs_kafka_python": ratio(rdkafka, upper),
         "read_loops": loops,
+        **_readers_summary(cases, readers),
         "target": f"flow >= {TARGET}x baseline at every lane count",
         "meets_target": meets,
         "ceilings_issue_13": ceilings,
@@ -290,10 +356,39 @@ def _summary(
     }
 
 
+def _readers_summary(cases: list[dict[str, Any]], readers: list[str]) -> dict[str, Any]:
+    """Issue 27's figures when the librdkafka reader ran: its flow job per lane count, the
+    ratio to the kafka-python reader's (same run) and whether it meets
+    :data:`READER_TARGET` at every lane count."""
+    if LIBRDKAFKA not in readers:
+        return {}
+    per_lanes = {c["lanes"]: c["librdkafka_flow_vs_flow"] for c in cases}
+    return {
+        "flow_librdkafka_per_lanes": {c["lanes"]: c["flow_librdkafka"] for c in cases},
+        "flow_kafka_python_per_lanes": {c["lanes"]: c["flow"] for c in cases},
+        "librdkafka_flow_vs_flow_per_lanes": per_lanes,
+        "librdkafka_flow_vs_librdkafka_per_lanes": {
+            c["lanes"]: c["librdkafka_flow_vs_librdkafka"] for c in cases
+        },
+        "reader_target": f"flow on librdkafka >= {READER_TARGET}x flow on kafka-python",
+        "reader_target_met": all((r or 0) >= READER_TARGET for r in per_lanes.values()),
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     lanes = [int(v) for v in args.lanes.split(",")]
     if args.loop_rounds < 1:
         raise BadArgument(f"--loop-rounds must be >= 1, got {args.loop_rounds}")
+    if args.flow_rounds < 1:
+        raise BadArgument(f"--flow-rounds must be >= 1, got {args.flow_rounds}")
+    for reader in args.readers:
+        if reader not in LANE_READERS:
+            raise BadArgument(f"--readers {reader!r} must be one of {', '.join(LANE_READERS)}")
+    if KAFKA_PYTHON not in args.readers:
+        raise BadArgument(
+            f"--readers {' '.join(args.readers)} must include {KAFKA_PYTHON}: the flow job "
+            "every ratio is taken against"
+        )
     cases, loops = _measure(args, lanes)
     summary = _summary(args, cases, loops)
     write_result("throughput", summary)
@@ -310,6 +405,13 @@ def _run(args: argparse.Namespace) -> int:
             f"| {c['flow_vs_librdkafka']} | {summary['librdkafka_vs_kafka_python']} | {c['ratio']} "
             f"| {c['flow_vs_base']} |"
         )
+    if LIBRDKAFKA in args.readers:
+        print("| lanes | flow (kafka-python) | flow (librdkafka) | rd/flow | rd/(c) |")
+        for c in cases:
+            print(
+                f"| {c['lanes']} | {c['flow']} | {c['flow_librdkafka']} "
+                f"| {c['librdkafka_flow_vs_flow']} | {c['librdkafka_flow_vs_librdkafka']} |"
+            )
     return exit_code(summary)
 
 

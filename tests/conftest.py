@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import kafka_log
 from flowctl.config import Settings
+from flowctl.pipelines.config_sections import LANE_READERS
 from flowctl.services import manager
 from flowctl.services.base import PortInUseError
 from flowctl.services.ports import free_port
+from tests.lane_readers import LaneReader
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -81,7 +82,8 @@ def _session_tansu(_session_services: _SessionServices) -> Iterator[None]:
     finally:
         # A cached consumer left open would keep reconnecting to the stopped broker and
         # log errors into closed streams at interpreter exit.
-        kafka_log.drop_cached_consumer(_session_services.settings.kafka_bootstrap)
+        for reader in LANE_READERS:
+            LaneReader(reader).drop_cached(_session_services.settings.kafka_bootstrap)
         _session_services.stop("tansu")
 
 
@@ -117,6 +119,12 @@ def kafka_bootstrap(_session_services: _SessionServices, _session_tansu: None) -
 def memcached_address(_session_services: _SessionServices, _session_memcached: None) -> str:
     """``"127.0.0.1:<port>"`` of the session's memcached (Tansu is not started)."""
     return _session_services.settings.memcached_address
+
+
+@pytest.fixture(params=LANE_READERS)
+def lane_reader(request: pytest.FixtureRequest) -> LaneReader:
+    """Each of the lanes' Kafka readers (``[flow] reader``) in turn: the test runs per reader."""
+    return LaneReader(request.param)
 
 
 @pytest.fixture

@@ -457,7 +457,7 @@ def test_referenced_dockerfiles_exist(rendered: dict) -> None:
 def test_airflow_image_is_the_pinned_airflow_with_the_project() -> None:
     text = (ROOT / "docker" / "airflow" / "Dockerfile").read_text()
     assert "apache/airflow:3.3.2-python3.11" in text
-    assert re.search(r"pip install .*-e /opt/airflow", text)
+    assert re.search(r"pip install .*-e \"?/opt/airflow(\[librdkafka\])?\"?", text)
     assert "jre" in text, "spark-submit needs a Java runtime in the Airflow image"
 
 
@@ -495,6 +495,7 @@ def test_executor_requirements_drop_airflow_and_keep_the_pins() -> None:
         "psycopg2-binary",
         "pandas",
         "pyarrow",
+        "confluent-kafka",  # the librdkafka extra: [flow] reader = "librdkafka"
     } <= names
     assert "kafka-python==3.*" in requirements, "pins are kept as pyproject.toml states them"
 

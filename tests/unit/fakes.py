@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from flowctl.adapters.flow_state import Durable, StartState
 from flowctl.core.data_loss import LostRange
+from flowctl.core.record import Record
 from flowctl.core.replay import ReplaySnapshot
 from flowctl.core.tuples import TopicPartition
 
@@ -136,7 +137,8 @@ class FakeState:
 
 
 class KafkaRecord(NamedTuple):
-    """A record as :func:`flowctl.adapters.kafka_log.read_range` yields it."""
+    """A record as :func:`flowctl.adapters.kafka_log.read_range` (kafka-python) yields it;
+    :meth:`FakeLaneIO.read` hands it on as the lane's reader does, a :class:`Record`."""
 
     topic: str
     partition: int
@@ -185,7 +187,7 @@ class FakeLaneIO:
             stamps = self.stamps.get((t.topic, t.partition), [])
             extras = self.extras.get((t.topic, t.partition), [])
             out[t.id] = [
-                KafkaRecord(t.topic, t.partition, o, stamps[o], values[o], *extras[o])
+                Record.of(KafkaRecord(t.topic, t.partition, o, stamps[o], values[o], *extras[o]))
                 for o in range(t.start, min(t.end, len(values)))
             ]
         return out

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -90,6 +92,11 @@ def test_a_path_loads_with_defaults(tmp_path: Path) -> None:
             "tuple_size = 10\n[flow]\nflush_poll_s = 0",
             r"flow.flush_poll_s=0",
         ),
+        (
+            "tuple_size = 10",
+            'tuple_size = 10\n[flow]\nreader = "rdkafka"',
+            r"flow.reader='rdkafka' must be one of kafka-python, librdkafka",
+        ),
         ('name = "demo"', 'name = "other"', r"name='other' must match the file name"),
         ('"flowctl.pipelines.wordcount"', '"no.such.module"', r"definition='no.such.module'"),
     ],
@@ -101,6 +108,31 @@ def test_bad_fields_name_the_file_field_and_value(
     with pytest.raises(PipelineConfigError, match=message) as info:
         load_pipeline_config(path)
     assert str(path) in str(info.value)
+
+
+def test_the_lane_reader_is_kafka_python_unless_librdkafka_is_asked_for(tmp_path: Path) -> None:
+    assert load_pipeline_config(_write(tmp_path, VALID)).flow.reader == "kafka-python"
+    rd = load_pipeline_config(_write(tmp_path, VALID + '[flow]\nreader = "librdkafka"\n'))
+    assert rd.flow.reader == "librdkafka"
+
+
+def test_librdkafka_without_confluent_kafka_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == "confluent_kafka" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    path = _write(tmp_path, VALID + '[flow]\nreader = "librdkafka"\n')
+    with pytest.raises(PipelineConfigError) as info:
+        load_pipeline_config(path)
+    message = str(info.value)
+    assert "flow.reader='librdkafka' needs confluent-kafka" in message, message
+    assert "pip install 'flowctl[librdkafka]'" in message, message
+    assert str(path) in message
+    assert load_pipeline_config(_write(tmp_path, VALID)).flow.reader == "kafka-python"
 
 
 def test_auto_initial_window_is_each_lanes_share_of_the_batch_budget(tmp_path: Path) -> None:

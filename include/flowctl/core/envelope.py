@@ -23,11 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ENVELOPE_VERSION = 1
+from .record import Headers
 
-#: ``(name, value)`` pairs of a record's headers, as :class:`flowctl.pipelines.base.Record`
-#: carries them (the core imports no pipeline module: the type is spelled here too).
-Headers = tuple[tuple[str, bytes | None], ...]
+ENVELOPE_VERSION = 1
 
 
 class EnvelopeError(ValueError):

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .backoff import BackoffPolicy
-from .envelope import Envelope, EnvelopeError, Headers, decode_envelope, encode_envelope
+from .envelope import Envelope, EnvelopeError, decode_envelope, encode_envelope
+from .record import Headers
 
 __all__ = [
     "DLQ_SUFFIX",

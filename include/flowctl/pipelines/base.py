@@ -38,9 +38,12 @@ Contracts:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from numbers import Number
 from typing import Any, Protocol
+
+# The record type is the core's (every lane reader yields it); definitions import it from here.
+from flowctl.core.record import Headers as Headers
+from flowctl.core.record import Record as Record
 
 #: The database connection :meth:`PipelineDefinition.apply` and
 #: :meth:`PipelineDefinition.stored` get: a SQLAlchemy ``Connection`` inside the
@@ -56,45 +59,6 @@ class PoisonRecord(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.offset = offset
-
-
-#: A record's headers as Kafka carries them: ``(name, value)`` pairs in the producer's order,
-#: a name possibly repeated, a value possibly null. A tuple of tuples: immutable, picklable.
-Headers = tuple[tuple[str, bytes | None], ...]
-
-
-@dataclass(frozen=True)
-class Record:
-    """One Kafka record as the lanes hand it to a pipeline, whoever produced it.
-
-    ``value`` is ``None`` for a tombstone (a record with a null value, the delete marker of
-    a compacted topic) and ``b""`` for an empty value: a definition chooses what each means
-    (skip it, or raise :class:`PoisonRecord` with a reason) and its ``reference`` must
-    agree. ``key`` and ``headers`` are as produced (``None`` and ``()`` when absent).
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int | None
-    value: bytes | None
-    key: bytes | None = None
-    headers: Headers = ()
-
-    @classmethod
-    def of(cls, consumed: Any) -> Record:
-        """The record of a Kafka client's consumed record (kafka-python's ``ConsumerRecord``:
-        ``topic``, ``partition``, ``offset``, ``timestamp``, ``value``, ``key``,
-        ``headers``): the one place that copies its fields, for the lanes and reconcile."""
-        return cls(
-            consumed.topic,
-            consumed.partition,
-            consumed.offset,
-            consumed.timestamp,
-            consumed.value,
-            consumed.key,
-            tuple((name, value) for name, value in consumed.headers or ()),
-        )
 
 
 class PipelineDefinition(Protocol):

@@ -8,6 +8,8 @@ the top-level sections and hands these two tables here.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,15 @@ SOURCE_MODES = ("flow", "plain")
 RTT_MODES = ("fixed", "adaptive")
 #: Dispatch policies of the spout (see :mod:`flowctl.core.dispatch`).
 DISPATCH_POLICIES = ("round_robin", "least_loaded")
+#: The Kafka clients a lane may read its ranges with (``[flow] reader``): kafka-python, the
+#: platform's own client (the default), or librdkafka through confluent-kafka, the optional
+#: extra ``flowctl[librdkafka]`` (docs/flow-control.md, "Lane readers").
+KAFKA_PYTHON = "kafka-python"
+LIBRDKAFKA = "librdkafka"
+LANE_READERS = (KAFKA_PYTHON, LIBRDKAFKA)
+#: How to get the librdkafka reader's client, in the error of a config that asks for it
+#: where it is missing.
+LIBRDKAFKA_INSTALL = "pip install 'flowctl[librdkafka]'"
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,8 @@ class FlowConfig:
     #: A code error (a window's tuples all raising one exception type): ``halt`` stops
     #: admitting and keeps the offsets; ``dead_letter`` treats it as records' failures.
     on_code_error: str = "halt"
+    #: The Kafka client the lanes read their ranges with (:data:`LANE_READERS`).
+    reader: str = KAFKA_PYTHON
 
     @property
     def lane_budget_s(self) -> float | None:
@@ -246,4 +259,20 @@ def parse_flow(table: dict[str, Any]) -> FlowConfig:
         read_error_timeout_s=amount("read_error_timeout_s", lo=0),
         stall_after_s=amount("stall_after_s", lo=0),
         on_code_error=one_of("on_code_error", CODE_ERROR_ACTIONS),
+        reader=_reader(one_of("reader", LANE_READERS)),
     )
+
+
+def _reader(reader: str) -> str:
+    """``reader``, once its client is importable here: a config naming librdkafka where
+    confluent-kafka is missing fails when it is loaded (``flowctl pipeline check``, the
+    stream job's start), not in every lane's read."""
+    if reader == LIBRDKAFKA and importlib.util.find_spec("confluent_kafka") is None:
+        raise InvalidValue(
+            "flow.reader",
+            reader,
+            f"needs confluent-kafka, which is not installed in {sys.executable}: install "
+            f"it with `{LIBRDKAFKA_INSTALL}` (or `pip install confluent-kafka`), or set "
+            f'reader = "{KAFKA_PYTHON}"',
+        )
+    return reader

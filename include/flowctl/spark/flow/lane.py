@@ -42,8 +42,6 @@ from flowctl.spark.flow.routing import (
 from flowctl.spark.flow.settings import FlowSettings, cached_store, load_config
 
 if TYPE_CHECKING:
-    from kafka.consumer.fetcher import ConsumerRecord
-
     from flowctl.adapters.memcached_store import MemcachedStore
 
 log = logging.getLogger(__name__)
@@ -59,8 +57,9 @@ WARMUP = "warmup"
 #: Latency samples a lane reports per acked tuple (evenly spread over its records).
 LATENCY_SAMPLES = 8
 
-#: Each tuple's records as kafka-python consumed them, by tuple id, or why the read failed.
-Fetched = Mapping[str, "list[ConsumerRecord] | Exception"]
+#: Each tuple's records as the lane's reader (``[flow] reader``) read them, by tuple id, or
+#: why the read failed.
+Fetched = Mapping[str, "list[Record] | Exception"]
 #: One row of :data:`STATUS_SCHEMA`.
 StatusRow = tuple[int, int, str, str, int, float, "str | None"]
 #: ``process`` over one tuple's records: the definition's JSON-serialisable result.
@@ -123,14 +122,16 @@ class TupleDone:
 
 
 class KafkaLaneIO:
-    """The lane's real I/O: Kafka through :mod:`flowctl.adapters.kafka_log`, memcached."""
+    """The lane's real I/O: Kafka through the pipeline's reader (:mod:`.lane_read`) and
+    :mod:`flowctl.adapters.kafka_log` (producing), memcached."""
 
     def __init__(self, settings: FlowSettings) -> None:
         self.settings = settings
         self.store = cached_store(settings.memcached)
 
     def read(self, entries: Sequence[PlanEntry]) -> Fetched:
-        return prefetch(entries, self.settings.bootstrap, self.settings.read_timeout_s)
+        reader = load_config(self.settings.config_path).flow.reader
+        return prefetch(entries, self.settings.bootstrap, self.settings.read_timeout_s, reader)
 
     def produce(self, topic: str, values: Sequence[bytes]) -> None:
         from flowctl.adapters import kafka_log
@@ -210,8 +211,7 @@ def process_tuples(
         elif isinstance(raw, Exception):
             done.append(TupleDone(entry, Outcome.FAILED, 0, 0.0, error=f"read failed: {raw}"))
         elif not entry.replay:
-            records = [Record.of(r) for r in raw]
-            done.append(eden_tuple(entry, records, process, backflow, started, combine))
+            done.append(eden_tuple(entry, raw, process, backflow, started, combine))
         elif (t.topic, t.partition) in held:
             done.append(TupleDone(entry, Outcome.HELD, 0, 0.0, not_before=time.time()))
         elif not raw:  # no record at that offset (a hole in the log): nothing to replay
@@ -287,7 +287,7 @@ def eden_tuple(
 
 def replay_record(
     entry: PlanEntry,
-    raw: ConsumerRecord,
+    raw: Record,
     process: Process,
     backflow: Backflow,
     started: float,
@@ -430,7 +430,7 @@ def warm_up(
         raw = io.read(part.entries)[entry.tuple.id]
         if isinstance(raw, Exception):
             raise raw
-        records = [Record.of(r) for r in raw]
+        records = raw
         run_with_deadline(definition.process, records, timeout_s, part.lane)
     except Exception as exc:  # a poison record or a slow read: the warm-up did its job
         error = describe(exc)

@@ -1,0 +1,197 @@
+"""Exact offset-range reads on librdkafka (confluent-kafka): the lanes' other reader.
+
+``[flow] reader = "librdkafka"`` (docs/flow-control.md, "Lane readers") reads a lane's
+ranges with this module instead of :func:`flowctl.adapters.kafka_log.read_range`: the
+fetching, decompression, CRC checks and record parsing then run in C, where kafka-python
+does them in Python (about 42 % of the lanes' time at 2 lanes, bench/README.md). The
+semantics are :func:`~flowctl.adapters.kafka_log.read_range`'s, record for record:
+
+- ``assign`` at the range's start offset, no group join, no commits;
+- committed records only (:data:`~flowctl.adapters.kafka_log.ISOLATION_LEVEL`), CRCs
+  checked;
+- exactly the offsets ``[start, end)``; offsets without a record (transaction markers,
+  compaction) are gaps it moves over, also at the log's end: librdkafka reports the end
+  it reached past them (``enable.partition.eof``), a position no record carries;
+- a read that makes no progress for ``timeout_s`` raises
+  :class:`~flowctl.adapters.kafka_log.KafkaReadTimeout` naming the range.
+
+It yields :class:`flowctl.core.record.Record`, built straight from librdkafka's
+``Message``, so the lane sees one record type whichever reader ran. Everything else that
+talks to Kafka (the planner's end offsets, producing, the admin client) stays on
+kafka-python, the platform's dependency; confluent-kafka is the optional extra
+``flowctl[librdkafka]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from flowctl.adapters.kafka_log import ISOLATION_LEVEL, KafkaReadTimeout
+from flowctl.core.record import Record
+
+try:
+    from confluent_kafka import (
+        TIMESTAMP_NOT_AVAILABLE,
+        Consumer,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
+except ImportError as exc:  # the optional extra is not installed
+    raise ImportError(
+        '[flow] reader = "librdkafka" needs confluent-kafka, which is not installed in '
+        f"{sys.executable}: install it with `pip install 'flowctl[librdkafka]'` (or "
+        '`pip install confluent-kafka`), or set [flow] reader = "kafka-python"'
+    ) from exc
+
+log = logging.getLogger(__name__)
+
+#: The name of the per-worker consumer cache in ``sys.modules`` (module globals reset
+#: between a Spark worker's tasks; ``sys.modules`` entries live as long as the worker).
+_CACHE_MODULE = "flowctl._rdkafka_consumer_cache"
+
+#: Records asked of librdkafka per ``consume`` call: its queue is filled ahead by its own
+#: fetcher thread, so one call hands over a batch in C, and the lane's Python loops once.
+BATCH_RECORDS = 5_000
+#: Seconds one ``consume`` call waits for its batch: it returns early once the batch is
+#: full, which a range below the log's end always is; at the log's end it waits this long
+#: for the end-of-partition report (the read's progress past trailing gaps).
+POLL_S = 0.2
+
+#: The consumer's settings beside the bootstrap address: what the kafka-python reader's
+#: ``_consumer_config`` sets, in librdkafka's names.
+CONSUMER_CONFIG: dict[str, Any] = {
+    # librdkafka wants a group id, even for a consumer that only assigns: it joins no group
+    # and commits nothing.
+    "group.id": "flowctl-lanes",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "isolation.level": ISOLATION_LEVEL,
+    # A corrupted record batch is refused, never counted (kafka-python's check_crcs).
+    "check.crcs": True,
+    # The end of the log is reported with the offset reached: a range whose last offsets
+    # are transaction markers is read to its end by that report.
+    "enable.partition.eof": True,
+    # As long as the broker may hold a fetch (kafka-python's fetch_max_wait_ms; Tansu on
+    # S3 answers a fetch of old data only within this time).
+    "fetch.wait.max.ms": 100,
+    "socket.timeout.ms": 30_000,
+    # How far librdkafka fetches ahead of the application (default 100,000 records): what
+    # lies past a range's end is parsed and then dropped by the next assign, so a short
+    # lead; a few fetches' worth keeps a long range streaming.
+    "queued.min.messages": 10_000,
+    # How long a fetch waits once that lead is queued (default 1 s): at the default a
+    # range read longer than the lead stalled for up to a second on every refill (a
+    # one-off timing on Tansu: ranges of 12,000 records read at 35k/s, 140-200k/s at 10 ms).
+    "fetch.queue.backoff.ms": 10,
+}
+
+
+def new_consumer(bootstrap: str) -> Consumer:
+    """A group-less librdkafka consumer for ``assign`` reads (:data:`CONSUMER_CONFIG`)."""
+    return Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG})
+
+
+def cached_consumer(bootstrap: str) -> Consumer:
+    """The consumer for ``bootstrap`` reused by every task of this Python worker.
+
+    As :func:`flowctl.adapters.kafka_log.cached_consumer`: connecting costs more than
+    reading a small lane. Created in the worker itself, never before a fork (librdkafka's
+    threads do not survive one).
+    """
+    cache = sys.modules.get(_CACHE_MODULE)
+    if cache is None:
+        cache = types.ModuleType(_CACHE_MODULE, "Per-worker librdkafka consumer cache.")
+        sys.modules[_CACHE_MODULE] = cache
+    consumers: dict[str, Consumer] = vars(cache).setdefault("consumers", {})
+    consumer = consumers.get(bootstrap)
+    if consumer is None:
+        consumer = new_consumer(bootstrap)
+        consumers[bootstrap] = consumer
+    return consumer
+
+
+def drop_cached_consumer(bootstrap: str) -> None:
+    """Close and forget the cached consumer (after an error left it in doubt)."""
+    cache = sys.modules.get(_CACHE_MODULE)
+    if cache is None:
+        return
+    consumer = vars(cache).get("consumers", {}).pop(bootstrap, None)
+    if consumer is None:
+        return
+    try:
+        consumer.close()
+    except Exception:  # closing a broken consumer must not mask why it was dropped
+        log.debug("closing a librdkafka consumer failed", exc_info=True)
+
+
+def read_range(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    timeout_s: float = 30.0,
+    max_records: int = BATCH_RECORDS,
+) -> Iterator[Record]:
+    """Yield exactly the records of ``topic``/``partition`` with ``start <= offset < end``.
+
+    The semantics of :func:`flowctl.adapters.kafka_log.read_range` (see the module
+    docstring). A record batch librdkafka cannot read (a CRC mismatch, a codec it lacks)
+    raises :class:`confluent_kafka.KafkaException`.
+    """
+    if start < 0 or end < start:
+        raise ValueError(f"read_range: bad range [{start}, {end}) for {topic}/{partition}")
+    if start == end:
+        return
+    consumer.assign([TopicPartition(topic, partition, start)])
+    eof = KafkaError._PARTITION_EOF
+    position = start
+    last_progress = time.monotonic()
+    while position < end:
+        batch = consumer.consume(num_messages=min(max_records, end - position), timeout=POLL_S)
+        moved = False
+        for m in batch:
+            error = m.error()
+            if error is not None:
+                if error.code() != eof:
+                    raise KafkaException(error)
+                # The log's end, past any gap before it: nothing more to read below it.
+                reached = m.offset()
+                if reached is not None and reached > position:
+                    position, moved = reached, True
+                continue
+            offset = m.offset()
+            if offset is None or offset < position:  # a record always has an offset
+                continue
+            if offset >= end:
+                return
+            kind, stamp = m.timestamp()
+            headers = m.headers()
+            yield Record(
+                topic,
+                partition,
+                offset,
+                None if kind == TIMESTAMP_NOT_AVAILABLE else stamp,
+                m.value(),
+                m.key(),
+                # A consumed record's headers are a list of (str, bytes | None) pairs; the
+                # stubs also allow the dict and str values a producer may be given.
+                tuple(headers) if headers else (),  # type: ignore[arg-type]
+            )
+            position, moved = offset + 1, True
+        if moved:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > timeout_s:
+            raise KafkaReadTimeout(
+                f"read_range (librdkafka): no progress reading {topic}/{partition} offsets "
+                f"[{start}, {end}) for {timeout_s} s (stuck at offset {position}); is the "
+                f"broker up and is the range below the partition's latest offset?"
+            )
