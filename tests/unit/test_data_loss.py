@@ -64,11 +64,12 @@ def test_a_partition_without_a_checkpoint_counts_from_offset_zero() -> None:
     assert [(r.partition, r.first, r.end) for r in found] == [(2, 0, 10)]
 
 
-def test_a_start_loss_is_declared_on_the_second_read_that_finds_it_a_reset_at_once() -> None:
+def test_a_start_loss_is_declared_on_the_second_read_that_finds_it_a_reset_on_the_next() -> None:
     watch = LossWatch()
     start = LostRange(EDEN, 0, 100, 250, LossKind.LOG_START, "")
     reset = LostRange(EDEN, 1, 60, 80, LossKind.LOG_RESET, "")
-    assert watch.declare([start, reset], starts_read=True) == [reset]
+    assert watch.declare([start, reset], starts_read=True) == []
+    assert watch.declare([reset], starts_read=False) == [reset]  # the next ends read agrees
     assert watch.declare([], starts_read=False) == []  # no start read: suspicions kept
     later = LostRange(EDEN, 0, 120, 250, LossKind.LOG_START, "")  # the checkpoint moved
     assert watch.declare([later], starts_read=True) == [later]
@@ -112,3 +113,14 @@ def test_read_errors_persist_past_the_bound_only_without_a_success_between() -> 
     assert [f.describe() for f in errors.persistent()] == [
         "demo.eden every partition: reads failing for 61 s, last error: NoBrokersAvailable"
     ]
+
+
+def test_an_end_misreported_once_below_the_position_is_never_declared_a_reset() -> None:
+    """A broker that answers one read with a wrong end (Tansu, while transactions were
+    written) must not stop the topology; only two reads in a row are a reset log."""
+    watch = LossWatch()
+    reset = LostRange(EDEN, 1, 60, 80, LossKind.LOG_RESET, "")
+    assert watch.declare([reset], starts_read=False) == []
+    assert watch.declare([], starts_read=False) == []  # the next read is right again
+    assert watch.declare([reset], starts_read=False) == []
+    assert watch.declare([reset], starts_read=True) == [reset]

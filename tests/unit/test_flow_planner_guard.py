@@ -96,6 +96,7 @@ def test_a_reset_log_fails_under_both_settings(tmp_path: Path, policy: str) -> N
     start = planner.initial_offset()
     planner.latest_offset(start)
     fake.ends[EDEN] = {0: 20}  # deleted and recreated: 20 new records
+    assert planner.latest_offset(start) == start  # one read may be a misreport: no batch
     with pytest.raises(DataLossError) as info:
         planner.latest_offset(start)
     (lost,) = info.value.lost

@@ -18,7 +18,9 @@ so that a test drives them with exact offsets and a fake clock:
 * :class:`LossWatch`: a start past the checkpoint is declared only when two reads of
   the start, ``checkpoint`` re-read in between, agree: a record processed just before
   retention took it is durable a flush later, and must not stop a topology. A reset
-  log is declared at once (flushing never brings the old log back).
+  log is declared when two reads of the ends in a row find it (flushing never brings
+  the old log back, but a broker may misreport an end once: Tansu answered a
+  partition's end as 0 while a producer's transactions were being written to it).
 
 * :class:`ReadErrors`: per partition, since when its reads fail without a success in
   between; an error that persists past the bound is the topology's cause of failure,
@@ -153,12 +155,17 @@ class LossWatch:
 
     def __init__(self) -> None:
         self._suspects: dict[int, LostRange] = {}
+        self._resets: set[int] = set()
 
     def declare(self, found: list[LostRange], *, starts_read: bool) -> list[LostRange]:
-        """The ranges of ``found`` to act on now. A log-start loss is declared when the
-        previous start read found the same partition lost too; ``starts_read``: whether
-        this check had the log's starts (only then do suspicions change)."""
-        declared = [r for r in found if r.kind is LossKind.LOG_RESET]
+        """The ranges of ``found`` to act on now. A reset log is declared when the previous
+        check (the previous read of the ends) found the same partition reset too; a
+        log-start loss when the previous start read found the same partition lost too;
+        ``starts_read``: whether this check had the log's starts (only then do those
+        suspicions change)."""
+        resets = {r.partition: r for r in found if r.kind is LossKind.LOG_RESET}
+        declared = [r for p, r in resets.items() if p in self._resets]
+        self._resets = set(resets)
         if not starts_read:
             return declared
         current = {r.partition: r for r in found if r.kind is LossKind.LOG_START}
@@ -169,6 +176,7 @@ class LossWatch:
     def forget(self, partition: int) -> None:
         """A loss that was acted on (skipped) is no longer a suspicion."""
         self._suspects.pop(partition, None)
+        self._resets.discard(partition)
 
 
 @dataclass(frozen=True)

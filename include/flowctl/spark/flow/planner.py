@@ -258,7 +258,8 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             latest = self._read_ends(reading)
         if latest is None:  # a read error within read_error_timeout_s: no batch, retried
             return dict(start)
-        self._guard_log(latest)
+        if not self._guard_log(latest):  # an end below the position, not yet confirmed
+            return dict(start)
         self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
         with timed("backpressure"):
             persist_len = self._mrwq_length()

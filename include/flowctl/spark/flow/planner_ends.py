@@ -91,24 +91,39 @@ class EndsPlanning:
         self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
         return ends[eden]
 
-    def _guard_log(self, latest: dict[int, int]) -> None:
+    def _guard_log(self, latest: dict[int, int]) -> bool:
         """Records lost before processing, read errors that persist (:class:`LogGuard`):
-        only an admitting planner decides (a standby or draining one owns no checkpoint)."""
+        only an admitting planner decides (a standby or draining one owns no checkpoint).
+        Returns whether the batch may be planned on ``latest``: not while an end lies below
+        the spout's position and the next read has not confirmed a reset log (the guard
+        declares one on two reads in a row; one read may be a broker's misreport)."""
         assert self.spout is not None
         if self.ends.starts_error is not None:
             self._warn(f"reading the log starts of {self.settings.topic}", self.ends.starts_error)
+        topic = self.settings.topic
+        positions = {
+            tp.partition: n for tp, n in self.spout.positions().items() if tp.topic == topic
+        }
         if self.admit:
-            topic = self.settings.topic
             self.guard.check(
                 checkpoints=self._checkpoints,
                 ends=latest,
-                positions={
-                    tp.partition: n for tp, n in self.spout.positions().items() if tp.topic == topic
-                },
+                positions=positions,
                 starts=self.ends.starts,
                 seen_ends={tp.partition: n for tp, n in self._latest.items()},
             )
         self.guard.raise_if_persistent()
+        below = {p: end for p, end in latest.items() if end < positions.get(p, 0)}
+        if below:
+            log.warning(
+                "flow %s: %s read ending below the position the topology reached (%s): "
+                "no batch until the next read of the ends confirms a reset log or clears it",
+                self.settings.topology_id,
+                topic,
+                ", ".join(f"partition {p}: end {e} < {positions[p]}" for p, e in below.items()),
+            )
+            return False
+        return True
 
     def _rebuild_after_skip(self) -> None:
         """A skip moved the checkpoint: the spout cuts from the database again."""
