@@ -102,9 +102,9 @@ class FlowConfig:
     #: Also flush when a micro-batch ends (its results are all in the MRWQ then).
     flush_at_batch_end: bool = True
     #: Flush whatever the lanes queued at every poll of the flusher (beyond Algorithm 3).
-    flush_as_queued: bool = True
+    flush_as_queued: bool = False
     #: Seconds between two looks of the flusher at the MRWQ.
-    flush_poll_s: float = 0.02
+    flush_poll_s: float = 0.05
     gap_grace_s: float = 5.0
     #: Seconds between two merges of the contiguous applied rows below the checkpoint.
     coalesce_every_s: float = 10.0
