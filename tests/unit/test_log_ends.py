@@ -34,6 +34,8 @@ def test_only_a_topic_whose_exact_ends_were_costly_to_fetch_may_defer_its_tails(
     cost near the threshold), and says so in the log each time it turns."""
     ends = KafkaEnds("127.0.0.1:1")  # never connects: no read is made here
     assert ends.costly(["eden", "replay"]) == []  # nothing fetched yet: exact ends
+    ends._fetched({"eden"}, DEFER_TAIL_AFTER_MS * 3)  # the first fetch opens connections
+    assert ends.costly(["eden"]) == []
     ends._fetched({"eden", "replay"}, DEFER_TAIL_AFTER_MS / 5)
     assert ends.costly(["eden"]) == []
     with caplog.at_level(logging.INFO, logger="flowctl.spark.flow.log_ends"):

@@ -82,6 +82,9 @@ class KafkaEnds:
         self.patient = False
         #: The topics whose last exact-end fetch was costly (see ``DEFER_TAIL_AFTER_MS``).
         self.deferring: set[str] = set()
+        #: Whether this consumer fetched before: its first fetch also opens connections
+        #: (75 ms on a new topology's empty log), which says nothing of the log's cost.
+        self._fetched_before = False
 
     def latest_offsets_of(
         self,
@@ -122,6 +125,9 @@ class KafkaEnds:
         return [t for t in topics if t in self.deferring]
 
     def _fetched(self, topics: Collection[str], ms: float) -> None:
+        if not self._fetched_before:
+            self._fetched_before = True
+            return
         for topic in topics:
             if topic not in self.deferring and ms > DEFER_TAIL_AFTER_MS:
                 self.deferring.add(topic)
@@ -152,6 +158,7 @@ class KafkaEnds:
         kafka_log.close_quietly(self._consumer)
         self._consumer = None
         self._known.clear()
+        self._fetched_before = False
 
 
 class BackgroundEnds:
