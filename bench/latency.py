@@ -208,8 +208,10 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, object]]:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = experiment_parser(__doc__, seed=2)
+def load_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options of a latency run (this module's and bench.latency_parts'): the load and
+    the config overrides."""
+    p = experiment_parser(doc, seed=2)
     p.add_argument("--rate", type=float, default=2000.0, help="records/s produced")
     p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load per job")
     p.add_argument("--lanes", type=int, default=2)
@@ -218,9 +220,14 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override a config key for both jobs, e.g. stream.trigger_interval_s=0.5 or "
+        help="override a config key, e.g. stream.trigger_interval_s=0.5 or "
         "flow.flush_update_time_s=0.25 (TOML value); repeatable",
     )
+    return p
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = load_parser(__doc__)
     p.add_argument(
         "--only",
         choices=("baseline", "flow"),

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import platform_up
-from bench._experiment import experiment_parser, percentile, run_experiment, write_result
-from bench.latency import measure, parse_overrides
+from bench._experiment import percentile, run_experiment, write_result
+from bench.latency import load_parser, measure, parse_overrides
 from flowctl.config import PROJECT_ROOT
 
 BENCH = Path(__file__).resolve().parent
@@ -185,17 +185,7 @@ def batch_parts(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = experiment_parser(__doc__, seed=2)
-    p.add_argument("--rate", type=float, default=2000.0, help="records/s produced")
-    p.add_argument("--seconds", type=float, default=40.0, help="seconds of steady load")
-    p.add_argument("--lanes", type=int, default=2)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config key, as bench.latency's --set; repeatable",
-    )
+    p = load_parser(__doc__)
     p.add_argument("--output", default="latency_parts", help="result name in bench/results/")
     return p
 

@@ -23,9 +23,7 @@ that :func:`read_range` and :func:`latest_offsets` move over. Producing is
 from __future__ import annotations
 
 import logging
-import sys
 import time
-import types
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +36,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 # caller has always found them.
 from flowctl.adapters.kafka_produce import KafkaProduceError as KafkaProduceError
 from flowctl.adapters.kafka_produce import produce as produce
+from flowctl.adapters.process_cache import cached, forget
 from flowctl.adapters.retry import retry_call
 
 log = logging.getLogger(__name__)
@@ -47,14 +46,30 @@ log = logging.getLogger(__name__)
 if logging.getLogger("kafka").level == logging.NOTSET:
     logging.getLogger("kafka").setLevel(logging.WARNING)
 
-#: The name under which the per-worker consumer cache lives in ``sys.modules``.
-#: Spark's Python workers re-import modules per task (module globals reset),
-#: but ``sys.modules`` entries survive for the life of a reused worker.
-_CACHE_MODULE = "flowctl._kafka_consumer_cache"
+#: The per-worker consumer cache (:mod:`flowctl.adapters.process_cache`).
+_CACHE = "flowctl._kafka_consumer_cache"
 
 
 class KafkaReadTimeout(TimeoutError):
     """An offset-range read made no progress for ``timeout_s``: the broker or range is bad."""
+
+    @classmethod
+    def stuck(
+        cls,
+        reader: str,
+        topic: str,
+        partition: int,
+        span: tuple[int, int],
+        position: int,
+        timeout_s: float,
+    ) -> KafkaReadTimeout:
+        """The error of a range read (by ``reader``) stuck at ``position`` of ``span``."""
+        start, end = span
+        return cls(
+            f"{reader}: no progress reading {topic}/{partition} offsets [{start}, {end}) for "
+            f"{timeout_s} s (stuck at offset {position}); is the broker up and is the range "
+            f"below the partition's latest offset?"
+        )
 
 
 class KafkaUnavailable(ConnectionError):
@@ -104,30 +119,14 @@ def new_consumer(bootstrap: str, **overrides: Any) -> KafkaConsumer:
 
 
 def cached_consumer(bootstrap: str) -> KafkaConsumer:
-    """The consumer for ``bootstrap`` reused by every task of this Python worker.
-
-    Connecting costs more than reading a small lane, so each worker keeps one
-    consumer per bootstrap address in a module object registered in
-    ``sys.modules`` (which, unlike module globals, survives between tasks).
-    """
-    cache = sys.modules.get(_CACHE_MODULE)
-    if cache is None:
-        cache = types.ModuleType(_CACHE_MODULE, "Per-worker KafkaConsumer cache of flowctl.")
-        sys.modules[_CACHE_MODULE] = cache
-    consumers: dict[str, KafkaConsumer] = vars(cache).setdefault("consumers", {})
-    consumer = consumers.get(bootstrap)
-    if consumer is None:
-        consumer = new_consumer(bootstrap)
-        consumers[bootstrap] = consumer
-    return consumer
+    """The consumer for ``bootstrap`` reused by every task of this Python worker
+    (:mod:`flowctl.adapters.process_cache`): connecting costs more than reading a small lane."""
+    return cached(_CACHE, bootstrap, lambda: new_consumer(bootstrap))
 
 
 def drop_cached_consumer(bootstrap: str) -> None:
     """Close and forget the cached consumer (after an error left it in doubt)."""
-    cache = sys.modules.get(_CACHE_MODULE)
-    if cache is None:
-        return
-    close_quietly(vars(cache).get("consumers", {}).pop(bootstrap, None))
+    close_quietly(forget(_CACHE, bootstrap))
 
 
 def close_quietly(consumer: KafkaConsumer | None) -> None:
@@ -460,8 +459,6 @@ def read_range(
         if moved:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > timeout_s:
-            raise KafkaReadTimeout(
-                f"read_range: no progress reading {topic}/{partition} offsets [{start}, {end}) "
-                f"for {timeout_s} s (stuck at offset {position}); is the broker up and is "
-                f"the range below the partition's latest offset?"
+            raise KafkaReadTimeout.stuck(
+                "read_range", topic, partition, (start, end), position, timeout_s
             )

@@ -27,11 +27,11 @@ from __future__ import annotations
 import logging
 import sys
 import time
-import types
 from collections.abc import Iterator
 from typing import Any
 
 from flowctl.adapters.kafka_log import ISOLATION_LEVEL, KafkaReadTimeout
+from flowctl.adapters.process_cache import cached, forget
 from flowctl.core.record import Record
 
 try:
@@ -51,9 +51,8 @@ except ImportError as exc:  # the optional extra is not installed
 
 log = logging.getLogger(__name__)
 
-#: The name of the per-worker consumer cache in ``sys.modules`` (module globals reset
-#: between a Spark worker's tasks; ``sys.modules`` entries live as long as the worker).
-_CACHE_MODULE = "flowctl._rdkafka_consumer_cache"
+#: The per-worker consumer cache (:mod:`flowctl.adapters.process_cache`).
+_CACHE = "flowctl._rdkafka_consumer_cache"
 
 #: Records asked of librdkafka per ``consume`` call: its queue is filled ahead by its own
 #: fetcher thread, so one call hands over a batch in C, and the lane's Python loops once.
@@ -99,30 +98,15 @@ def new_consumer(bootstrap: str) -> Consumer:
 
 
 def cached_consumer(bootstrap: str) -> Consumer:
-    """The consumer for ``bootstrap`` reused by every task of this Python worker.
-
-    As :func:`flowctl.adapters.kafka_log.cached_consumer`: connecting costs more than
-    reading a small lane. Created in the worker itself, never before a fork (librdkafka's
-    threads do not survive one).
-    """
-    cache = sys.modules.get(_CACHE_MODULE)
-    if cache is None:
-        cache = types.ModuleType(_CACHE_MODULE, "Per-worker librdkafka consumer cache.")
-        sys.modules[_CACHE_MODULE] = cache
-    consumers: dict[str, Consumer] = vars(cache).setdefault("consumers", {})
-    consumer = consumers.get(bootstrap)
-    if consumer is None:
-        consumer = new_consumer(bootstrap)
-        consumers[bootstrap] = consumer
-    return consumer
+    """The consumer for ``bootstrap`` reused by every task of this Python worker
+    (:mod:`flowctl.adapters.process_cache`). Created in the worker itself, never before a fork
+    (librdkafka's threads do not survive one)."""
+    return cached(_CACHE, bootstrap, lambda: new_consumer(bootstrap))
 
 
 def drop_cached_consumer(bootstrap: str) -> None:
     """Close and forget the cached consumer (after an error left it in doubt)."""
-    cache = sys.modules.get(_CACHE_MODULE)
-    if cache is None:
-        return
-    consumer = vars(cache).get("consumers", {}).pop(bootstrap, None)
+    consumer = forget(_CACHE, bootstrap)
     if consumer is None:
         return
     try:
@@ -190,8 +174,6 @@ def read_range(
         if moved:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > timeout_s:
-            raise KafkaReadTimeout(
-                f"read_range (librdkafka): no progress reading {topic}/{partition} offsets "
-                f"[{start}, {end}) for {timeout_s} s (stuck at offset {position}); is the "
-                f"broker up and is the range below the partition's latest offset?"
+            raise KafkaReadTimeout.stuck(
+                "read_range (librdkafka)", topic, partition, (start, end), position, timeout_s
             )

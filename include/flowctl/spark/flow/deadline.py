@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
-from flowctl.spark.flow.settings import worker_cache
+from flowctl.adapters.process_cache import cached, forget
+
+#: The worker's helper thread that runs ``process`` (:mod:`flowctl.adapters.process_cache`).
+_POOL = "flowctl._process_pool"
 
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
@@ -34,21 +37,23 @@ def current_lane() -> int | None:
     return _current_lane.get()
 
 
+def _new_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowctl-process")
+
+
 def run_with_deadline(fn: Callable[[_In], _Out], records: _In, timeout_s: float, lane: int) -> _Out:
     """``fn(records)`` in the worker's helper thread (with :func:`current_lane` set to
     ``lane``), raising :class:`TupleTimeout` after ``timeout_s``."""
-    cache = worker_cache()
-    if cache.pool is None:
-        cache.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowctl-process")
+    pool = cached(_POOL, "pool", _new_pool)
     token = _current_lane.set(lane)
     try:
         ctx = contextvars.copy_context()
     finally:
         _current_lane.reset(token)
-    future = cache.pool.submit(ctx.run, fn, records)
+    future = pool.submit(ctx.run, fn, records)
     try:
         return future.result(timeout=timeout_s)
     except FutureTimeout:
-        cache.pool.shutdown(wait=False, cancel_futures=True)
-        cache.pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+        forget(_POOL, "pool")
         raise TupleTimeout(f"process exceeded its deadline of {timeout_s:g} s") from None

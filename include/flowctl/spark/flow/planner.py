@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from flowctl.adapters.process_cache import entries
 from flowctl.core.backpressure_chain import BackpressureChain, StageSpec
 from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
@@ -44,7 +45,7 @@ from flowctl.spark.flow.planner_logs import (
     WINDOW_LOG_EVERY_S,
     PlannerLogs,
 )
-from flowctl.spark.flow.settings import FlowSettings, load_config, worker_cache
+from flowctl.spark.flow.settings import FlowSettings, load_config
 from flowctl.spark.flow.window_log import WindowLog
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 #: first real batch is not a 4-7 s first batch. Spark ends a Python worker idle for a
 #: minute, hence well under that.
 WARMUP_EVERY_S = 20.0
+
+#: The planner process's planners by topology id (:mod:`flowctl.adapters.process_cache`).
+_PLANNERS = "flowctl._flow_planners"
 
 
 def _ensure_logging() -> None:
@@ -469,9 +473,9 @@ def planner_for(settings: FlowSettings) -> FlowPlanner:
     planner process (one for ``initialOffset``, one for the query); they must share one
     spout, or the second would rebuild from the database and dispatch in-flight tuples
     again."""
-    cache = worker_cache()
-    planner = cache.planners.get(settings.topology_id)
+    planners = entries(_PLANNERS)
+    planner = planners.get(settings.topology_id)
     if not isinstance(planner, FlowPlanner) or planner.settings != settings:
         planner = FlowPlanner(settings)
-        cache.planners[settings.topology_id] = planner
+        planners[settings.topology_id] = planner
     return planner

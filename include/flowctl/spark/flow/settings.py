@@ -1,24 +1,23 @@
 """What the planner and the lanes of a flow-controlled source share: their settings, the
-pipeline config and per-process caches (a Python worker of Spark runs many tasks, and
-module globals do not survive between them, so the cache lives in ``sys.modules``)."""
+pipeline config and the per-process caches of both (:mod:`flowctl.adapters.process_cache`)."""
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING
 
+from flowctl.adapters.process_cache import cached
 from flowctl.core.spout_contract import SpoutConfig
 from flowctl.spark.flow.channels import namespace
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
     from flowctl.adapters.memcached_store import MemcachedStore
     from flowctl.pipelines.config import PipelineConfig
 
-_CACHE_MODULE = "flowctl._flow_lane_cache"
+#: Per-process caches (:mod:`flowctl.adapters.process_cache`): configs by path, memcached clients
+#: by address.
+_CONFIGS = "flowctl._flow_configs"
+_STORES = "flowctl._flow_stores"
 
 
 @dataclass(frozen=True)
@@ -45,48 +44,18 @@ class FlowSettings:
         return namespace(self.topology_id)
 
 
-class WorkerCache(Protocol):
-    """What :func:`worker_cache` holds, each keyed by what it was built from."""
-
-    configs: dict[str, PipelineConfig]  # by config path
-    stores: dict[str, MemcachedStore]  # by memcached address
-    planners: dict[str, object]  # by topology id: flowctl.spark.flow.planner.planner_for's
-    pool: ThreadPoolExecutor | None  # the thread that runs process() under a deadline
-
-
-def worker_cache() -> WorkerCache:
-    """Per-process cache in ``sys.modules`` (module globals do not survive between tasks)."""
-    cache = sys.modules.get(_CACHE_MODULE)
-    if cache is None:
-        cache = types.ModuleType(_CACHE_MODULE, "Per-worker state of flowctl lanes.")
-        vars(cache).update(configs={}, stores={}, planners={}, pool=None)
-        sys.modules[_CACHE_MODULE] = cache
-    # A module answers any attribute: the type checker cannot see the ones set above.
-    return cast("WorkerCache", cache)
-
-
 def load_config(path: str) -> PipelineConfig:
     """The pipeline config (cached per process: lanes call this per task)."""
-    cache = worker_cache()
-    config = cache.configs.get(path)
-    if config is None:
-        from flowctl.pipelines.config import load_pipeline_config
+    from flowctl.pipelines.config import load_pipeline_config
 
-        config = load_pipeline_config(path)
-        cache.configs[path] = config
-    return config
+    return cached(_CONFIGS, path, lambda: load_pipeline_config(path))
 
 
 def cached_store(address: str) -> MemcachedStore:
     """The process's :class:`~flowctl.adapters.memcached_store.MemcachedStore` at ``address``."""
     from flowctl.adapters.memcached_store import MemcachedStore
 
-    cache = worker_cache()
-    store = cache.stores.get(address)
-    if store is None:
-        store = MemcachedStore(address)
-        cache.stores[address] = store
-    return store
+    return cached(_STORES, address, lambda: MemcachedStore(address))
 
 
 def spout_config(
