@@ -8,7 +8,10 @@ markers are offsets without a record inside tuples and at the end of the log. Th
 counts must be exact, the checkpoint must reach the log's end over the markers, and
 reconcile must find no difference, counting every record and naming the markers gaps.
 The run is made once per lane reader (``[flow] reader``: kafka-python, librdkafka): the
-same log, the same exact counts, whichever client the lanes read it with.
+same log, the same exact counts, whichever client the lanes read it with. Reconcile
+(which reads the log with its own reader, whatever the lanes use) runs after the
+kafka-python run only: a Spark session of its own costs about 10 s, and the librdkafka
+run's counts are proven exact record by record (each record's tag word counted once).
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     assert (lost, duplicated) == (0, 0)
     windows = flow.plane.metrics_windows(f"{name}-blue-1")
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
+    if reader != KAFKA_PYTHON:
+        return
     with _spark() as spark:
         report = reconcile(
             spark,
