@@ -8,6 +8,11 @@ keeps counting while no task follows it; Airflow retries the task, and the retry
 reattaches: one topology id the whole time, no second submission, the same driver
 process. At the end the counts equal a plain count of everything produced (nothing
 lost, nothing counted twice) and a ``stop`` ends the retry successfully.
+
+Marked ``deep``: the default run proves the same reattach end to end under Celery
+(``tests/cluster/test_cluster_e2e.py``, a Celery worker and its task processes SIGKILLed
+under the stream task: the retry reattaches to the same detached driver, counts exact);
+this is its variant on the embedded LocalExecutor (80 s of the run).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from flowctl.services.stopping import end_detached_drivers
 from flowctl.textgen import zipf_lines
 
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.spark,
