@@ -138,7 +138,7 @@ def spark_submit(
     archive once built, as the operators' drivers do (:mod:`flowctl.adapters.class_archive`).
     ``log_path`` is appended to, so a job restarted under the same topology keeps one log.
     """
-    archive = class_archive.driver_java_options()
+    archive = class_archive.driver_java_options(Settings.from_env(env).spark_class_archive)
     command = [
         str(VENV_BIN / "spark-submit"),
         "--master",

@@ -91,7 +91,7 @@ def _class_archive(args: argparse.Namespace) -> int:
         print(args.announce, file=sys.stderr, flush=True)
     try:
         path = class_archive.build(rebuild=args.rebuild)
-    except (class_archive.ClassArchiveError, ValueError) as exc:
+    except class_archive.ClassArchiveError as exc:
         print(f"class archive: {exc}", file=sys.stderr, flush=True)
         return 1
     _say(f"class archive: {path} ({path.stat().st_size / 1e6:.0f} MB)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.adapters import class_archive
+from flowctl.config import ConfigError, Settings
 
 APP = """
 from pyspark.sql import SparkSession
@@ -58,17 +59,16 @@ def test_a_driver_loads_sparks_classes_from_the_archive(tmp_path: Path) -> None:
     assert shared > 5000 and shared > 5 * from_jars, (shared, from_jars)
 
 
-def test_the_switch_names_its_variable_and_value_and_off_leaves_the_option_out(
+def test_the_archive_is_named_once_built_and_the_setting_off_leaves_it_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = tmp_path / "spark-driver-x.jsa"
     monkeypatch.setattr(class_archive, "archive_path", lambda: archive)
-    monkeypatch.delenv(class_archive.SWITCH, raising=False)
     assert class_archive.driver_java_options() == ""  # not built
     archive.write_bytes(b"")
     assert class_archive.driver_java_options() == f"-XX:SharedArchiveFile={archive}"
-    monkeypatch.setenv(class_archive.SWITCH, "off")
-    assert class_archive.driver_java_options() == ""
-    monkeypatch.setenv(class_archive.SWITCH, "sometimes")
-    with pytest.raises(ValueError, match="FLOWCTL_SPARK_CLASS_ARCHIVE='sometimes' must be"):
-        class_archive.driver_java_options()
+    off = Settings.from_env({"FLOWCTL_SPARK_CLASS_ARCHIVE": "off"})
+    assert class_archive.driver_java_options(off.spark_class_archive) == ""
+    assert Settings.from_env(off.to_env()).spark_class_archive is False
+    with pytest.raises(ConfigError, match="FLOWCTL_SPARK_CLASS_ARCHIVE='sometimes' must be"):
+        Settings.from_env({"FLOWCTL_SPARK_CLASS_ARCHIVE": "sometimes"})

@@ -98,10 +98,13 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     )
     fake.chmod(0o755)
     monkeypatch.setattr(submit, "VENV_BIN", fake_bin)
-    monkeypatch.setenv(class_archive.SWITCH, "off")  # the class archive: below
     log_path = tmp_path / "t.log"
     script = tmp_path / "job.py"
-    env = {"PATH": os.environ["PATH"], "FLOWCTL_DATABASE_URL": "sqlite:///t.db"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "FLOWCTL_DATABASE_URL": "sqlite:///t.db",
+        "FLOWCTL_SPARK_CLASS_ARCHIVE": "off",  # the class archive: below
+    }
     job = spark_submit(script, ["--a", "1"], env=env, log_path=log_path, topology_id="t-blue-1")
     assert (job.topology_id, job.log_path) == ("t-blue-1", log_path)
     assert job.wait(timeout_s=10) == 0
@@ -123,7 +126,7 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     archive = tmp_path / "spark-driver-x.jsa"
     archive.write_bytes(b"")
     monkeypatch.setattr(class_archive, "archive_path", lambda: archive)
-    monkeypatch.setenv(class_archive.SWITCH, "on")
+    env["FLOWCTL_SPARK_CLASS_ARCHIVE"] = "on"
     mapped = spark_submit(script, [], env=env, log_path=log_path, topology_id="t-blue-1")
     assert mapped.wait(timeout_s=10) == 0
     assert f"--conf spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} " in (

@@ -14,7 +14,8 @@ the archive in ``spark.driver.extraJavaOptions`` (:func:`driver_java_options`). 
 archive is keyed by the pyspark version and the ``java`` binary, so another Spark or JVM
 looks for an archive of its own; an archive the JVM still cannot use (another classpath)
 costs one warning line in the driver log, and the JVM starts as it would without.
-``FLOWCTL_SPARK_CLASS_ARCHIVE=off`` leaves it out (docs/services.md).
+``FLOWCTL_SPARK_CLASS_ARCHIVE=off`` (``Settings.spark_class_archive``) leaves it out
+(docs/services.md).
 """
 
 from __future__ import annotations
@@ -29,23 +30,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: The variable that turns the archive off (``off``); ``on`` (the default) uses it if built.
-SWITCH = "FLOWCTL_SPARK_CLASS_ARCHIVE"
-
 #: The application the archive is dumped from (a thin ``spark_jobs`` entry point).
 APP = Path(__file__).resolve().parents[3] / "spark_jobs" / "class_archive.py"
 
 
 class ClassArchiveError(RuntimeError):
     """The archive could not be built (the message says why and where the log is)."""
-
-
-def enabled(env: os._Environ[str] | dict[str, str] | None = None) -> bool:
-    """Whether ``FLOWCTL_SPARK_CLASS_ARCHIVE`` allows the archive (``on``/``off``)."""
-    value = (os.environ if env is None else env).get(SWITCH, "on").strip().lower() or "on"
-    if value not in ("on", "off"):
-        raise ValueError(f"{SWITCH}={value!r} must be 'on' or 'off'")
-    return value == "on"
 
 
 def _java() -> Path | None:
@@ -71,9 +61,10 @@ def archive_path() -> Path | None:
     return Path(sys.prefix) / "share" / "flowctl" / f"spark-driver-{digest}.jsa"
 
 
-def driver_java_options() -> str:
-    """The driver JVM's option that maps the archive, or ``""`` (none built, or switched off)."""
-    if not enabled():
+def driver_java_options(enabled: bool = True) -> str:
+    """The driver JVM's option that maps the archive, or ``""`` (none built, or not
+    ``enabled``: ``Settings.spark_class_archive``)."""
+    if not enabled:
         return ""
     path = archive_path()
     if path is None or not path.is_file():

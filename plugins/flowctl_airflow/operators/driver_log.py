@@ -29,6 +29,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from flowctl.adapters import class_archive
+from flowctl.config import Settings
 
 # flowctl's Python logging format: "%(asctime)s %(levelname)s %(name)s: %(message)s"; the
 # planner process (Spark's source runner) tags its lines "%(name)s [planner]: ".
@@ -53,7 +54,8 @@ def quiet_driver_conf(conf: dict[str, Any] | None, log4j: Path) -> dict[str, Any
     JVM also maps the class-data sharing archive, once built
     (:mod:`flowctl.adapters.class_archive`). A value already in ``conf`` wins.
     """
-    options = f"-Dlog4j2.configurationFile=file:{log4j} {class_archive.driver_java_options()}"
+    archive = class_archive.driver_java_options(Settings.from_env().spark_class_archive)
+    options = f"-Dlog4j2.configurationFile=file:{log4j} {archive}"
     return {
         "spark.log.level": "WARN",
         "spark.driver.extraJavaOptions": options.strip(),
