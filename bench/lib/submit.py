@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowctl.adapters import class_archive
 from flowctl.config import PROJECT_ROOT, Settings
 
 #: The virtualenv's ``bin``: its ``spark-submit`` and Python are the job's.
@@ -133,15 +134,18 @@ def spark_submit(
 ) -> LocalJob:
     """Start ``spark-submit script args...`` in a new session, stdout and stderr to ``log_path``.
 
-    No Spark UI (it would take a port per job). ``log_path`` is appended to, so a job
-    restarted under the same topology keeps one log.
+    No Spark UI (it would take a port per job); the driver JVM maps the class-data sharing
+    archive once built, as the operators' drivers do (:mod:`flowctl.adapters.class_archive`).
+    ``log_path`` is appended to, so a job restarted under the same topology keeps one log.
     """
+    archive = class_archive.driver_java_options(Settings.from_env(env).spark_class_archive)
     command = [
         str(VENV_BIN / "spark-submit"),
         "--master",
         master,
         "--conf",
         "spark.ui.enabled=false",
+        *(["--conf", f"spark.driver.extraJavaOptions={archive}"] if archive else []),
         "--driver-memory",
         driver_memory,
         str(script),

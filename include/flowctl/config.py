@@ -58,6 +58,9 @@ class Settings:
     kafka_bootstrap_servers: str = ""  # empty: the embedded Tansu at host:kafka_port
     memcached_server: str = ""  # empty: the embedded memcached at host:memcached_port
     metrics_raw_hours: int = 24  # metrics windows older than this are rolled up hourly
+    #: Whether Spark drivers map the class-data sharing archive once it is built
+    #: (flowctl.adapters.class_archive).
+    spark_class_archive: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,7 +79,9 @@ class Settings:
         ``FLOWCTL_MEMCACHED`` (an external memcached ``host:port``; default
         the embedded one), ``FLOWCTL_METRICS_RAW_HOURS`` (24, 1..8760: how long
         ``metrics_windows`` keeps each window; older ones are replaced by one rollup
-        row per topology per hour, counts summed; see docs/services.md).
+        row per topology per hour, counts summed; see docs/services.md),
+        ``FLOWCTL_SPARK_CLASS_ARCHIVE`` (``on`` or ``off``: whether Spark drivers map the
+        class-data sharing archive ``flowctl class-archive`` builds).
         """
         env = os.environ if env is None else env
         raw_home = env.get("FLOWCTL_HOME") or ""
@@ -87,6 +92,9 @@ class Settings:
         storage = env.get("FLOWCTL_TANSU_STORAGE", "memory") or "memory"
         if storage not in ("memory", "s3"):
             raise ConfigError(f"FLOWCTL_TANSU_STORAGE={storage!r} must be 'memory' or 's3'")
+        archive = env.get("FLOWCTL_SPARK_CLASS_ARCHIVE", "on") or "on"
+        if archive not in ("on", "off"):
+            raise ConfigError(f"FLOWCTL_SPARK_CLASS_ARCHIVE={archive!r} must be 'on' or 'off'")
         return cls(
             home=home,
             host=env.get("FLOWCTL_HOST", "127.0.0.1") or "127.0.0.1",
@@ -102,6 +110,7 @@ class Settings:
             kafka_bootstrap_servers=env.get("FLOWCTL_KAFKA_BOOTSTRAP", ""),
             memcached_server=env.get("FLOWCTL_MEMCACHED", ""),
             metrics_raw_hours=_int(env, "FLOWCTL_METRICS_RAW_HOURS", 24, lo=1, hi=8760),
+            spark_class_archive=archive == "on",
         )
 
     @property
@@ -131,6 +140,7 @@ class Settings:
             "FLOWCTL_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "FLOWCTL_MEMCACHED": self.memcached_address,
             "FLOWCTL_METRICS_RAW_HOURS": str(self.metrics_raw_hours),
+            "FLOWCTL_SPARK_CLASS_ARCHIVE": "on" if self.spark_class_archive else "off",
         }
 
     @property

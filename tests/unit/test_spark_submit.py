@@ -19,6 +19,7 @@ import pytest
 
 from bench.lib import submit
 from bench.lib.submit import LocalJob, job_env, spark_submit
+from flowctl.adapters import class_archive
 from flowctl.config import PROJECT_ROOT, Settings
 
 
@@ -99,7 +100,11 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     monkeypatch.setattr(submit, "VENV_BIN", fake_bin)
     log_path = tmp_path / "t.log"
     script = tmp_path / "job.py"
-    env = {"PATH": os.environ["PATH"], "FLOWCTL_DATABASE_URL": "sqlite:///t.db"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "FLOWCTL_DATABASE_URL": "sqlite:///t.db",
+        "FLOWCTL_SPARK_CLASS_ARCHIVE": "off",  # the class archive: below
+    }
     job = spark_submit(script, ["--a", "1"], env=env, log_path=log_path, topology_id="t-blue-1")
     assert (job.topology_id, job.log_path) == ("t-blue-1", log_path)
     assert job.wait(timeout_s=10) == 0
@@ -118,6 +123,15 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     assert again.wait(timeout_s=10) == 0
     assert log_path.read_text().startswith(log)  # appended: a restart keeps one log
     assert "--master local[1]" in again.log_tail(4)
+    archive = tmp_path / "spark-driver-x.jsa"
+    archive.write_bytes(b"")
+    monkeypatch.setattr(class_archive, "archive_path", lambda: archive)
+    env["FLOWCTL_SPARK_CLASS_ARCHIVE"] = "on"
+    mapped = spark_submit(script, [], env=env, log_path=log_path, topology_id="t-blue-1")
+    assert mapped.wait(timeout_s=10) == 0
+    assert f"--conf spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} " in (
+        mapped.log_tail(4)
+    )
 
 
 def test_log_tail_is_the_last_lines(tmp_path: Path) -> None:

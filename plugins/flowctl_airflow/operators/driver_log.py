@@ -28,6 +28,9 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from flowctl.adapters import class_archive
+from flowctl.config import Settings
+
 # flowctl's Python logging format: "%(asctime)s %(levelname)s %(name)s: %(message)s"; the
 # planner process (Spark's source runner) tags its lines "%(name)s [planner]: ".
 _PYTHON_LINE = re.compile(
@@ -47,12 +50,15 @@ def quiet_driver_conf(conf: dict[str, Any] | None, log4j: Path) -> dict[str, Any
 
     Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
     nothing to a reader of the task log: the log4j2 file keeps them out from the JVM's
-    start, with one timestamp format; the jobs' own lines are Python logging. A value
-    already in ``conf`` wins.
+    start, with one timestamp format; the jobs' own lines are Python logging. The driver
+    JVM also maps the class-data sharing archive, once built
+    (:mod:`flowctl.adapters.class_archive`). A value already in ``conf`` wins.
     """
+    archive = class_archive.driver_java_options(Settings.from_env().spark_class_archive)
+    options = f"-Dlog4j2.configurationFile=file:{log4j} {archive}"
     return {
         "spark.log.level": "WARN",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.driver.extraJavaOptions": options.strip(),
         **(conf or {}),
     }
 
