@@ -20,6 +20,7 @@ costs one warning line in the driver log, and the JVM starts as it would without
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -48,8 +49,11 @@ def _java() -> Path | None:
     return found.resolve() if found is not None else None
 
 
+@functools.cache
 def archive_path() -> Path | None:
-    """Where this virtualenv's archive for this Spark and JVM lives (``None``: no java)."""
+    """Where this virtualenv's archive for this Spark and JVM lives (``None``: no java).
+
+    Cached for the process: an operator asks at every DAG parse."""
     java = _java()
     if java is None:
         return None
