@@ -5,7 +5,8 @@ A Spark driver's JVM spends most of its start loading and verifying Spark's clas
 (``-XX:ArchiveClassesAtExit``) and map them at the next JVM's start
 (``-XX:SharedArchiveFile``). Measured on the 2-core dev machine, a local SparkSession was
 built 5.2-5.3 s after spark-submit with the archive against 7.5-8.9 s without, and its first
-job done at 7.1-7.3 s against 10.6-12.4 s (bench/README.md, "Cold start").
+job done at 7.1-7.3 s against 10.6-12.4 s; a cold green's replacement took 22.7 s
+against 33.9 s (bench/README.md, "The driver's class archive").
 
 ``scripts/bootstrap`` builds the archive once per virtualenv (``flowctl class-archive``,
 about 20 s): :func:`build` runs ``spark_jobs/class_archive.py`` (a session, a Python job,
