@@ -73,7 +73,7 @@ def _register_class_archive(
 ) -> None:
     text = (
         "build the Spark driver's class-data sharing archive (scripts/bootstrap does; about "
-        "20 s): every topology's driver JVM then starts about 3 s sooner"
+        "30-40 s): every topology's driver JVM then starts seconds sooner"
     )
     archive = subparsers.add_parser("class-archive", help=text, description=text)
     archive.add_argument("--rebuild", action="store_true", help="build it again if it exists")

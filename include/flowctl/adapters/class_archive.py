@@ -9,7 +9,7 @@ job done at 7.1-7.3 s against 10.6-12.4 s; a cold green's replacement took 22.7 
 against 33.9 s (bench/README.md, "The driver's class archive").
 
 ``scripts/bootstrap`` builds the archive once per virtualenv (``flowctl class-archive``,
-about 20 s): :func:`build` runs ``spark_jobs/class_archive.py`` (a session, a Python job,
+about 30-40 s): :func:`build` runs ``spark_jobs/class_archive.py`` (a session, a Python job,
 a short stream) with the dump option. Every ``spark-submit`` of the platform then names
 the archive in ``spark.driver.extraJavaOptions`` (:func:`driver_java_options`). The
 archive is keyed by the pyspark version and the ``java`` binary, so another Spark or JVM
