@@ -97,6 +97,7 @@ TARGET_HISTORY = 1.1
 #: takes 4-7 s, the JVM and the workers warm up).
 WARMUP_S = 60.0
 #: The flusher's once-a-minute summary line (flowctl.adapters.mrwq_flush_log.FlushLog).
+LOG_ENDS = re.compile(r"\blog_ends ([\d.]+)/([\d.]+)")
 FLUSHES = re.compile(r"in (\d+) flush\(es\) .*; flush ms p50 ([\d.]+), p95 ([\d.]+)")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 #: Roles of the platform's processes whose memory must stay flat (Tansu's is the log).
@@ -108,8 +109,13 @@ PLATFORM_ROLES = ("driver_jvm", "driver_python", "planner", "python_workers", "m
 
 def minute_lines(log: Path, t0: float) -> dict[str, list[tuple[float, int, float, float]]]:
     """The log's planning and flush summary lines as ``(s since t0, batches or flushes,
-    p50 ms, tail ms)``: p99 for planning, p95 for flushes."""
-    out: dict[str, list[tuple[float, int, float, float]]] = {"planning": [], "flush": []}
+    p50 ms, tail ms)``: p99 for planning, p95 for flushes; ``log_ends`` is the planning
+    line's phase of the log's end reads (the part that grows with a log on Tansu)."""
+    out: dict[str, list[tuple[float, int, float, float]]] = {
+        "planning": [],
+        "log_ends": [],
+        "flush": [],
+    }
     try:
         text = log.read_text(errors="replace")
     except OSError:
@@ -121,6 +127,9 @@ def minute_lines(log: Path, t0: float) -> dict[str, list[tuple[float, int, float
         at = dt.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() - t0
         if m := PLANNING.search(line):
             out["planning"].append((at, int(m.group(1)), float(m.group(2)), float(m.group(3))))
+            if ends := LOG_ENDS.search(line):
+                n = int(m.group(1))
+                out["log_ends"].append((at, n, float(ends.group(1)), float(ends.group(2))))
         elif m := FLUSHES.search(line):
             out["flush"].append((at, int(m.group(1)), float(m.group(2)), float(m.group(3))))
     return out
@@ -300,6 +309,7 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
         inside = [s for s in run["samples"] if lo <= s["t_s"] < hi and s["durable"] >= 0]
         planning = cost_of([x for x in run["log"]["planning"] if low <= x[0] < hi])
         flush = cost_of([x for x in run["log"]["flush"] if low <= x[0] < hi])
+        ends = cost_of([x for x in run["log"].get("log_ends", []) if low <= x[0] < hi])
         batch = [w[3] * 1000 for w in run["windows"] if lo <= w[0] < hi and w[3] is not None]
         roles = sorted({r for s in inside for r in s["rss_mb"]})
         rss = (
@@ -313,6 +323,7 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
             {
                 "minutes": [round(lo / 60, 1), round(min(hi, run["load_s"]) / 60, 1)],
                 "planning_ms": planning,
+                "log_ends_ms": ends,
                 "flush_ms": flush,
                 "per_batch_ms": per_batch(planning, flush),
                 "batch_ms_p50": round(median(batch), 1) if batch else None,
@@ -358,6 +369,10 @@ def targets(
         # which part moved: the planner's (broker calls: end offsets, the exact ends) or
         # the flush's (the database)
         "planning_p50_first_last": [first["planning_ms"]["p50"], last["planning_ms"]["p50"]],
+        "log_ends_p50_first_last": [
+            first.get("log_ends_ms", {}).get("p50"),
+            last.get("log_ends_ms", {}).get("p50"),
+        ],
         "flush_p50_first_last": [first["flush_ms"]["p50"], last["flush_ms"]["p50"]],
         "target": f"<= {TARGET_COST}",
         "met": cost is not None and cost <= TARGET_COST,

@@ -418,3 +418,46 @@ def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
     finally:
         consumer.close()
         producer.close()
+
+
+def test_latest_offsets_of_answers_a_reported_end_that_moved_without_asking_the_broker(
+    kafka_bootstrap: str,
+) -> None:
+    """A ``defer_tails`` partition whose ``reported`` end (a lane's fetch) moved past the
+    last answer is answered with it and left out of the ListOffsets request; a reported
+    end that did not move, or one of a topic not deferred, changes nothing."""
+    topic, other = _topic(2, kafka_bootstrap), _topic(1, kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    asked: list[set[tuple[str, int]]] = []
+    list_offsets = consumer.end_offsets
+
+    def spy(tps: list[TopicPartition]) -> dict[TopicPartition, int]:  # the real request
+        asked.append({(tp.topic, tp.partition) for tp in tps})
+        return list_offsets(tps)
+
+    consumer.end_offsets = spy  # type: ignore[method-assign]
+    read = functools.partial(
+        kafka_log.latest_offsets_of, consumer, [topic, other], known={}, defer_tails=[topic]
+    )
+
+    def send(n: int, to: str = topic) -> None:
+        for i in range(n):
+            producer.send(to, f"r{i}".encode(), partition=0)
+        producer.flush()
+
+    try:
+        send(5)
+        send(2, other)
+        assert read() == {topic: {0: 5, 1: 0}, other: {0: 2}}
+        send(4)
+        send(1, other)
+        seen = {(topic, 0): 9, (other, 0): 3}  # other's end is not taken: not deferred
+        assert read(reported=seen) == {topic: {0: 9, 1: 0}, other: {0: 3}}
+        assert asked[-1] == {(topic, 1), (other, 0)}  # Eden's partition 0: no ListOffsets
+        for stale in (9, 7):  # unmoved, or below the last answer: the broker is asked
+            assert read(reported={(topic, 0): stale}) == {topic: {0: 9, 1: 0}, other: {0: 3}}
+            assert (topic, 0) in asked[-1]
+    finally:
+        consumer.close()
+        producer.close()

@@ -37,7 +37,9 @@ def test_prefetch_splits_spans_into_tuples_exactly_over_gaps(
     markers = {5, 11, 17, 23, 29, 35}
     tuples = [(0, 12, 24), (1, 4, 8), (0, 0, 6), (0, 6, 12), (0, 35, 36), (1, 0, 4), (0, 30, 35)]
     entries = [_entry(topic, p, s, e) for p, s, e in tuples]
-    got = prefetch(entries, kafka_bootstrap, 10.0, lane_reader.name)
+    ends: dict[tuple[str, int], int] = {}
+    got = prefetch(entries, kafka_bootstrap, 10.0, lane_reader.name, ends=ends)
+    assert ends == {(topic, 0): 36, (topic, 1): 12}  # the fetches' high watermarks
     for p, s, e in tuples:
         records = got[TupleRange(topic, p, s, e).id]
         assert not isinstance(records, Exception), records
@@ -56,7 +58,9 @@ def test_a_span_that_cannot_be_read_fails_its_tuples_only(
     kafka_log.ensure_topics(kafka_bootstrap, {topic: 2})
     produce(kafka_bootstrap, topic, [Rec(b"a", partition=0), Rec(b"b", partition=0)])
     entries = [_entry(topic, 0, 0, 2), _entry(topic, 1, 0, 5)]  # partition 1 is empty
-    got = prefetch(entries, kafka_bootstrap, 1.0, lane_reader.name)
+    ends: dict[tuple[str, int], int] = {}
+    got = prefetch(entries, kafka_bootstrap, 1.0, lane_reader.name, ends=ends)
+    assert ends == {(topic, 0): 2}  # a span that failed reports no end
     read = got[TupleRange(topic, 0, 0, 2).id]
     assert not isinstance(read, Exception)
     assert [r.value for r in read] == [b"a", b"b"]

@@ -80,15 +80,20 @@ class FakeEnds:
         self.error: Exception | None = None
         #: How many reads of the starts were made.
         self.start_reads = 0
+        #: Per read, the ends the lanes had reported (``{(topic, partition): end}``).
+        self.reported: list[dict[tuple[str, int], int]] = []
 
     def latest_offsets_of(
         self,
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
         may_defer: Collection[str] = (),
+        reported: Mapping[tuple[str, int], int] | None = None,
     ) -> dict[str, dict[int, int]]:
         """Exact ends (a broker whose ``end_offsets()`` is exact); records whether the
-        caller would have done with them, per read, for the first topic (Eden)."""
+        caller would have done with them, per read, for the first topic (Eden), and the
+        ends the lanes reported."""
+        self.reported.append(dict(reported or {}))
         if self.error is not None:
             raise self.error
         ends = {topic: dict(self.ends.get(topic, {})) for topic in topics}
@@ -161,6 +166,8 @@ class FakeLaneIO:
         self.produced: dict[str, list[bytes]] = {}
         self.fail_reads: set[tuple[str, int]] = set()
         self.fail_produce = False
+        #: The log end per partition the last read saw (a fetch's high watermark).
+        self.ends: dict[tuple[str, int], int] = {}
 
     def append(
         self,
@@ -178,6 +185,7 @@ class FakeLaneIO:
 
     def read(self, entries: Sequence[Any]) -> dict[str, list[Any] | Exception]:
         out: dict[str, list[Any] | Exception] = {}
+        self.ends = {}
         for e in entries:
             t = e.tuple
             if (t.topic, t.partition) in self.fail_reads:
@@ -190,7 +198,11 @@ class FakeLaneIO:
                 Record.of(KafkaRecord(t.topic, t.partition, o, stamps[o], values[o], *extras[o]))
                 for o in range(t.start, min(t.end, len(values)))
             ]
+            self.ends[(t.topic, t.partition)] = len(values)
         return out
+
+    def log_ends(self) -> dict[tuple[str, int], int]:
+        return self.ends
 
     def produce(self, topic: str, values: Sequence[bytes]) -> None:
         if self.fail_produce:

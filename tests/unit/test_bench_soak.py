@@ -37,13 +37,14 @@ def test_minute_lines_reads_the_planning_and_the_flush_summaries_with_their_time
     log.write_text(
         "2026-11-26 10:00:30,000 INFO flowctl.spark.flow.planner [planner]: flow t-1: planning "
         "per batch over 240 batch(es), ms: p50 3.1, p99 9.25, max 12.0; by phase p50/p99: "
-        "ends 1.0/2.0\n"
+        "log_ends 1.0/2.0, flags 0.5/0.75\n"
         f"2026-11-26 10:01:00,500 INFO flowctl.adapters.mrwq_flusher: {flush_line}\n"
         "2026-11-26 10:01:01,000 INFO something else: planning per batch\n"
     )
     t0 = dt.datetime(2026, 11, 26, 10, 0, 0).timestamp()
     lines = soak.minute_lines(log, t0)
     assert lines["planning"] == [(30.0, 240, 3.1, 9.25)]
+    assert lines["log_ends"] == [(30.0, 240, 1.0, 2.0)]  # the phase of the log's ends
     assert lines["flush"] == [(60.5, 1, 12.5, 12.5)]
 
 

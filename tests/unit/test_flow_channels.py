@@ -104,9 +104,21 @@ def test_lane_feedback_round_trips_with_64_bit_edges() -> None:
                 trace="Traceback (most recent call last):\n  File \"p.py\", line 3\nKeyError: 'w'",
             ),
             LaneResult("p.replay.a:0:3-4", Outcome.HELD, not_before=1700000001.25),
-        )
+        ),
+        ends=(("p.eden", 0, 100), ("p.eden", 2, 2**40)),
     )
     assert LaneFeedback.decode(_through_json(feedback.encode())) == feedback
+
+
+def test_lane_feedback_without_ends_decodes_and_a_bad_end_is_named() -> None:
+    """A lane that reported no ends (or an older lane's feedback) decodes with none; a
+    malformed end is refused naming the field and the value."""
+    result = LaneResult("p.eden:0:0-1", Outcome.ACKED)
+    plain = {"results": [LaneFeedback((result,)).encode()["results"][0]]}
+    assert LaneFeedback.decode(plain) == LaneFeedback((result,))
+    for bad in (["p.eden", 0], ["p.eden", -1, 5], [0, 0, 5], ["p.eden", 0, True]):
+        with pytest.raises(ValueError, match=r"lane feedback\.ends: .* is not \[topic"):
+            LaneFeedback.decode({**plain, "ends": [bad]})
 
 
 @pytest.mark.parametrize(

@@ -165,8 +165,10 @@ def test_the_feedback_writer_stores_what_the_planner_reads_and_never_raises(
     entry = PlanEntry(TupleRange(EDEN, 0, 0, 5), 2**64 - 3, False, TOPICS.replay_a)
     part = FlowPartition(1, 9, (entry,))
     done = [TupleDone(entry, Outcome.ACKED, 5, 0.25, latencies=(0.5,), mrwq_epoch="e", mrwq_seq=4)]
-    write_feedback(store, "flow.t", part, done)
-    (result,) = _feedback(store, "flow.t", part).results
+    write_feedback(store, "flow.t", part, done, {(EDEN, 1): 80, (EDEN, 0): 12})
+    feedback = _feedback(store, "flow.t", part)
+    assert feedback.ends == ((EDEN, 0, 12), (EDEN, 1, 80))  # the ends the lane's reads saw
+    (result,) = feedback.results
     assert (result.tuple_id, result.xor, result.rt, result.records) == (
         entry.tuple.id,
         2**64 - 3,

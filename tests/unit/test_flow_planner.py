@@ -78,6 +78,30 @@ def test_feedback_of_the_lanes_acks_the_tuples_one_batch_later(tmp_path: Path) -
     assert not any(k.startswith(f"{planner.settings.ns}:fb:") for k in store.data)
 
 
+def test_the_ends_the_lanes_fetched_go_to_the_next_read_of_the_ends_once(
+    tmp_path: Path,
+) -> None:
+    """Eden's ends a lane's fetches reported come with its feedback and are handed to the
+    read of the ends after the one already under way (it starts before the feedback is
+    collected), once; another topic's are not Eden's."""
+    planner, store, _ = _planner(tmp_path, {0: 20})
+    ends = planner.ends.source
+    assert isinstance(ends, FakeEnds)
+    end = planner.latest_offset(planner.initial_offset())
+    feedback = FeedbackStore(store, planner.settings.ns)
+    for part in decode_plan(end, EDEN, "demo"):
+        results = tuple(
+            LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
+            for e in part.entries
+        )
+        seen = ((EDEN, 0, 27 + part.lane), ("elsewhere", 0, 99))
+        feedback.put(part.seq, part.lane, LaneFeedback(results, seen).encode())
+    planner.latest_offset(end)  # collects the feedback; its ends read was under way
+    planner.latest_offset(end)
+    planner.latest_offset(end)
+    assert ends.reported[-3:] == [{}, {(EDEN, 0): 28}, {}]
+
+
 def test_the_control_key_holds_admission_and_a_new_rebuild_rebuilds_the_spout(
     tmp_path: Path,
 ) -> None:
@@ -271,10 +295,10 @@ def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
 class _ReplayTopicsMissing(FakeEnds):
     """A broker that fails any read naming a replay topic (e.g. not created yet)."""
 
-    def latest_offsets_of(self, topics, bounds_suffice=None, may_defer=()):  # type: ignore[no-untyped-def]
+    def latest_offsets_of(self, topics, bounds_suffice=None, may_defer=(), reported=None):  # type: ignore[no-untyped-def]
         if len(topics) > 1:
             raise ValueError(f"topic={topics[1]!r} does not exist (or has no partitions)")
-        return super().latest_offsets_of(topics, bounds_suffice, may_defer)
+        return super().latest_offsets_of(topics, bounds_suffice, may_defer, reported)
 
 
 def test_a_failed_read_of_the_replay_topics_ends_leaves_eden_planned(

@@ -302,6 +302,7 @@ def latest_offsets_of(
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     defer_tails: Collection[str] = (),
     on_fetch: Callable[[Collection[str], float], None] | None = None,
+    reported: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
 
@@ -321,6 +322,12 @@ def latest_offsets_of(
     asks for it where an exact end costs more than a batch's delay (a long log on Tansu,
     whose fetch walks the partition's batches). ``on_fetch(topics, ms)`` is told how long
     each fetch round took and which topics it read.
+
+    ``reported``: ``{(topic, partition): end}`` that other consumers' fetches reported
+    since the last read (the lanes': :func:`highwater`). A ``defer_tails`` partition whose
+    reported end moved past the last read's answer is answered with it and left out of
+    the ListOffsets request, which walks a long log on Tansu as a fetch does: a stream
+    being appended to then asks the broker nothing for Eden, whatever the log's length.
     """
     if isinstance(bootstrap_or_consumer, str):
         consumer = new_consumer(bootstrap_or_consumer)
@@ -337,6 +344,7 @@ def latest_offsets_of(
             bounds_suffice,
             defer_tails,
             on_fetch,
+            {} if reported is None else reported,
         )
     finally:
         if owned:
@@ -352,9 +360,18 @@ def _latest_offsets(
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     defer_tails: Collection[str] = (),
     on_fetch: Callable[[Collection[str], float], None] | None = None,
+    reported: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, dict[int, int]]:
     tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
-    ends: dict[TopicPartition, int] = consumer.end_offsets(tps)
+    deferred: dict[TopicPartition, int] = {}
+    for tp in tps:  # the lanes saw these grow: their bound needs no ListOffsets
+        seen_end = (reported or {}).get((tp.topic, tp.partition))
+        if seen_end is not None and tp.topic in defer_tails and _moved(known.get(tp), seen_end):
+            deferred[tp] = seen_end
+    asked = [tp for tp in tps if tp not in deferred]
+    ends: dict[TopicPartition, int] = dict(deferred)
+    if asked:
+        ends.update(consumer.end_offsets(asked))
     result = {tp: 0 for tp in tps if not ends.get(tp)}
     if bounds_suffice is not None:
         for topic in topics:
@@ -362,10 +379,12 @@ def _latest_offsets(
             if bounds_suffice(topic, bounds):
                 result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
     now = time.monotonic()
-    deferred: dict[TopicPartition, int] = {}
     for tp in tps:
         seen = known.get(tp)
-        if ends.get(tp) and seen is not None and seen[0] == ends[tp] and now - seen[2] < max_age_s:
+        fresh = seen is not None and seen[0] == ends.get(tp) and now - seen[2] < max_age_s
+        if tp in deferred:
+            result[tp] = deferred[tp]
+        elif ends.get(tp) and seen is not None and fresh:
             result[tp] = seen[1]  # exact, and at or past an accepted bound
         elif tp.topic in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
             result[tp] = deferred[tp] = ends[tp]  # a bound: the last batch waits a read
@@ -410,6 +429,16 @@ def _moved(seen: tuple[int, int, float] | None, bound: int | None) -> bool:
     """Whether a partition's ``end_offsets()`` moved past what the last read answered (so
     taking it loses nothing the last read gave, and the log is being appended to)."""
     return seen is not None and bound is not None and bound > seen[0] and bound >= seen[1]
+
+
+def highwater(consumer: KafkaConsumer, topic: str, partition: int) -> int | None:
+    """The log end the consumer's last fetch of ``topic``/``partition`` reported (the
+    fetch response's high watermark: exact, also on Tansu, and free where a ListOffsets
+    request walks a long log), or ``None`` when it fetched none since it was assigned it.
+    A lane reports it after its reads, so the planner needs no ListOffsets for a
+    partition being appended to (``reported`` in :func:`latest_offsets_of`)."""
+    end = consumer.highwater(TopicPartition(topic, partition))
+    return None if end is None else int(end)
 
 
 def read_range(

@@ -266,14 +266,29 @@ def _decode_result(data: Any) -> LaneResult:
 
 @dataclass(frozen=True)
 class LaneFeedback:
-    """Lane -> planner: one :class:`~flowctl.core.spout.LaneResult` per tuple of a batch."""
+    """Lane -> planner: one :class:`~flowctl.core.spout.LaneResult` per tuple of a batch,
+    and the log ends the lane's fetches reported (``(topic, partition, end)``: the
+    planner's bounds for partitions being appended to, instead of a ListOffsets request)."""
 
     results: tuple[LaneResult, ...]
+    ends: tuple[tuple[str, int, int], ...] = ()
 
     def encode(self) -> dict[str, Any]:
-        return {"results": [_encode_result(r) for r in self.results]}
+        return {
+            "results": [_encode_result(r) for r in self.results],
+            "ends": [list(e) for e in self.ends],
+        }
 
     @classmethod
     def decode(cls, data: Any) -> LaneFeedback:
         d = _object("lane feedback", data)
-        return cls(tuple(_decode_result(r) for r in _field("lane feedback", d, "results", list)))
+        results = tuple(_decode_result(r) for r in _field("lane feedback", d, "results", list))
+        return cls(results, tuple(_decode_end(e) for e in d.get("ends") or ()))
+
+
+def _decode_end(data: Any) -> tuple[str, int, int]:
+    """One ``[topic, partition, end]`` of :attr:`LaneFeedback.ends`."""
+    ok = isinstance(data, list) and len(data) == 3 and isinstance(data[0], str)
+    if ok and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in data[1:]):
+        return data[0], data[1], data[2]
+    raise ValueError(f"lane feedback.ends: {data!r:.200} is not [topic, partition, end]")

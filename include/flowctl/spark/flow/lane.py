@@ -81,6 +81,11 @@ class LaneIO(Protocol):
         """Append ``values`` to ``topic`` (replay topics, the DLQ)."""
         ...
 
+    def log_ends(self) -> Mapping[tuple[str, int], int]:
+        """The log end per ``(topic, partition)`` that the last :meth:`read`'s fetches
+        reported (empty where a reader reports none)."""
+        ...
+
 
 @dataclass
 class TupleDone:
@@ -128,10 +133,16 @@ class KafkaLaneIO:
     def __init__(self, settings: FlowSettings) -> None:
         self.settings = settings
         self.store = cached_store(settings.memcached)
+        self._ends: dict[tuple[str, int], int] = {}
 
     def read(self, entries: Sequence[PlanEntry]) -> Fetched:
         reader = load_config(self.settings.config_path).flow.reader
-        return prefetch(entries, self.settings.bootstrap, self.settings.read_timeout_s, reader)
+        self._ends = {}
+        s = self.settings
+        return prefetch(entries, s.bootstrap, s.read_timeout_s, reader, ends=self._ends)
+
+    def log_ends(self) -> Mapping[tuple[str, int], int]:
+        return self._ends
 
     def produce(self, topic: str, values: Sequence[bytes]) -> None:
         from flowctl.adapters import kafka_log
@@ -174,7 +185,7 @@ def run_lane(
     done = process_tuples(part.entries, io.read(part.entries), process, backflow, combine, deadline)
     route_records(done, io)
     append_outcomes(done, io.store, mrwq_namespace(config.name))
-    write_feedback(io.store, settings.ns, part, done)
+    write_feedback(io.store, settings.ns, part, done, io.log_ends())
     yield from status_rows(part, done)
 
 
@@ -382,13 +393,19 @@ def append_outcomes(done: Sequence[TupleDone], store: MemcachedStore, ns: str) -
 
 
 def write_feedback(
-    store: MemcachedStore, ns: str, part: FlowPartition, done: Sequence[TupleDone]
+    store: MemcachedStore,
+    ns: str,
+    part: FlowPartition,
+    done: Sequence[TupleDone],
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> None:
     """The lane's feedback of batch ``part.seq`` for the planner (best effort: without it
-    the spout times these tuples out and dispatches them again)."""
+    the spout times these tuples out and dispatches them again), with the log ``ends``
+    its reads saw."""
     from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
 
-    feedback = LaneFeedback(tuple(d.result() for d in done))
+    seen = tuple((t, p, n) for (t, p), n in sorted((ends or {}).items()))
+    feedback = LaneFeedback(tuple(d.result() for d in done), seen)
     try:
         FeedbackStore(store, ns).put(part.seq, part.lane, feedback.encode())
     except Exception as exc:

@@ -30,9 +30,17 @@ LIBRDKAFKA_MAX_SKIP = 2_000
 
 
 def prefetch(
-    entries: Sequence[PlanEntry], bootstrap: str, timeout_s: float, reader: str = KAFKA_PYTHON
+    entries: Sequence[PlanEntry],
+    bootstrap: str,
+    timeout_s: float,
+    reader: str = KAFKA_PYTHON,
+    ends: dict[tuple[str, int], int] | None = None,
 ) -> dict[str, list[Record] | Exception]:
     """Every tuple's records, read in as few range reads as possible.
+
+    ``ends``, when given, gets the log end each read partition's last fetch reported
+    (``{(topic, partition): end}``, the fetch's high watermark): the lane hands them to the
+    planner, which then needs no ListOffsets request for a partition being appended to.
 
     A lane's tuples of one partition are often contiguous (a window's worth of one
     partition, or a run of replayed records): one read per contiguous span instead of one
@@ -51,6 +59,12 @@ def prefetch(
             _drop_consumer(bootstrap, reader)
             for t in span:
                 out[t.id] = exc
+            continue
+        if ends is not None:
+            tp = (span[0].topic, span[0].partition)
+            end = _highwater(reader, bootstrap, *tp)
+            if end is not None and end > ends.get(tp, -1):
+                ends[tp] = end
     return out
 
 
@@ -113,6 +127,18 @@ def _read_range(
         kafka_log.cached_consumer(bootstrap), topic, partition, start, end, timeout_s=timeout_s
     )
     return map(Record.of, records)
+
+
+def _highwater(reader: str, bootstrap: str, topic: str, partition: int) -> int | None:
+    """The log end that ``reader``'s cached consumer's last fetch of the partition
+    reported, right after its range read (the consumer is still assigned to it)."""
+    if reader == LIBRDKAFKA:
+        from flowctl.adapters import kafka_read_rdkafka as rdkafka
+
+        return rdkafka.highwater(rdkafka.cached_consumer(bootstrap), topic, partition)
+    from flowctl.adapters import kafka_log
+
+    return kafka_log.highwater(kafka_log.cached_consumer(bootstrap), topic, partition)
 
 
 def _drop_consumer(bootstrap: str, reader: str) -> None:

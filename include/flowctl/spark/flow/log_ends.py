@@ -59,9 +59,12 @@ class LogEnds(Protocol):
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
         may_defer: Collection[str] = (),
+        reported: Mapping[tuple[str, int], int] | None = None,
     ) -> Ends:
         """``may_defer``: topics whose tails may wait a batch when their exact ends are
-        costly (never a replay topic: its reader needs its exact end)."""
+        costly (never a replay topic: its reader needs its exact end); ``reported``: the
+        ends the lanes' fetches saw since the last read, which then stand in for those
+        partitions' ListOffsets."""
         ...
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
@@ -91,11 +94,12 @@ class KafkaEnds:
         topics: Sequence[str],
         bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
         may_defer: Collection[str] = (),
+        reported: Mapping[tuple[str, int], int] | None = None,
     ) -> Ends:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
         (or the lower bounds ``bounds_suffice`` accepts, and the moving tails of the
-        ``may_defer`` topics whose last fetch was costly: see
-        ``kafka_log.latest_offsets_of``)."""
+        ``may_defer`` topics whose last fetch was costly, from the ends the lanes
+        ``reported`` where they saw them move: see ``kafka_log.latest_offsets_of``)."""
         from flowctl.adapters import kafka_log
 
         read = functools.partial(
@@ -104,6 +108,7 @@ class KafkaEnds:
             bounds_suffice=bounds_suffice,
             defer_tails=self.costly(may_defer),
             on_fetch=self._fetched,
+            reported=reported,
         )
         if self.patient:
             return read(self._open(), topics)
@@ -188,21 +193,32 @@ class BackgroundEnds:
         most: int = 0,
         *,
         with_starts: bool = False,
+        reported: Mapping[int, int] | None = None,
     ) -> Future[Ends]:
         """Start a read. With ``positions`` (Eden's cut, per partition), Eden's
         ``end_offsets()`` are taken as they are while Eden holds at least ``most`` records
         past the cut below them (:func:`enough_below`); the replay topics' ends are always
-        exact (their reader swaps To and From once To is read up to its end)."""
+        exact (their reader swaps To and From once To is read up to its end).
+        ``reported``: Eden's ends as the lanes' fetches saw them since the last read
+        (``{partition: end}``; used where Eden's exact ends are costly)."""
         check = None
         if positions is not None:
             check = functools.partial(enough_below, self.eden, dict(positions), most)
+        seen = {(self.eden, p): n for p, n in (reported or {}).items()}
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="flowctl-log-ends")
         self.starts, self.starts_error = None, None
-        return self._pool.submit(self._read, check, with_starts)
+        return self._pool.submit(self._read, check, with_starts, seen)
 
-    def _read(self, check: Callable[[str, dict[int, int]], bool] | None, with_starts: bool) -> Ends:
-        ends = self.source.latest_offsets_of(self.topics, check, may_defer=[self.eden])
+    def _read(
+        self,
+        check: Callable[[str, dict[int, int]], bool] | None,
+        with_starts: bool,
+        reported: Mapping[tuple[str, int], int],
+    ) -> Ends:
+        ends = self.source.latest_offsets_of(
+            self.topics, check, may_defer=[self.eden], reported=reported
+        )
         if with_starts:
             try:
                 self.starts = self.source.log_starts_of(self.eden)

@@ -152,6 +152,9 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self._latest: dict[TopicPartition, int] = {}
         #: The replay topics' ends, read with Eden's (:meth:`_read_ends`).
         self._replay: dict[tuple[str, int], int] = {}
+        #: Eden's ends as the lanes' fetches reported them since the last read of the
+        #: ends (``{partition: end}``; :meth:`_start_reading_ends` hands them over).
+        self.lane_ends: dict[int, int] = {}
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
         #: Data loss and read errors (:mod:`flowctl.spark.flow.log_guard`); Eden's durable

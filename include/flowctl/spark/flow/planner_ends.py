@@ -40,6 +40,7 @@ class EndsPlanning:
     admit: bool
     _latest: dict[TopicPartition, int]
     _replay: dict[tuple[str, int], int]
+    lane_ends: dict[int, int]
     #: Eden's durable checkpoint as this batch read it (``None``: the database did not
     #: answer, nothing is decided about data loss this batch).
     _checkpoints: dict[int, int] | None
@@ -57,17 +58,20 @@ class EndsPlanning:
         while they are read, so whether ``end_offsets()`` suffice is decided on what this
         batch can take at most: its windows after this batch's acks, and never more than
         the batch's cap (:meth:`batch_cap`; with many lanes the windows' room alone is
-        many batches' worth, and every batch would pay an exact end's fetch)."""
+        many batches' worth, and every batch would pay an exact end's fetch). The ends
+        the lanes reported since the last read go with it (:attr:`lane_ends`)."""
         starts = self.guard.starts_due()  # Eden's log starts too, every STARTS_EVERY_S
+        reported, self.lane_ends = self.lane_ends, {}
         if self.spout is None:
-            return self.ends.start(with_starts=starts)
+            return self.ends.start(with_starts=starts, reported=reported)
         positions = {tp.partition: n for tp, n in self.spout.positions().items()}
         # a window grows at most to double (at least +1) per round of acks, up to w_max
         room = sum(min(w.w_max, max(2 * w.size, w.size + 1)) for w in self.spout.windows)
         cap = self.batch_cap()
         if cap is not None:
             room = min(room, cap)
-        return self.ends.start(positions, room * self.config.tuple_size, with_starts=starts)
+        most = room * self.config.tuple_size
+        return self.ends.start(positions, most, with_starts=starts, reported=reported)
 
     def _read_ends(self, reading: Future[Ends]) -> dict[int, int] | None:
         """Eden's end offsets (returned; ``None`` when they could not be read: a read

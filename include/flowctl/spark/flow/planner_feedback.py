@@ -35,6 +35,7 @@ class FeedbackPlanning:
     clock: Clock
     spout: Spout | None
     pending: dict[int, tuple[set[int], float]]
+    lane_ends: dict[int, int]
     guard: LogGuard
     health: PlannerHealth
     _returned: Tally
@@ -66,6 +67,9 @@ class FeedbackPlanning:
     def _apply_feedback(self, lane: int, feedback: LaneFeedback) -> None:
         assert self.spout is not None
         summary = self.spout.on_lane_results(lane, feedback.results)
+        for topic, partition, end in feedback.ends:
+            if topic == self.settings.topic and end > self.lane_ends.get(partition, -1):
+                self.lane_ends[partition] = end
         self.guard.lane_results(feedback.results)
         self.health.results(feedback.results)
         for error in summary.errors[:3]:
