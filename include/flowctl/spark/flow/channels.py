@@ -13,8 +13,8 @@ channel is needed for correctness: losing them in a memcached restart only costs
   type: its ``to_dict`` / ``from_dict``); only the driver writes them to
   ``metrics_windows``;
 - ``<ns>:fb:<seq>:<lane>`` lane -> planner: :class:`LaneFeedback`, the per-tuple outcomes
-  of batch ``seq`` (stored by :class:`~flowctl.adapters.memcached_store.LaneFeedback`),
-  read one batch behind.
+  of batch ``seq`` and the log ends the lane's fetches saw (stored by
+  :class:`~flowctl.adapters.memcached_store.LaneFeedback`), read one batch behind.
 
 Each message is a frozen dataclass with ``encode()`` (plain JSON types) and ``decode()``
 (which raises ``ValueError`` naming the field, so a foreign value is refused loudly).

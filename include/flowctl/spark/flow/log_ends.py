@@ -13,7 +13,11 @@ the log (bench/results/soak.json: the planning of a stream at 34k records/s grew
 partitions that are being appended to are planned up to their ``end_offsets()`` (the start
 of their last record batch): that batch waits for the next micro-batch, and the exact end
 is fetched again once a partition goes quiet (``kafka_log.latest_offsets_of``,
-``defer_tails``). Below that cost the ends stay exact, which a light stream's latency needs.
+``defer_tails``). Where the lanes' own fetches reported a partition's end moving past the
+last answer (their high watermark, carried in their feedback), that end is taken instead
+and the partition is left out of the ListOffsets request too, which also walks the log:
+a stream being appended to then asks the broker nothing for Eden. Below that cost the
+ends stay exact, which a light stream's latency needs.
 
 The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
 hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
