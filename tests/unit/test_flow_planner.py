@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,13 +64,7 @@ def test_a_batch_plans_the_log_in_tuples_over_the_lanes_and_publishes_its_state(
 def test_feedback_of_the_lanes_acks_the_tuples_one_batch_later(tmp_path: Path) -> None:
     planner, store, _ = _planner(tmp_path, {0: 20})
     end = planner.latest_offset(planner.initial_offset())
-    feedback = FeedbackStore(store, planner.settings.ns)
-    for part in decode_plan(end, EDEN, "demo"):
-        results = tuple(
-            LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
-            for e in part.entries
-        )
-        feedback.put(part.seq, part.lane, LaneFeedback(results).encode())
+    _ack_all(planner, end)
     again = planner.latest_offset(end)
     assert again == end  # everything admitted already: Spark runs no batch
     published = _state(planner, store)
@@ -84,18 +79,11 @@ def test_the_ends_the_lanes_fetched_go_to_the_next_read_of_the_ends_once(
     """Eden's ends a lane's fetches reported come with its feedback and are handed to the
     read of the ends after the one already under way (it starts before the feedback is
     collected), once; another topic's are not Eden's."""
-    planner, store, _ = _planner(tmp_path, {0: 20})
+    planner, _, _ = _planner(tmp_path, {0: 20})
     ends = planner.ends.source
     assert isinstance(ends, FakeEnds)
     end = planner.latest_offset(planner.initial_offset())
-    feedback = FeedbackStore(store, planner.settings.ns)
-    for part in decode_plan(end, EDEN, "demo"):
-        results = tuple(
-            LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
-            for e in part.entries
-        )
-        seen = ((EDEN, 0, 27 + part.lane), ("elsewhere", 0, 99))
-        feedback.put(part.seq, part.lane, LaneFeedback(results, seen).encode())
+    _ack_all(planner, end, lambda lane: ((EDEN, 0, 27 + lane), ("elsewhere", 0, 99)))
     planner.latest_offset(end)  # collects the feedback; its ends read was under way
     planner.latest_offset(end)
     planner.latest_offset(end)
@@ -282,14 +270,19 @@ def test_the_bounds_do_once_more_waits_than_one_batch_may_take_whatever_the_wind
     assert ends.bounds_accepted[-1] is False
 
 
-def _ack_all(planner: FlowPlanner, plan: dict[str, object]) -> None:
+def _ack_all(
+    planner: FlowPlanner,
+    plan: dict[str, object],
+    ends: Callable[[int], tuple[tuple[str, int, int], ...]] = lambda lane: (),
+) -> None:
+    """Every lane's feedback of ``plan``: all acked, with the log ``ends(lane)`` it saw."""
     feedback = FeedbackStore(planner.store(), planner.settings.ns)
     for part in decode_plan(plan, EDEN, "demo"):
         results = tuple(
             LaneResult(e.tuple.id, Outcome.ACKED, xor=e.edge, rt=0.01, records=e.tuple.size)
             for e in part.entries
         )
-        feedback.put(part.seq, part.lane, LaneFeedback(results).encode())
+        feedback.put(part.seq, part.lane, LaneFeedback(results, ends(part.lane)).encode())
 
 
 class _ReplayTopicsMissing(FakeEnds):
