@@ -83,7 +83,7 @@ from bench._experiment import (
 from bench._measure import committed_total, drain_run
 from bench.lib.history import bulk_plane, fill_history
 from bench.lib.probe import rss_by_role, sqlite_bytes, table_rows, tree_bytes
-from bench.lib.steady_feed import SteadyFeed
+from bench.lib.steady_feed import CLIENTS, SteadyFeed, default_client
 from bench.throughput import PLANNING
 from flowctl.adapters import kafka_log, schema
 from flowctl.config import Settings
@@ -212,6 +212,7 @@ def soak_run(
     minutes: float,
     rate: int,
     pool: Sequence[bytes],
+    feeder: str,
     sample_s: float,
     drain_timeout_s: float,
 ) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def soak_run(
     topic = f"{name}.eden"
     kafka_log.ensure_topics(plat.bootstrap, {topic: int(settings["topics"]["partitions"])})
     job = submit(plat, config, f"{name}-1", lanes)
-    feed = SteadyFeed(plat.bootstrap, topic, pool, rate)
+    feed = SteadyFeed(plat.bootstrap, topic, pool, rate, client=feeder)
     t0 = time.time()
     feed.start()
     samples: list[dict[str, Any]] = []
@@ -268,6 +269,7 @@ def soak_run(
         "minutes": minutes,
         "load_s": round(load_s, 1),
         "lines_sent": sent,
+        "feeder": feeder,
         "feed_behind_s_max": round(feed.behind_s, 2),
         "words_expected": sum(expected.values()),
         "words_stored": sum(stored.values()),
@@ -508,6 +510,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--history-minutes", type=float, default=10.0, help="minutes of the run with history"
     )
+    p.add_argument(
+        "--feeder",
+        choices=CLIENTS,
+        default=default_client(),
+        help="the feed's Kafka client (default: librdkafka where confluent-kafka is "
+        "installed: it leaves the cores to the stream; see bench/lib/steady_feed.py)",
+    )
     p.add_argument("--bucket-minutes", type=float, default=5.0)
     p.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples")
     p.add_argument(
@@ -582,6 +591,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             minutes=args.minutes,
             rate=rate,
             pool=pool,
+            feeder=args.feeder,
             sample_s=args.sample_s,
             drain_timeout_s=args.drain_timeout,
         )
@@ -604,6 +614,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 minutes=args.history_minutes,
                 rate=rate,
                 pool=pool,
+                feeder=args.feeder,
                 sample_s=args.sample_s,
                 drain_timeout_s=args.drain_timeout,
             )

@@ -2,13 +2,14 @@
 
 The soak runs for an hour; what it concludes rests on these small pieces, so they are
 checked here on known input (the log lines in the formats the planner and the MRWQ
-flusher write).
+flusher write), and its librdkafka feed against the real broker.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import secrets
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from bench import soak
 from bench.lib.steady_feed import SteadyFeed
+from flowctl.adapters import kafka_log
 from flowctl.adapters.mrwq_flush_log import FlushLog
 from flowctl.adapters.mrwq_reports import FlushReport
 from flowctl.adapters.mrwq_sink import FlushStats
@@ -114,3 +116,37 @@ def test_the_feed_sends_rate_lines_a_second_until_finished(monkeypatch: pytest.M
     assert not feed.is_alive() and feed.error is None
     assert total == 2 * len(sent)
     assert sent[0] == [b"a", b"b"] and (len(sent) == 1 or sent[1] == [b"c", b"a"])
+
+
+@pytest.mark.integration
+def test_the_librdkafka_feed_sends_rate_lines_a_second_round_robin_and_counts_them(
+    kafka_bootstrap: str,
+) -> None:
+    """The soak's default feeder against the real broker: every line it counts as sent is
+    in the log once, dealt evenly over the partitions, in the pool's order."""
+    topic = f"feed.{secrets.token_hex(4)}"
+    kafka_log.ensure_topics(kafka_bootstrap, {topic: 3})
+    pool = [f"line {i}".encode() for i in range(7)]
+    feed = SteadyFeed(kafka_bootstrap, topic, pool, rate=300, client="librdkafka")
+    feed.start()
+    while feed.sent < 600 and feed.error is None:
+        feed.join(0.05)
+    total = feed.finish(timeout_s=30.0)
+    assert feed.error is None and total >= 600 and total % 300 == 0
+    ends = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    assert sorted(ends.values()) == [total // 3] * 3  # round robin over the 3 partitions
+    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    try:
+        values = [
+            r.value
+            for p in sorted(ends)
+            for r in kafka_log.read_range(consumer, topic, p, 0, ends[p])
+        ]
+    finally:
+        consumer.close()
+    assert Counter(values) == Counter(pool[i % len(pool)] for i in range(total))
+
+
+def test_an_unknown_feed_client_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="client='rdkafka' must be one of"):
+        SteadyFeed("127.0.0.1:9", "t", [b"a"], rate=1, client="rdkafka")
