@@ -65,6 +65,7 @@ def test_a_lane_processes_its_tuples_appends_outcomes_and_reports_them(tmp_path:
         (Outcome.ACKED, 8, 6, items[1]["e"]),
     ]
     assert [r.mrwq_seq for r in feedback.results] == [1, 2]
+    assert feedback.ends == ((EDEN, 0, 12),)  # the log end the lane's read saw
     assert io.produced == {}
 
 
