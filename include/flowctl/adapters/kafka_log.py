@@ -4,8 +4,8 @@ Written for kafka-python 3 against Apache Kafka and the embedded Tansu broker,
 whose quirks shape this module:
 
 - ``end_offsets()`` under-reports on Tansu (it returns the start of the last
-  record batch + 1), so :func:`latest_offsets` seeks to that value - 1, fetches,
-  and trusts the consumer's ``highwater`` instead.
+  record batch), so :func:`latest_offsets` seeks to that value, fetches once, and
+  trusts the fetch's ``highwater`` instead, leaving the fetched batch undecoded.
 - A reused consumer that ``pause()``s a partition may never fetch it again, so
   :func:`read_range` never pauses: it reassigns and seeks, and raises when a
   read makes no progress instead of hanging.
