@@ -106,9 +106,9 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     return config
 
 
-#: How long one poll of :func:`latest_offsets` waits for records: a fetch at the end of
-#: an Apache Kafka log returns none, only the end, so the read checks after each short
-#: poll whether every partition's fetch has been answered (Tansu answers in about 5 ms).
+#: How long one poll of :func:`latest_offsets` waits for records: a fetch from a bound that
+#: proves to be the end (Apache Kafka) returns none, and the read starts that partition
+#: again one record before the bound after one such poll (Tansu answers in about 5 ms).
 END_POLL_MS = 20
 
 #: The planner's end-offset reader: poll() sends the next fetch before it returns, and
@@ -253,9 +253,11 @@ def log_starts(consumer: KafkaConsumer, topic: str) -> dict[int, int]:
     return {tp.partition: int(starts.get(tp) or 0) for tp in tps}
 
 
-#: What :func:`latest_offsets` learnt per partition:
-#: ``{tp: (end_offsets(), exact end, time.monotonic() of the read)}``.
-KnownEnds = dict[TopicPartition, tuple[int, int, float]]
+#: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end,
+#: time.monotonic() of the read, whether an exact read found the bound below the end)}``
+#: (the last: the broker's bound is the start of the last record batch, as on Tansu, so
+#: the next exact read may fetch from the bound itself; see :func:`latest_offsets`).
+KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
 
 #: How long a ``known`` end is trusted while ``end_offsets()`` stays put. On Tansu with
 #: S3 storage ``end_offsets()`` can stay put across an append (it lagged a whole record
@@ -275,12 +277,17 @@ def latest_offsets(
     """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
 
     ``end_offsets()`` is only a lower bound on Tansu (the start of the last record
-    batch), so for each non-empty partition this assigns afresh, seeks to
-    ``end_offsets()`` and polls until a fetch of the partition was answered, whose
-    ``highwater`` is the exact end (records or a transaction marker at the bound, or
-    none at all where the bound is the end). Raises :class:`KafkaReadTimeout` if that
-    takes longer than ``timeout_s``. A consumer passed in is reassigned (its previous
-    assignment is dropped).
+    batch), so for each non-empty partition this fetches from one record before it,
+    polls until the fetch returned a record (or moved past its start without one: a
+    transaction marker), and reads ``highwater``: a record proves the answer is this
+    read's (an answer to an earlier fetch may still wait in the consumer). Where an
+    earlier exact read found the bound below the end (Tansu), the fetch starts at the
+    bound itself, the first record of the last batch, and no record of the batch
+    before is decoded to be skipped (kafka-python decodes a skipped record in Python);
+    if no record comes within one short poll (the bound was the end after all, as on
+    Apache Kafka), it starts again one record before. Raises :class:`KafkaReadTimeout`
+    if that takes longer than ``timeout_s``. A consumer passed in is reassigned (its
+    previous assignment is dropped).
 
     ``known`` (kept by a caller that asks every micro-batch) skips that read for
     a partition whose ``end_offsets()`` did not move since a read less than
@@ -397,53 +404,56 @@ def _latest_offsets(
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
         started = time.monotonic()
-        # A fresh assignment: a partition's highwater is then unknown until a fetch of this
-        # read is parsed (one kept from the last read's assignment would keep its own).
-        consumer.assign([])
+        # Where the bound is known to stop at the last batch's start, the fetch starts
+        # there (that batch is read, not the one before); elsewhere one record before.
+        first = {tp: ends[tp] - (0 if _at_bound(known.get(tp)) else 1) for tp in pending}
         consumer.assign(pending)
         for tp in pending:
-            # At the bound: on Tansu the first record of the last record batch, on Apache
-            # Kafka the end itself (a fetch there returns no record, and the end). Either
-            # way no record before the bound is decoded to be skipped (kafka-python decodes
-            # each record it skips in Python: a whole batch of the producer's, 50 ms for
-            # four partitions' batches of 4,400 records when the fetch began one record
-            # before the bound).
-            consumer.seek(tp, ends[tp])
+            consumer.seek(tp, first[tp])
         waiting = set(pending)
         deadline = time.monotonic() + timeout_s
         while waiting:
             if time.monotonic() > deadline:
                 raise KafkaReadTimeout(
-                    "latest_offsets: no fetch of "
-                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} answered within "
-                    f"{timeout_s} s"
+                    "latest_offsets: no record fetched from "
+                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
                 )
-            # A short poll: at the end of an Apache Kafka log a fetch returns no record,
-            # and a poll waits its whole timeout for one.
-            consumer.poll(timeout_ms=END_POLL_MS, max_records=len(pending))
+            fetched = consumer.poll(timeout_ms=END_POLL_MS, max_records=len(pending))
             for tp in list(waiting):
-                end = consumer.highwater(tp)
-                if end is not None:  # a fetch of this read was parsed: its highwater
+                # A fetch was parsed (its highwater is fresh) when it returned a record, or
+                # when the position moved past the seek without one: the partition's last
+                # record is a transaction marker, which no consumer is handed.
+                parsed = tp in fetched or consumer.position(tp) > first[tp]
+                if parsed and consumer.highwater(tp) is not None:
                     waiting.discard(tp)
-                    # The rest of the fetched batch is left undecoded: the next poll drops
-                    # what lies behind a position the fetch did not ask for.
-                    consumer.seek(tp, end)
+                    # The rest of the fetched batch is left undecoded: the next poll
+                    # drops what lies behind a position the fetch did not ask for.
+                    consumer.seek(tp, consumer.highwater(tp))
+                elif not fetched and first[tp] == ends[tp]:
+                    # A whole poll without a record: there is none at the bound, it is the end.
+                    first[tp] -= 1
+                    consumer.seek(tp, first[tp])
         for tp in pending:
             result[tp] = consumer.highwater(tp)
-            known[tp] = (ends[tp], result[tp], now)
+            known[tp] = (ends[tp], result[tp], now, result[tp] > ends[tp])
         if on_fetch is not None:
             on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
     for tp, bound in deferred.items():
         # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
         # fetches the exact end (the age limit never lets it stand in for one).
-        known[tp] = (bound, bound, float("-inf"))
+        known[tp] = (bound, bound, float("-inf"), _at_bound(known.get(tp)))
     out: dict[str, dict[int, int]] = {t: {} for t in topics}
     for tp in sorted(result):
         out[tp.topic][tp.partition] = result[tp]
     return out
 
 
-def _moved(seen: tuple[int, int, float] | None, bound: int | None) -> bool:
+def _at_bound(seen: tuple[int, int, float, bool] | None) -> bool:
+    """Whether an exact read of the partition found its bound below its end."""
+    return seen is not None and seen[3]
+
+
+def _moved(seen: tuple[int, int, float, bool] | None, bound: int | None) -> bool:
     """Whether a partition's ``end_offsets()`` moved past what the last read answered (so
     taking it loses nothing the last read gave, and the log is being appended to)."""
     return seen is not None and bound is not None and bound > seen[0] and bound >= seen[1]
