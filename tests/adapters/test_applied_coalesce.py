@@ -176,3 +176,49 @@ def test_the_flusher_merges_once_per_interval_and_leaves_nothing_in_memcached(
     assert (drained.applied, drained.duplicates) == (0, len(tuples[::3]))
     assert stored_sum(database_url, p) == 400
     assert rows_of(database_url, p) == [(0, 400, "applied")]
+
+
+def test_a_partition_absent_from_the_flush_that_ends_an_interval_is_merged_later(
+    memcached_address: str, database_url: str
+) -> None:
+    """Each partition has its own interval: partition 1's tuples are never in the flushes
+    where partition 0's interval ends (a stream that keeps step with a steady feed flushes
+    that way), yet partition 1's rows merge in its own next flush past its interval."""
+    engine = engine_for(database_url)
+    sums_metadata.create_all(engine)
+    p = f"co{secrets.token_hex(3)}"
+    ns = f"mrwq.{p}"
+    store = MemcachedStore(memcached_address)
+    clock = FakeClock()
+    service = FlusherService(
+        store,
+        database_url,
+        p,
+        apply_sum,
+        policy=FlushPolicy(max_length=100, update_time_s=1.0),
+        clock=clock,
+        namespace=ns,
+        sleep=lambda _s: None,
+        coalesce_every_s=5.0,
+    )
+    assert service.start() is None
+    writer = MrwqWriter(store, ns)
+
+    def flush(partition: int, first: int) -> None:
+        ts = [TupleRange(TOPIC, partition, 10 * k, 10 * k + 10) for k in range(first, first + 5)]
+        writer.append_many([(t.id, [mrwq_result("applied", {"n": t.size})]) for t in ts])
+        service.flush_all(timeout_s=30)
+
+    for step in range(4):
+        flush(1, 5 * step)  # partition 1 alone, within the interval
+        clock.advance(5.0)
+        flush(0, 5 * step)  # partition 0 alone, where the interval ends
+    ones = [
+        (s, e)
+        for t, o in applied_rows(database_url, p)
+        if t.partition == 1
+        for s, e in [(t.start, t.end)]
+    ]
+    assert ones == [(0, 200)]  # merged in its own flushes, the last one included
+    assert read_checkpoints(database_url, p) == {TP: 200, TopicPartition(TOPIC, 1): 200}
+    assert stored_sum(database_url, p) == 400

@@ -5,8 +5,8 @@
 claims each item's range in ``applied_ranges`` (a range already durable is a duplicate
 and skipped), applies the new ``applied`` results with the pipeline's ``apply``,
 advances the durable checkpoint over contiguous durable ranges, stores the flusher's
-position (epoch, head) in ``mrwq_state`` and, once per ``coalesce_every_s``, merges the
-``applied`` rows the checkpoint moved over since the last merge into one
+position (epoch, head) in ``mrwq_state`` and, once per ``coalesce_every_s`` for each
+partition, merges the ``applied`` rows the checkpoint moved over since the last merge into one
 (:mod:`flowctl.adapters.applied_coalesce` says why there and then).
 """
 
@@ -81,8 +81,12 @@ def save_position(
 class SqlSink:
     """The core's :class:`~flowctl.core.persistence.Sink`: one transaction per batch.
 
-    ``coalesce_every_s``: seconds between two merges of ``applied_ranges`` rows (0: in
-    every flush), timed by ``clock``; ``None`` never merges.
+    ``coalesce_every_s``: seconds between two merges of a partition's ``applied_ranges``
+    rows (0: in every flush), timed by ``clock`` per partition; ``None`` never merges. A
+    partition is merged in the first flush that touches it once its interval has passed:
+    a flush touches only the partitions of its tuples, and one timer for all partitions
+    left the partitions that were never in the flush where the interval ended unmerged
+    for good (with a stream that keeps up with a steady feed, flushes and feed keep step).
     """
 
     def __init__(
@@ -112,14 +116,20 @@ class SqlSink:
         self.last: FlushStats | None = None
         self.coalesce_every_s = coalesce_every_s
         self._clock = clock if clock is not None else MonotonicClock()
-        self._coalesced_at = self._clock.now()
+        self._started = self._clock.now()
+        #: Per partition: when this sink last merged it.
+        self._coalesced_at: dict[TopicPartition, float] = {}
         #: Per partition: the checkpoint at this sink's last merge (rows ending at or after
         #: it are the next merge's window).
         self._coalesced_to: dict[TopicPartition, int] = {}
 
-    def _coalesce_due(self) -> bool:
+    def _coalesce_due(self, tps: set[TopicPartition]) -> set[TopicPartition]:
+        """Those of ``tps`` whose interval since their last merge has passed."""
         every = self.coalesce_every_s
-        return every is not None and self._clock.now() - self._coalesced_at >= every
+        if every is None:
+            return set()
+        now = self._clock.now()
+        return {tp for tp in tps if now - self._coalesced_at.get(tp, self._started) >= every}
 
     def _coalesce(self, conn: sa.Connection, checkpoint: dict[TopicPartition, int]) -> int:
         before = {
@@ -149,7 +159,8 @@ class SqlSink:
             checkpoint = advance_checkpoint(
                 conn, self.pipeline, {c.range.topic_partition for c in claims}
             )
-            coalesced = self._coalesce(conn, checkpoint) if due else 0
+            merged = {tp: cp for tp, cp in checkpoint.items() if tp in due}
+            coalesced = self._coalesce(conn, merged) if merged else 0
             save_position(conn, self.namespace, self.pipeline, epoch, head)
             new_claims = [c for c, new in zip(claims, fresh, strict=True) if new]
             return FlushStats(
@@ -164,12 +175,13 @@ class SqlSink:
                 coalesced=coalesced,
             )
 
-        due = self._coalesce_due()
+        due = self._coalesce_due({c.range.topic_partition for c in claims})
         with self.engine.begin() as conn:
             self.last = work(conn)
-        if due:  # committed: the next merge starts where this one ended
-            self._coalesced_at = self._clock.now()
-            self._coalesced_to.update(self.last.checkpoint)
+        now = self._clock.now()
+        for tp in due & set(self.last.checkpoint):  # committed: the next merge starts here
+            self._coalesced_at[tp] = now
+            self._coalesced_to[tp] = self.last.checkpoint[tp]
 
 
 def claim_of(item: QueueItem) -> Claim:

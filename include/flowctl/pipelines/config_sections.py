@@ -106,7 +106,7 @@ class FlowConfig:
     #: Seconds between two looks of the flusher at the MRWQ.
     flush_poll_s: float = 0.05
     gap_grace_s: float = 5.0
-    #: Seconds between two merges of the contiguous applied rows below the checkpoint.
+    #: Seconds between two merges of a partition's contiguous applied rows below the checkpoint.
     coalesce_every_s: float = 10.0
     persist_queue_capacity: int = 2000
     process_queue_capacity: int = 512
