@@ -128,15 +128,12 @@ def stored_sum(url: str, pipeline: str) -> int:
         )
 
 
-def test_the_flusher_merges_once_per_interval_and_leaves_nothing_in_memcached(
-    memcached_address: str, database_url: str
-) -> None:
-    """Through the real flusher: rows merge in a flush once ``coalesce_every_s`` passed,
-    re-flushed tuples stay duplicates, and memcached holds no item once it is flushed."""
-    engine = engine_for(database_url)
-    sums_metadata.create_all(engine)
+def _started_flusher(
+    memcached_address: str, database_url: str, max_length: int
+) -> tuple[str, MemcachedStore, FakeClock, FlusherService, MrwqWriter]:
+    """A new pipeline's real flusher (merging every 5 s of ``clock``) and its MRWQ writer."""
+    sums_metadata.create_all(engine_for(database_url))
     p = f"co{secrets.token_hex(3)}"
-    ns = f"mrwq.{p}"
     store = MemcachedStore(memcached_address)
     clock = FakeClock()
     service = FlusherService(
@@ -144,14 +141,23 @@ def test_the_flusher_merges_once_per_interval_and_leaves_nothing_in_memcached(
         database_url,
         p,
         apply_sum,
-        policy=FlushPolicy(max_length=10, update_time_s=1.0),
+        policy=FlushPolicy(max_length=max_length, update_time_s=1.0),
         clock=clock,
-        namespace=ns,
+        namespace=f"mrwq.{p}",
         sleep=lambda _s: None,
         coalesce_every_s=5.0,
     )
     assert service.start() is None
-    writer = MrwqWriter(store, ns)
+    return p, store, clock, service, MrwqWriter(store, f"mrwq.{p}")
+
+
+def test_the_flusher_merges_once_per_interval_and_leaves_nothing_in_memcached(
+    memcached_address: str, database_url: str
+) -> None:
+    """Through the real flusher: rows merge in a flush once ``coalesce_every_s`` passed,
+    re-flushed tuples stay duplicates, and memcached holds no item once it is flushed."""
+    p, store, clock, service, writer = _started_flusher(memcached_address, database_url, 10)
+    ns = writer.namespace
     tuples = [r(10 * k, 10 * k + 10) for k in range(40)]
 
     def append(ts: list[TupleRange]) -> range:
@@ -184,25 +190,7 @@ def test_a_partition_absent_from_the_flush_that_ends_an_interval_is_merged_later
     """Each partition has its own interval: partition 1's tuples are never in the flushes
     where partition 0's interval ends (a stream that keeps step with a steady feed flushes
     that way), yet partition 1's rows merge in its own next flush past its interval."""
-    engine = engine_for(database_url)
-    sums_metadata.create_all(engine)
-    p = f"co{secrets.token_hex(3)}"
-    ns = f"mrwq.{p}"
-    store = MemcachedStore(memcached_address)
-    clock = FakeClock()
-    service = FlusherService(
-        store,
-        database_url,
-        p,
-        apply_sum,
-        policy=FlushPolicy(max_length=100, update_time_s=1.0),
-        clock=clock,
-        namespace=ns,
-        sleep=lambda _s: None,
-        coalesce_every_s=5.0,
-    )
-    assert service.start() is None
-    writer = MrwqWriter(store, ns)
+    p, _, clock, service, writer = _started_flusher(memcached_address, database_url, 100)
 
     def flush(partition: int, first: int) -> None:
         ts = [TupleRange(TOPIC, partition, 10 * k, 10 * k + 10) for k in range(first, first + 5)]
