@@ -255,7 +255,7 @@ def log_starts(consumer: KafkaConsumer, topic: str) -> dict[int, int]:
 
 #: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end,
 #: time.monotonic() of the read, whether an exact read found the bound below the end)}``
-#: (the last: the broker's bound is the start of the last record batch, as on Tansu, so
+#: (the last: the broker's bound falls inside the last record batch, as on Tansu, so
 #: the next exact read may fetch from the bound itself; see :func:`latest_offsets`).
 KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
 
@@ -282,7 +282,7 @@ def latest_offsets(
     transaction marker), and reads ``highwater``: a record proves the answer is this
     read's (an answer to an earlier fetch may still wait in the consumer). Where an
     earlier exact read found the bound below the end (Tansu), the fetch starts at the
-    bound itself, the first record of the last batch, and no record of the batch
+    bound itself, inside the last batch, and no record of the batch
     before is decoded to be skipped (kafka-python decodes a skipped record in Python);
     if no record comes within one short poll (the bound was the end after all, as on
     Apache Kafka), it starts again one record before. Raises :class:`KafkaReadTimeout`
@@ -404,7 +404,7 @@ def _latest_offsets(
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
         started = time.monotonic()
-        # Where the bound is known to stop at the last batch's start, the fetch starts
+        # Where the bound is known to stop inside the last batch, the fetch starts
         # there (that batch is read, not the one before); elsewhere one record before.
         first = {tp: ends[tp] - (0 if _at_bound(known.get(tp)) else 1) for tp in pending}
         consumer.assign(pending)
