@@ -276,7 +276,7 @@ def latest_offsets(
 ) -> dict[int, int]:
     """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
 
-    ``end_offsets()`` is only a lower bound on Tansu (the start of the last record
+    ``end_offsets()`` is only a lower bound on Tansu (one record into the last record
     batch), so for each non-empty partition this fetches from one record before it,
     polls until the fetch returned a record (or moved past its start without one: a
     transaction marker), and reads ``highwater``: a record proves the answer is this
@@ -292,7 +292,7 @@ def latest_offsets(
     ``known`` (kept by a caller that asks every micro-batch) skips that read for
     a partition whose ``end_offsets()`` did not move since a read less than
     ``known_max_age_s`` ago: on Apache Kafka and Tansu in memory the bound moves on
-    any append (it is the end, or the start of the last batch); on Tansu with S3
+    any append (it is the end, or one record into the last batch); on Tansu with S3
     storage it may lag a batch, which the age limit bounds. Unchanged replay topics
     and idle partitions then cost one ListOffsets request, and a fetch twice a second.
     """
@@ -326,7 +326,9 @@ def latest_offsets_of(
     ``bounds_suffice(topic, bounds)``: given a topic's ``end_offsets()`` (lower bounds,
     exact on Apache Kafka), whether the caller can do with them; for a topic where it
     says so they are returned and none of its records is fetched (a planner with more
-    records waiting than it can admit needs no exact end).
+    records waiting than it can admit needs no exact end). Bounds and deferred answers
+    never stop inside a record batch: where an exact read found the bound below the end
+    (Tansu), they are the record before the bound, never below the last answer.
 
     ``defer_tails``: topics whose partitions are answered with their ``end_offsets()``
     while those moved since the last read (and are at or past its answer): a partition
@@ -386,9 +388,11 @@ def _latest_offsets(
     if asked:
         ends.update(consumer.end_offsets(asked))
     result = {tp: 0 for tp in tps if not ends.get(tp)}
+    # What a plan may stop at without a read: never inside a record batch (see _batch_end).
+    usable = {tp: _batch_end(known.get(tp), n) for tp, n in ends.items() if tp not in deferred}
     if bounds_suffice is not None:
         for topic in topics:
-            bounds = {tp.partition: ends.get(tp) or 0 for tp in tps if tp.topic == topic}
+            bounds = {tp.partition: usable.get(tp) or 0 for tp in tps if tp.topic == topic}
             if bounds_suffice(topic, bounds):
                 result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
     now = time.monotonic()
@@ -400,7 +404,7 @@ def _latest_offsets(
         elif ends.get(tp) and seen is not None and fresh:
             result[tp] = seen[1]  # exact, and at or past an accepted bound
         elif tp.topic in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
-            result[tp] = deferred[tp] = ends[tp]  # a bound: the last batch waits a read
+            result[tp] = deferred[tp] = usable[tp]  # the last batch waits a read
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
         started = time.monotonic()
@@ -438,10 +442,10 @@ def _latest_offsets(
             known[tp] = (ends[tp], result[tp], now, result[tp] > ends[tp])
         if on_fetch is not None:
             on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
-    for tp, bound in deferred.items():
+    for tp, answer in deferred.items():
         # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
         # fetches the exact end (the age limit never lets it stand in for one).
-        known[tp] = (bound, bound, float("-inf"), _at_bound(known.get(tp)))
+        known[tp] = (ends[tp], answer, float("-inf"), _at_bound(known.get(tp)))
     out: dict[str, dict[int, int]] = {t: {} for t in topics}
     for tp in sorted(result):
         out[tp.topic][tp.partition] = result[tp]
@@ -451,6 +455,19 @@ def _latest_offsets(
 def _at_bound(seen: tuple[int, int, float, bool] | None) -> bool:
     """Whether an exact read of the partition found its bound below its end."""
     return seen is not None and seen[3]
+
+
+def _batch_end(seen: tuple[int, int, float, bool] | None, bound: int) -> int:
+    """Where a plan that takes ``end_offsets()`` without a read may stop: the bound itself,
+    or, where an exact read found the bound below the end (Tansu's bound is one record
+    into the last record batch), the record before it, the start of that batch, but never
+    below the last answer. A plan cut at the bound would make the batch's first record a
+    tuple of its own, once per producer batch per partition, and a one-record ``applied``
+    row never merges with its neighbours (bench/README.md, "The hour again")."""
+    if not _at_bound(seen) or bound <= 0:
+        return bound
+    assert seen is not None
+    return max(bound - 1, min(seen[1], bound))
 
 
 def _moved(seen: tuple[int, int, float, bool] | None, bound: int | None) -> bool:

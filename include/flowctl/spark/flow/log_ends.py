@@ -10,9 +10,10 @@ together (one ListOffsets request, at most one fetch round).
 On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
 the log (bench/results/soak.json: the planning of a stream at 34k records/s grew from 45 to
 223 ms over an hour). Once a fetch of Eden takes longer than ``DEFER_TAIL_AFTER_MS``, Eden's
-partitions that are being appended to are planned up to their ``end_offsets()`` (the start
-of their last record batch): that batch waits for the next micro-batch, and the exact end
-is fetched again once a partition goes quiet (``kafka_log.latest_offsets_of``,
+partitions that are being appended to are planned up to their ``end_offsets()`` (on
+Tansu the start of their last record batch, the record before the bound): that batch
+waits for the next micro-batch, and the exact end is fetched again once a partition
+goes quiet (``kafka_log.latest_offsets_of``,
 ``defer_tails``). Where the lanes' own fetches reported a partition's end moving past the
 last answer (their high watermark, carried in their feedback), that end is taken instead
 and the partition is left out of the ListOffsets request too, which also walks the log:
