@@ -82,6 +82,8 @@ class FakeEnds:
         self.start_reads = 0
         #: Per read, the ends the lanes had reported (``{(topic, partition): end}``).
         self.reported: list[dict[tuple[str, int], int]] = []
+        #: The topics whose exact ends the test calls costly to read.
+        self.costly_topics: set[str] = set()
 
     def latest_offsets_of(
         self,
@@ -100,6 +102,9 @@ class FakeEnds:
         if bounds_suffice is not None:
             self.bounds_accepted.append(bounds_suffice(topics[0], ends[topics[0]]))
         return ends
+
+    def costly(self, topics: Collection[str]) -> list[str]:
+        return [t for t in topics if t in self.costly_topics]
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         self.start_reads += 1

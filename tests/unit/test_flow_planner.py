@@ -90,6 +90,44 @@ def test_the_ends_the_lanes_fetched_go_to_the_next_read_of_the_ends_once(
     assert ends.reported[-3:] == [{}, {(EDEN, 0): 28}, {}]
 
 
+def test_a_costly_logs_next_ends_are_read_as_soon_as_a_batch_is_planned(
+    tmp_path: Path,
+) -> None:
+    """Where Eden's exact ends are costly, the read the next batch plans on starts once this
+    batch is planned (it runs while the batch does): records appended after it wait one
+    batch more. Cheap ends are read when the next batch is planned."""
+    planner, _, _ = _planner(tmp_path, {0: 20})
+    ends = planner.ends.source
+    assert isinstance(ends, FakeEnds)
+    end = planner.latest_offset(planner.initial_offset())
+    assert planner._next_ends is None  # cheap: nothing read ahead
+    ends.costly_topics.add(EDEN)
+    ends.ends[EDEN][0] = 40
+    _ack_all(planner, end)
+    reads = len(ends.reported)
+    second = planner.latest_offset(end)  # read at planning, then the next read ahead
+    ahead = planner._next_ends
+    assert ahead is not None and ahead.result() == {EDEN: {0: 40}, **_no_replays()}
+    assert len(ends.reported) == reads + 2
+    assert _cut(second) == [(20, 30), (30, 40)]
+    ends.ends[EDEN][0] = 60  # appended after the read ahead: waits a batch
+    _ack_all(planner, second)
+    third = planner.latest_offset(second)
+    assert third == second and len(ends.reported) == reads + 2  # planned on the read ahead
+    fourth = planner.latest_offset(third)
+    assert _cut(fourth) == [(40, 50), (50, 60)]
+
+
+def _no_replays() -> dict[str, dict[int, int]]:
+    return {"demo.replay.a": {}, "demo.replay.b": {}}
+
+
+def _cut(plan: dict[str, object]) -> list[tuple[int, int]]:
+    return sorted(
+        (e.tuple.start, e.tuple.end) for p in decode_plan(plan, EDEN, "demo") for e in p.entries
+    )
+
+
 def test_the_control_key_holds_admission_and_a_new_rebuild_rebuilds_the_spout(
     tmp_path: Path,
 ) -> None:

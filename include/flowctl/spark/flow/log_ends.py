@@ -17,8 +17,11 @@ goes quiet (``kafka_log.latest_offsets_of``,
 ``defer_tails``). Where the lanes' own fetches reported a partition's end moving past the
 last answer (their high watermark, carried in their feedback), that end is taken instead
 and the partition is left out of the ListOffsets request too, which also walks the log:
-a stream being appended to then asks the broker nothing for Eden. Below that cost the
-ends stay exact, which a light stream's latency needs.
+a stream being appended to then asks the broker nothing for Eden. On such a log the
+planner also reads the next batch's ends as soon as it has planned this one, while the
+batch runs (``planner_ends.EndsPlanning``), so what the read costs is off the planning's
+path; records appended while it runs wait one batch more. Below that cost the ends stay
+exact and are read when the next batch is planned, which a light stream's latency needs.
 
 The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
 hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
@@ -74,6 +77,10 @@ class LogEnds(Protocol):
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         """``{partition: first offset still in the log}`` (one ListOffsets request)."""
+        ...
+
+    def costly(self, topics: Collection[str]) -> list[str]:
+        """Those of ``topics`` whose exact ends are costly to read (``DEFER_TAIL_AFTER_MS``)."""
         ...
 
     def close(self) -> None: ...
@@ -230,6 +237,10 @@ class BackgroundEnds:
             except Exception as exc:  # the planner reports it; the ends still serve
                 self.starts_error = exc
         return ends
+
+    def costly(self) -> bool:
+        """Whether Eden's exact ends are costly to read (``DEFER_TAIL_AFTER_MS``)."""
+        return bool(self.source.costly([self.eden]))
 
     def read(self, topics: Sequence[str]) -> Ends:
         """Exact ends of ``topics``, read here and now."""

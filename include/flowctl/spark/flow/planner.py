@@ -32,7 +32,7 @@ from flowctl.core.timings import PhaseTimings
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
 from flowctl.spark.flow.channels import CallMark, Control, SpoutState
-from flowctl.spark.flow.log_ends import BackgroundEnds, KafkaEnds, LogEnds
+from flowctl.spark.flow.log_ends import BackgroundEnds, Ends, KafkaEnds, LogEnds
 from flowctl.spark.flow.log_guard import LogGuard
 from flowctl.spark.flow.plan import encode_plan, encode_warmup, initial_offset, warmup_ranges
 from flowctl.spark.flow.planner_ends import EndsPlanning
@@ -49,6 +49,8 @@ from flowctl.spark.flow.settings import FlowSettings, load_config
 from flowctl.spark.flow.window_log import WindowLog
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from flowctl.adapters.flow_state import FlowState
     from flowctl.adapters.memcached_store import MemcachedStore
 
@@ -155,6 +157,9 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         #: Eden's ends as the lanes' fetches reported them since the last read of the
         #: ends (``{partition: end}``; :meth:`_start_reading_ends` hands them over).
         self.lane_ends: dict[int, int] = {}
+        #: The next batch's read of the ends, started as this batch was planned (only
+        #: where Eden's ends are costly: :meth:`_read_ahead`).
+        self._next_ends: Future[Ends] | None = None
         #: Planning cost per batch and phase (logged with the job's status).
         self.timings = PhaseTimings(self.clock)
         #: Data loss and read errors (:mod:`flowctl.spark.flow.log_guard`); Eden's durable
@@ -255,7 +260,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             self._read_control()
         if self.spout is None:
             self.spout = self.build_spout()
-        reading = self._start_reading_ends()  # on the ends' thread, beside the next two
+        reading = self._reading_for_batch()  # on the ends' thread, beside the next two
         with timed("feedback"):
             self._collect_feedback()
             self.spout.expire()
@@ -296,6 +301,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self.seq += 1
         self.pending[self.seq] = ({d.lane for d in dispatches}, self.clock.now())
         self.window_log.batch(self.seq, len(dispatches), self.spout.windows)
+        self._read_ahead()
         return encode_plan(self.settings.topic, self.seq, dispatches, self.config.name)
 
     def planned(self, plan: Mapping[str, Any], partitions_ms: float) -> None:

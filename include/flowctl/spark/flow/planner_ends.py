@@ -41,6 +41,7 @@ class EndsPlanning:
     _latest: dict[TopicPartition, int]
     _replay: dict[tuple[str, int], int]
     lane_ends: dict[int, int]
+    _next_ends: Future[Ends] | None
     #: Eden's durable checkpoint as this batch read it (``None``: the database did not
     #: answer, nothing is decided about data loss this batch).
     _checkpoints: dict[int, int] | None
@@ -52,6 +53,22 @@ class EndsPlanning:
         ) -> Spout: ...
         def batch_cap(self) -> int | None: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
+
+    def _reading_for_batch(self) -> Future[Ends]:
+        """The read of the ends this batch plans on: the one :meth:`_read_ahead` started
+        as the last batch was planned, if it did, else one started now."""
+        reading, self._next_ends = self._next_ends, None
+        return reading if reading is not None else self._start_reading_ends()
+
+    def _read_ahead(self) -> None:
+        """Where Eden's exact ends are costly (a long log on Tansu, whose requests walk
+        the partition's record batches: bench/README.md, "The hour again"), start the
+        next batch's read of the ends now, once this batch is planned: it runs while the
+        batch does, and the next planning finds it done instead of waiting on the broker.
+        Records appended while it runs wait one batch more; a light stream's ends are
+        cheap and stay read when the next batch is planned (its latency needs them)."""
+        if self.ends.costly():
+            self._next_ends = self._start_reading_ends()
 
     def _start_reading_ends(self) -> Future[Ends]:
         """Start reading the three topics' ends (:class:`BackgroundEnds`). The spout changes
