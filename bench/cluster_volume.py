@@ -66,7 +66,7 @@ from bench._experiment import (
 from bench._measure import drain_run
 from bench._profile import CpuPhases
 from bench.lib.airflow_api import AirflowApi
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.ingest import IngestRequest, ingest
@@ -324,7 +324,7 @@ def compare_with_log(layout: ClusterLayout, eden: str, n: int, seed: int) -> dic
     words short (lost) and in excess (doubled)."""
     consumer = kafka_log.new_consumer(layout.settings.kafka_bootstrap)
     try:
-        ends = kafka_log.latest_offsets(consumer, eden, timeout_s=120.0)
+        ends = kafka_ends.latest_offsets(consumer, eden, timeout_s=120.0)
         in_log = [
             r.value.decode()
             for partition, end in ends.items()
@@ -406,7 +406,7 @@ def run_volume(
             "events": [e.to_dict() for e in ReplacementLog(url).replacements(PIPELINE)],
         }
         say(f"rescale {rescale_state}: {[e['outcome'] for e in out['rescale']['events']]}")
-        ends = kafka_log.latest_offsets(layout.settings.kafka_bootstrap, eden, timeout_s=120.0)
+        ends = kafka_ends.latest_offsets(layout.settings.kafka_bootstrap, eden, timeout_s=120.0)
         in_log = sum(ends.values())
         events["all_durable"] = sampler.wait(
             "every record durable", lambda: sampler.last() >= in_log, args.timeout

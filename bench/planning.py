@@ -164,7 +164,7 @@ def run_planner(
 ) -> dict[str, Any]:
     """One planner over ``topic`` for ``batches`` micro-batches (``tail_records``: the
     ``tail`` regime, that many new records per partition before each batch)."""
-    from flowctl.adapters import kafka_log
+    from flowctl.adapters import kafka_ends, kafka_log
     from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
     from flowctl.adapters.memcached_store import MemcachedStore
     from flowctl.pipelines.config import load_pipeline_config
@@ -185,7 +185,7 @@ def run_planner(
     )
     tail = None
     if tail_records is not None:
-        ends = kafka_log.latest_offsets(plat.bootstrap, topic)
+        ends = kafka_ends.latest_offsets(plat.bootstrap, topic)
         _start_at_end(plat.database_url, name, topic, ends)
         tail = TailFeed(plat.bootstrap, topic, partitions, tail_records)
     settings = FlowSettings(

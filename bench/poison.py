@@ -63,7 +63,7 @@ from bench._experiment import (
 )
 from bench.lib.submit import spark_submit
 from flowctl import loggen
-from flowctl.adapters import kafka_log, schema
+from flowctl.adapters import kafka_ends, kafka_log, schema
 from flowctl.config import PROJECT_ROOT
 
 BASE = "3b2f8e8"
@@ -140,7 +140,7 @@ def stored_rows(engine: sa.Engine, pipeline: str) -> int:
 
 def dead_lettered(plat: Platform, topic: str) -> int:
     try:
-        return sum(kafka_log.latest_offsets(plat.bootstrap, topic, timeout_s=5.0).values())
+        return sum(kafka_ends.latest_offsets(plat.bootstrap, topic, timeout_s=5.0).values())
     except Exception:  # the topic not created yet, or a slow read: no sample
         return -1
 

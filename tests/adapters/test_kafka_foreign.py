@@ -15,7 +15,7 @@ import secrets
 import pytest
 from kafka.protocol.consumer.offsets import IsolationLevel
 
-from flowctl.adapters import kafka_log, kafka_read_rdkafka
+from flowctl.adapters import kafka_ends, kafka_log, kafka_read_rdkafka
 from flowctl.core.validation import COMPRESSION_CODECS
 from flowctl.pipelines.base import Record
 from tests.lane_readers import LaneReader
@@ -34,7 +34,7 @@ def _read_all(
     bootstrap: str, topic: str, reader: LaneReader
 ) -> tuple[dict[int, int], list[Record]]:
     """The log's ends (the planner's kafka-python read) and every record, read by ``reader``."""
-    ends = kafka_log.latest_offsets(bootstrap, topic)
+    ends = kafka_ends.latest_offsets(bootstrap, topic)
     consumer = reader.consumer(bootstrap)
     try:
         records = [
@@ -130,9 +130,9 @@ def test_committed_transactions_leave_gaps_that_ends_and_reads_move_over(
     assert [r.value for r in records] == [s.value for s in sent]
     consumer = kafka_log.new_consumer(kafka_bootstrap)
     try:
-        known: kafka_log.KnownEnds = {}
+        known: kafka_ends.KnownEnds = {}
         for _ in range(2):  # read, then answered from ``known``
-            assert kafka_log.latest_offsets(consumer, topic, known=known) == {0: 36}
+            assert kafka_ends.latest_offsets(consumer, topic, known=known) == {0: 36}
     finally:
         consumer.close()
     reading = lane_reader.consumer(kafka_bootstrap)

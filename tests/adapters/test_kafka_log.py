@@ -11,7 +11,7 @@ import time
 import pytest
 from kafka import KafkaProducer, TopicPartition
 
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.core.record import Record
 from tests.lane_readers import LaneReader
 
@@ -50,7 +50,7 @@ def test_produce_counts_reports_progress_and_stamps_time(kafka_bootstrap: str) -
     )
     assert n == 2500
     assert progress == [1000, 2000, 2500]
-    latest = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    latest = kafka_ends.latest_offsets(kafka_bootstrap, topic)
     assert sum(latest.values()) == 2500
     consumer = kafka_log.new_consumer(kafka_bootstrap)
     try:
@@ -69,7 +69,7 @@ def test_produce_refuses_values_that_are_not_text_or_bytes(kafka_bootstrap: str)
     with pytest.raises(TypeError, match=r"values\[1\]=5 must be bytes or str, not int"):
         kafka_log.produce(kafka_bootstrap, topic, ["ok", 5], progress_every=1)
     # What came before the bad value was produced and acknowledged, nothing after it.
-    assert kafka_log.latest_offsets(kafka_bootstrap, topic) == {0: 1}
+    assert kafka_ends.latest_offsets(kafka_bootstrap, topic) == {0: 1}
 
 
 def test_produce_keeps_the_timestamps_a_generator_sets(kafka_bootstrap: str) -> None:
@@ -111,7 +111,7 @@ def test_latest_offsets_is_exact_under_concurrent_producing(
     """Every answer lies between what was acknowledged before and after, and is readable,
     with and without the ``known`` ends the planner keeps between batches."""
     topic = _topic(3, kafka_bootstrap)
-    known: kafka_log.KnownEnds | None = {} if cached else None
+    known: kafka_ends.KnownEnds | None = {} if cached else None
     acked = [0]
     stop = threading.Event()
 
@@ -133,7 +133,7 @@ def test_latest_offsets_is_exact_under_concurrent_producing(
         deadline = time.monotonic() + 60
         while len(answers) < 40 and time.monotonic() < deadline:
             before = acked[0]
-            latest = kafka_log.latest_offsets(consumer, topic, known=known)
+            latest = kafka_ends.latest_offsets(consumer, topic, known=known)
             after_total = acked[0]
             answers.append((before, sum(latest.values()), latest))
             assert before <= sum(latest.values()), (before, latest)
@@ -156,15 +156,15 @@ def test_latest_offsets_is_exact_under_concurrent_producing(
     finally:
         consumer.close()
     # After the producer stopped, the answer equals everything acknowledged.
-    final = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    final = kafka_ends.latest_offsets(kafka_bootstrap, topic)
     assert sum(final.values()) == acked[0]
 
 
 def test_latest_offsets_of_empty_and_missing_topics(kafka_bootstrap: str) -> None:
     topic = _topic(2, kafka_bootstrap)
-    assert kafka_log.latest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
+    assert kafka_ends.latest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
     with pytest.raises(ValueError, match=r"topic='no.such.topic' does not exist"):
-        kafka_log.latest_offsets(kafka_bootstrap, "no.such.topic", timeout_s=2)
+        kafka_ends.latest_offsets(kafka_bootstrap, "no.such.topic", timeout_s=2)
 
 
 def test_read_range_yields_exactly_the_range(kafka_bootstrap: str, lane_reader: LaneReader) -> None:
@@ -267,10 +267,10 @@ def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move
         producer.send(topic, value, partition=partition)
     producer.flush()
     consumer = kafka_log.new_consumer(kafka_bootstrap)
-    known: kafka_log.KnownEnds = {}
+    known: kafka_ends.KnownEnds = {}
     try:
         read = functools.partial(
-            kafka_log.latest_offsets, consumer, topic, known=known, known_max_age_s=fresh
+            kafka_ends.latest_offsets, consumer, topic, known=known, known_max_age_s=fresh
         )
         assert read() == {0: 2, 1: 1}
         consumer.assign([])
@@ -302,11 +302,11 @@ def test_latest_offsets_of_several_topics_reads_them_together_exactly(
     producer.send(replay_b, b"r", partition=1)
     producer.flush()
     consumer = kafka_log.new_consumer(kafka_bootstrap)
-    known: kafka_log.KnownEnds = {}
+    known: kafka_ends.KnownEnds = {}
     try:
         topics = [eden, replay_a, replay_b]
-        together = kafka_log.latest_offsets_of(consumer, topics, known=known)
-        alone = {t: kafka_log.latest_offsets(kafka_bootstrap, t) for t in topics}
+        together = kafka_ends.latest_offsets_of(consumer, topics, known=known)
+        alone = {t: kafka_ends.latest_offsets(kafka_bootstrap, t) for t in topics}
         assert (
             together
             == alone
@@ -314,7 +314,7 @@ def test_latest_offsets_of_several_topics_reads_them_together_exactly(
         )
         producer.send(eden, b"late", partition=1)
         producer.flush()
-        again = kafka_log.latest_offsets_of(consumer, topics, known=known)
+        again = kafka_ends.latest_offsets_of(consumer, topics, known=known)
         assert again[eden] == {0: 4, 1: 4} and again[replay_b] == {0: 0, 1: 1}
     finally:
         consumer.close()
@@ -333,12 +333,12 @@ def test_latest_offsets_of_returns_the_bounds_a_caller_accepts_without_fetching(
     asked: list[dict[str, dict[int, int]]] = []
     try:
         consumer.assign([])
-        bounds = kafka_log.latest_offsets_of(
+        bounds = kafka_ends.latest_offsets_of(
             consumer, [topic], bounds_suffice=lambda t, b: asked.append({t: b}) is None
         )
         assert bounds == asked[0] and consumer.assignment() == set()  # nothing fetched
         assert bounds[topic][0] <= 6 and bounds[topic][1] == 0  # end_offsets(): a lower bound
-        exact = kafka_log.latest_offsets_of(consumer, [topic], bounds_suffice=lambda t, b: False)
+        exact = kafka_ends.latest_offsets_of(consumer, [topic], bounds_suffice=lambda t, b: False)
         assert exact == {topic: {0: 6, 1: 0}}
     finally:
         consumer.close()
@@ -354,7 +354,7 @@ def test_log_starts_of_a_topic_deleted_and_recreated_under_a_reader(kafka_bootst
     consumer = kafka_log.new_consumer(kafka_bootstrap)
     try:
         assert kafka_log.log_starts(consumer, topic) == {0: 0, 1: 0}
-        before = kafka_log.latest_offsets(consumer, topic)
+        before = kafka_ends.latest_offsets(consumer, topic)
         assert sum(before.values()) == 40
         admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
         try:
@@ -365,7 +365,7 @@ def test_log_starts_of_a_topic_deleted_and_recreated_under_a_reader(kafka_bootst
         kafka_log.produce(kafka_bootstrap, topic, [b"new"] * 4)
         consumer.poll(timeout_ms=0)  # the reader's metadata as a long-lived one has it
         assert kafka_log.log_starts(consumer, topic) == {0: 0, 1: 0}
-        after = kafka_log.latest_offsets(consumer, topic)
+        after = kafka_ends.latest_offsets(consumer, topic)
         assert sum(after.values()) == 4
         assert all(after[p] < before[p] for p in before if before[p] > 4)
     finally:
@@ -384,10 +384,10 @@ def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
     topic, other = _topic(2, kafka_bootstrap), _topic(1, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
     consumer = kafka_log.new_consumer(kafka_bootstrap)
-    known: kafka_log.KnownEnds = {}
+    known: kafka_ends.KnownEnds = {}
     fetched: list[set[str]] = []
     read = functools.partial(
-        kafka_log.latest_offsets_of,
+        kafka_ends.latest_offsets_of,
         consumer,
         [topic, other],
         known=known,
@@ -444,7 +444,7 @@ def test_latest_offsets_of_answers_a_reported_end_that_moved_without_asking_the_
 
     consumer.end_offsets = spy  # type: ignore[method-assign]
     read = functools.partial(
-        kafka_log.latest_offsets_of, consumer, [topic, other], known={}, defer_tails=[topic]
+        kafka_ends.latest_offsets_of, consumer, [topic, other], known={}, defer_tails=[topic]
     )
 
     def send(n: int, to: str = topic) -> None:
@@ -479,16 +479,16 @@ def test_latest_offsets_read_after_read_is_exact_on_every_partition(
     from the read before)."""
     topic = _topic(4, kafka_bootstrap)
     consumer = kafka_log.new_consumer(
-        kafka_bootstrap, fetch_max_wait_ms=kafka_log.PLANNER_FETCH_WAIT_MS
+        kafka_bootstrap, fetch_max_wait_ms=kafka_ends.PLANNER_FETCH_WAIT_MS
     )
-    known: kafka_log.KnownEnds = {}
+    known: kafka_ends.KnownEnds = {}
     try:
         for i in range(10):
             if i % 3 != 2:  # two reads of three follow an append; the third finds it quiet
                 lines = [f"read {i} line {j}".encode() for j in range(6_000)]
                 kafka_log.produce(kafka_bootstrap, topic, lines, progress_every=len(lines))
-            got = kafka_log.latest_offsets(consumer, topic, known=known, known_max_age_s=0.0)
-            assert got == kafka_log.latest_offsets(kafka_bootstrap, topic), i
+            got = kafka_ends.latest_offsets(consumer, topic, known=known, known_max_age_s=0.0)
+            assert got == kafka_ends.latest_offsets(kafka_bootstrap, topic), i
         assert all(entry[3] for entry in known.values())  # Tansu's bounds under-report
     finally:
         consumer.close()

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowctl import loggen
-from flowctl.adapters import kafka_log, results, schema
+from flowctl.adapters import kafka_ends, kafka_log, results, schema
 from flowctl.adapters.db import engine_for
 from flowctl.ingest import IngestRequest, ingest
 from flowctl.pipelines import logetl
@@ -234,7 +234,7 @@ def test_ingest_of_a_logetl_pipeline_produces_its_access_log_lines(
     try:
         values = [
             record.value
-            for partition, end in kafka_log.latest_offsets(consumer, outcome.topic).items()
+            for partition, end in kafka_ends.latest_offsets(consumer, outcome.topic).items()
             for record in kafka_log.read_range(consumer, outcome.topic, partition, 0, end)
         ]
     finally:
@@ -267,7 +267,7 @@ def _topic_values(bootstrap: str, topic: str) -> list[bytes]:
     try:
         return [
             record.value
-            for partition, end in kafka_log.latest_offsets(consumer, topic).items()
+            for partition, end in kafka_ends.latest_offsets(consumer, topic).items()
             for record in kafka_log.read_range(consumer, topic, partition, 0, end)
         ]
     finally:

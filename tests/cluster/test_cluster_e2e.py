@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.detached_driver import DetachedDriver, drivers_dir
 from flowctl.adapters.procfs import proc_cmdline
@@ -61,7 +61,7 @@ def _log_lines(c: Cluster) -> list[str]:
     bootstrap = c.layout.settings.kafka_bootstrap
     consumer = kafka_log.new_consumer(bootstrap)
     try:
-        ends = kafka_log.latest_offsets(consumer, EDEN, timeout_s=60.0)
+        ends = kafka_ends.latest_offsets(consumer, EDEN, timeout_s=60.0)
         return [
             r.value.decode()
             for partition, end in ends.items()

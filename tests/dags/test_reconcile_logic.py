@@ -216,12 +216,12 @@ def test_the_part_not_durable_is_read_from_a_real_log_over_a_partial_checkpoint(
     """The motivating case: 20 records in the log, nothing durable on partition 0."""
     import secrets
 
-    from flowctl.adapters import kafka_log
+    from flowctl.adapters import kafka_ends, kafka_log
 
     topic = f"t.{secrets.token_hex(4)}"
     kafka_log.ensure_topics(kafka_bootstrap, {topic: 2})
     kafka_log.produce(kafka_bootstrap, topic, [f"r{i}".encode() for i in range(40)])
-    ends = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    ends = kafka_ends.latest_offsets(kafka_bootstrap, topic)
     checkpoints = {1: ends[1]}  # partition 1 all durable, partition 0 nothing
     not_durable, first = waiting(kafka_bootstrap, topic, checkpoints)
     assert not_durable == {0: ends[0]} and set(first) == {0}

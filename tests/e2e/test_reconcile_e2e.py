@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import applied, kafka_log, results
+from flowctl.adapters import applied, kafka_ends, kafka_log, results
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.schema import ensure_schema, word_counts
 from flowctl.config import Settings
@@ -66,7 +66,7 @@ def _reconcile_dag():
 def _by_partition(bootstrap: str) -> dict[int, list[bytes]]:
     consumer = kafka_log.new_consumer(bootstrap)
     try:
-        ends = kafka_log.latest_offsets(consumer, EDEN)
+        ends = kafka_ends.latest_offsets(consumer, EDEN)
         return {
             p: [r.value for r in kafka_log.read_range(consumer, EDEN, p, 0, end)]
             for p, end in ends.items()

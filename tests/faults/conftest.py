@@ -43,7 +43,7 @@ import pytest
 import sqlalchemy as sa
 
 from bench.lib.submit import LocalJob
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.db import engine_for
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
@@ -179,7 +179,7 @@ class FaultRun:
         """Wait for exact results and the checkpoint at the log's end, then stop the job."""
         expected = self.expected()
         wait_for(lambda: self.stored() == expected, timeout_s=SETTLE_S, job=job, what="exact")
-        latest = kafka_log.latest_offsets(self.bootstrap, self.eden)
+        latest = kafka_ends.latest_offsets(self.bootstrap, self.eden)
         wait_for(
             lambda: self.flow.plane.committed_offsets(self.name, self.eden) == latest,
             timeout_s=60,
@@ -234,7 +234,7 @@ class FaultRun:
         bad: dict[tuple[int, int], bytes] = {}
         consumer = kafka_log.new_consumer(self.bootstrap)
         try:
-            for partition, end in kafka_log.latest_offsets(consumer, self.eden).items():
+            for partition, end in kafka_ends.latest_offsets(consumer, self.eden).items():
                 for r in kafka_log.read_range(consumer, self.eden, partition, 0, end):
                     try:
                         parse_line(r.value)

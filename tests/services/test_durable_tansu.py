@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.config import Settings
 from flowctl.services import manager, s3
 from flowctl.services.base import UP
@@ -98,10 +98,10 @@ def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(durable_settings: Set
         for burst in range(6):
             kafka_log.produce(bootstrap, topic, [f"b{burst} r{i}" for i in range(40)])
             seen = ends.latest_offsets_of([topic])[topic]
-            exact = kafka_log.latest_offsets(bootstrap, topic)
+            exact = kafka_ends.latest_offsets(bootstrap, topic)
             assert all(seen[p] <= exact[p] for p in exact), (seen, exact)
-        time.sleep(kafka_log.KNOWN_MAX_AGE_S + 0.2)  # writes stopped: only the age limit helps
-        assert ends.latest_offsets_of([topic])[topic] == kafka_log.latest_offsets(bootstrap, topic)
+        time.sleep(kafka_ends.KNOWN_MAX_AGE_S + 0.2)  # writes stopped: only the age limit helps
+        assert ends.latest_offsets_of([topic])[topic] == kafka_ends.latest_offsets(bootstrap, topic)
         assert sum(ends.latest_offsets_of([topic])[topic].values()) == 6 * 40
     finally:
         ends.close()

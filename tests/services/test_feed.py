@@ -7,7 +7,7 @@ import time
 import pytest
 
 from flowctl import feed
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.adapters.procfs import proc_cmdline
 from flowctl.config import Settings
 from flowctl.pipelines.config import load_pipeline_config
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration]
 
 
 def _produced(settings: Settings, topic: str) -> int:
-    return sum(kafka_log.latest_offsets(settings.kafka_bootstrap, topic).values())
+    return sum(kafka_ends.latest_offsets(settings.kafka_bootstrap, topic).values())
 
 
 def test_feed_produces_until_stopped(flowctl_settings: Settings) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import engine_for
 from flowctl.cli import main
@@ -43,7 +43,7 @@ def test_ingest_reports_progress_and_writes_every_line(
     out = capsys.readouterr()
     assert "produced 1,200/1,200 (100%)" in out.err
     assert "ingested 1,200 records into wccli.eden" in out.out
-    assert sum(kafka_log.latest_offsets(kafka_bootstrap, "wccli.eden").values()) == 1200
+    assert sum(kafka_ends.latest_offsets(kafka_bootstrap, "wccli.eden").values()) == 1200
 
 
 def test_ingest_rejects_bad_input_naming_it(

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from bench.lib.derive import derive_config
 from bench.lib.submit import LocalJob, job_env, submit_stream
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import DatabaseUnavailable
 from flowctl.config import Settings
@@ -152,7 +152,7 @@ def read_topic(bootstrap: str, topic: str) -> list[bytes]:
     """Every record value of ``topic`` (all partitions)."""
     consumer = kafka_log.new_consumer(bootstrap)
     try:
-        latest = kafka_log.latest_offsets(consumer, topic)
+        latest = kafka_ends.latest_offsets(consumer, topic)
         values: list[bytes] = []
         for partition, end in latest.items():
             values.extend(r.value for r in kafka_log.read_range(consumer, topic, partition, 0, end))

@@ -16,7 +16,7 @@ import pytest
 
 from bench.lib.baseline import BaselineJob, _latency_ms, parse_baseline_args
 from bench.lib.submit import BASELINE_SCRIPT
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.config import Settings
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
@@ -128,7 +128,7 @@ def test_baseline_counts_exactly_in_fixed_batches_and_stops_on_signal(
     assert code == 0, job.log_tail()
 
     assert results.word_counts(url, config.name) == dict(expected)
-    assert plane.committed_offsets(config.name, config.eden_topic) == kafka_log.latest_offsets(
+    assert plane.committed_offsets(config.name, config.eden_topic) == kafka_ends.latest_offsets(
         bootstrap, config.eden_topic
     )
     topology = plane.get_topology(topology_id)

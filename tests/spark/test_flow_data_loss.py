@@ -24,7 +24,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from bench.lib.submit import LocalJob
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.adapters.data_loss import causes, skipped_ranges
 from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
@@ -91,7 +91,7 @@ def counted_runs(
                 what=f"exact counts of {name}",
             )
             runs[name] = Counted(
-                flow, job, topic, expected, kafka_log.latest_offsets(bootstrap, topic)
+                flow, job, topic, expected, kafka_ends.latest_offsets(bootstrap, topic)
             )
         yield runs
     finally:
@@ -113,7 +113,7 @@ def test_a_topic_deleted_and_recreated_under_the_stream_fails_it_naming_the_rang
     _delete_topic(bootstrap, topic)
     kafka_log.ensure_topics(bootstrap, {topic: 2})
     kafka_log.produce(bootstrap, topic, lines(100, seed=32))  # below the old ends
-    after = kafka_log.latest_offsets(bootstrap, topic)
+    after = kafka_ends.latest_offsets(bootstrap, topic)
     assert all(after[p] < before[p] for p in before), (before, after)
     code = job.wait(timeout_s=120)
     assert code == 1, job.log_tail()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bench.lib.submit import LocalJob
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.adapters.applied import applied_rows
 from flowctl.adapters.control_plane import TERMINAL_STATES
 from flowctl.config import Settings
@@ -141,7 +141,7 @@ def test_a_definition_raising_on_every_record_halts_and_dead_letters_nothing(
     assert "flow_definitions.py" in after and "r.text for r in records" in after, after[:3000]
     flow.stop(job, tid)
     assert read_topic(bootstrap, "flowbug.dlq") == []  # nothing dead-lettered
-    latest = kafka_log.latest_offsets(bootstrap, "flowbug.eden")
+    latest = kafka_ends.latest_offsets(bootstrap, "flowbug.eden")
     committed = flow.plane.committed_offsets("flowbug", "flowbug.eden")
     assert sum(committed.values()) < sum(latest.values())  # offsets kept, not skipped
 

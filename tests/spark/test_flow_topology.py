@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from bench.lib.submit import LocalJob
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.adapters.control_plane import MetricsWindow
 from flowctl.config import Settings
 from flowctl.core.replay import decode_envelope
@@ -72,7 +72,7 @@ def test_counts_exactly_writes_metrics_windows_and_checkpoints_behind_the_flush(
     )
     flow.stop(job, "flowexact-blue-1")
     assert counted(flow, "flowexact") == expected
-    latest = kafka_log.latest_offsets(bootstrap, "flowexact.eden")
+    latest = kafka_ends.latest_offsets(bootstrap, "flowexact.eden")
     assert flow.plane.committed_offsets("flowexact", "flowexact.eden") == latest
     windows = flow.plane.metrics_windows("flowexact-blue-1")
     assert sum(w.records for w in windows) >= total
@@ -136,7 +136,7 @@ def test_poison_records_go_to_the_dlq_with_their_error_and_the_stream_goes_on(
         job=job,
         what="the poison records in the DLQ",
     )
-    latest = kafka_log.latest_offsets(bootstrap, "flowpoison.eden")
+    latest = kafka_ends.latest_offsets(bootstrap, "flowpoison.eden")
     wait_for(
         lambda: flow.plane.committed_offsets("flowpoison", "flowpoison.eden") == latest,
         timeout_s=60,
@@ -260,7 +260,7 @@ def test_a_database_away_for_20_s_backs_off_keeps_processing_into_the_mrwq(
         job=job,
         what="exact counts after the database came back",
     )
-    latest = kafka_log.latest_offsets(bootstrap, "flowdb.eden")
+    latest = kafka_ends.latest_offsets(bootstrap, "flowdb.eden")
     wait_for(
         lambda: flow.plane.committed_offsets("flowdb", "flowdb.eden") == latest,
         timeout_s=60,
@@ -332,7 +332,7 @@ def test_standby_activate_deactivate_drained_and_reactivate(flow: Flow, tmp_path
     assert flow.state(tid) == "ACTIVE"
     flow.plane.send_signal(tid, "deactivate")
     wait_for(lambda: flow.state(tid) == "DRAINED", timeout_s=120, job=job, what="DRAINED")
-    drained_at = kafka_log.latest_offsets(bootstrap, "flowsig.eden")
+    drained_at = kafka_ends.latest_offsets(bootstrap, "flowsig.eden")
     assert flow.plane.committed_offsets("flowsig", "flowsig.eden") == drained_at
     more = lines(500, seed=72)
     produced_at = dt.datetime.now(dt.UTC)
@@ -393,7 +393,7 @@ def test_logetl_rows_exact_and_malformed_lines_in_the_dlq(flow: Flow, tmp_path: 
         job=job,
         what="malformed lines in the DLQ",
     )
-    latest = kafka_log.latest_offsets(bootstrap, "flowlog.eden")
+    latest = kafka_ends.latest_offsets(bootstrap, "flowlog.eden")
     wait_for(
         lambda: flow.plane.committed_offsets("flowlog", "flowlog.eden") == latest,
         timeout_s=60,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS, LIBRDKAFKA
 from flowctl.pipelines.wordcount import count_values
 from tests.librdkafka import CODECS, Rec, produce
@@ -113,7 +113,7 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     written += _write_round(bootstrap, eden, seed=2)  # live
     expected = dict(count_values(r.value for r in written))
     wait_for(lambda: counted(flow, name) == expected, timeout_s=180, job=job, what="live records")
-    latest = kafka_log.latest_offsets(bootstrap, eden)
+    latest = kafka_ends.latest_offsets(bootstrap, eden)
     gaps = sum(latest.values()) - len(written)
     assert gaps >= 20, latest  # two rounds of 10 transactions: a marker per partition touched
     wait_for(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.adapters import kafka_log, results
+from flowctl.adapters import kafka_ends, kafka_log, results
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.config import load_pipeline_config, resolve_path
 from flowctl.pipelines.wordcount import apply_records, count_words
@@ -117,7 +117,7 @@ def test_stream_counts_exactly_stops_on_signal_and_resumes(
         stream_job_runner, config_path, "wcstream-green-2", "green", 4, sum(expected.values())
     )
     assert results.word_counts(stream_job_runner.database_url, "wcstream") == dict(expected)
-    latest = kafka_log.latest_offsets(bootstrap, config.eden_topic)
+    latest = kafka_ends.latest_offsets(bootstrap, config.eden_topic)
     committed = ControlPlane(stream_job_runner.database_url).committed_offsets(
         "wcstream", config.eden_topic
     )
@@ -140,7 +140,7 @@ def test_a_failing_query_marks_the_topology_failed_and_exits_non_zero(
     bootstrap = stream_job_runner.settings.kafka_bootstrap
     topic = config.eden_topic
     kafka_log.ensure_topics(bootstrap, {topic: config.partitions})
-    latest = kafka_log.latest_offsets(bootstrap, topic)
+    latest = kafka_ends.latest_offsets(bootstrap, topic)
     plane = ControlPlane(stream_job_runner.database_url)
     plane.ensure_schema()
     # The durable checkpoint says partition 0 was processed further than the log goes.

@@ -17,7 +17,7 @@ import pytest
 
 from bench import soak
 from bench.lib.steady_feed import SteadyFeed
-from flowctl.adapters import kafka_log
+from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.adapters.mrwq_flush_log import FlushLog
 from flowctl.adapters.mrwq_reports import FlushReport
 from flowctl.adapters.mrwq_sink import FlushStats
@@ -133,7 +133,7 @@ def test_the_librdkafka_feed_sends_rate_lines_a_second_round_robin_and_counts_th
         feed.join(0.05)
     total = feed.finish(timeout_s=30.0)
     assert feed.error is None and total >= 600 and total % 300 == 0
-    ends = kafka_log.latest_offsets(kafka_bootstrap, topic)
+    ends = kafka_ends.latest_offsets(kafka_bootstrap, topic)
     assert sorted(ends.values()) == [total // 3] * 3  # round robin over the 3 partitions
     consumer = kafka_log.new_consumer(kafka_bootstrap)
     try:

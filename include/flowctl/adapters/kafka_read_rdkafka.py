@@ -118,7 +118,7 @@ def drop_cached_consumer(bootstrap: str) -> None:
 def highwater(consumer: Consumer, topic: str, partition: int) -> int | None:
     """The log end librdkafka's last fetch of ``topic``/``partition`` reported (its cached
     high watermark: no request), or ``None`` when it fetched none; see
-    :func:`flowctl.adapters.kafka_log.highwater`."""
+    :func:`flowctl.adapters.kafka_ends.highwater`."""
     _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
     return high if high >= 0 else None
 

@@ -51,13 +51,13 @@ class JobReports:
 
     def _lag(self) -> int | None:
         """Records in the log not yet in the durable checkpoint (None if Kafka is unreachable)."""
-        from flowctl.adapters import kafka_log
+        from flowctl.adapters import kafka_ends, kafka_log
 
         try:
             with self._lag_lock:  # a KafkaConsumer is not thread-safe: batch thread vs loop
                 if self._lag_consumer is None:
                     self._lag_consumer = kafka_log.new_consumer(self.settings.kafka_bootstrap)
-                latest = kafka_log.latest_offsets(self._lag_consumer, self.config.eden_topic)
+                latest = kafka_ends.latest_offsets(self._lag_consumer, self.config.eden_topic)
         except Exception as exc:  # lag is informative only; never fail a batch over it
             log.warning("lag unknown: %s", exc)
             with self._lag_lock:  # a consumer stuck after a broker or worker loss: a new one

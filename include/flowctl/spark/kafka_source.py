@@ -275,7 +275,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Admit the next batch: up to the log's end, or ``limit.max_rows`` records."""
-        from flowctl.adapters import kafka_log
+        from flowctl.adapters import kafka_ends
 
         if self._planning_error is not None:
             # partitions() failing can stall a query silently; fail it loudly here instead.
@@ -283,7 +283,7 @@ class FlowctlKafkaStreamReader(DataSourceStreamReader):
             raise RuntimeError(f"{SOURCE_NAME}: planning the previous batch failed: {error}")
         try:
             begin = decode_offsets(start, self.options.topic)
-            latest = kafka_log.latest_offsets(self._planner_consumer(), self.options.topic)
+            latest = kafka_ends.latest_offsets(self._planner_consumer(), self.options.topic)
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
             self._latest = encode_offsets(self.options.topic, latest)
             end = self.planner.admit(begin, latest, max_rows)

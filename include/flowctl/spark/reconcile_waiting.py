@@ -21,13 +21,13 @@ def waiting(
 ) -> tuple[dict[int, int], dict[int, int | None]]:
     """``(not_durable, first_waiting_ms)``: per partition, the records past the durable
     checkpoint (the log's end minus it) and the Kafka timestamp of the first of them."""
-    from flowctl.adapters import kafka_log
+    from flowctl.adapters import kafka_ends, kafka_log
 
     consumer = kafka_log.new_consumer(bootstrap)
     try:
         if not consumer.partitions_for_topic(topic):  # no log yet (nothing ingested)
             return {}, {}
-        ends = kafka_log.latest_offsets(consumer, topic)
+        ends = kafka_ends.latest_offsets(consumer, topic)
         not_durable = {
             p: end - checkpoints.get(p, 0)
             for p, end in sorted(ends.items())

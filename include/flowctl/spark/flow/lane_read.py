@@ -136,9 +136,9 @@ def _highwater(reader: str, bootstrap: str, topic: str, partition: int) -> int |
         from flowctl.adapters import kafka_read_rdkafka as rdkafka
 
         return rdkafka.highwater(rdkafka.cached_consumer(bootstrap), topic, partition)
-    from flowctl.adapters import kafka_log
+    from flowctl.adapters import kafka_ends, kafka_log
 
-    return kafka_log.highwater(kafka_log.cached_consumer(bootstrap), topic, partition)
+    return kafka_ends.highwater(kafka_log.cached_consumer(bootstrap), topic, partition)
 
 
 def _drop_consumer(bootstrap: str, reader: str) -> None:

@@ -1,10 +1,10 @@
 """The Kafka log's end offsets, as the planner reads them once per micro-batch.
 
 Exact ends are not free on Tansu (``end_offsets()`` under-reports; see
-:func:`flowctl.adapters.kafka_log.latest_offsets`), and the planner asks for Eden's and
+:func:`flowctl.adapters.kafka_ends.latest_offsets`), and the planner asks for Eden's and
 both replay topics' ends before every batch, so :class:`KafkaEnds` keeps one consumer
 and what it learnt per partition (``known``): a partition whose bound did not move
-costs no fetch (for up to ``kafka_log.KNOWN_MAX_AGE_S``), and the three topics are read
+costs no fetch (for up to ``kafka_ends.KNOWN_MAX_AGE_S``), and the three topics are read
 together (one ListOffsets request, at most one fetch round).
 
 On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
@@ -13,7 +13,7 @@ the log (bench/results/soak.json: the planning of a stream at 34k records/s grew
 partitions that are being appended to are planned up to their ``end_offsets()`` (on
 Tansu the start of their last record batch, the record before the bound): that batch
 waits for the next micro-batch, and the exact end is fetched again once a partition
-goes quiet (``kafka_log.latest_offsets_of``,
+goes quiet (``kafka_ends.latest_offsets_of``,
 ``defer_tails``). Where the lanes' own fetches reported a partition's end moving past the
 last answer (their high watermark, carried in their feedback), that end is taken instead
 and the partition is left out of the ListOffsets request too, which also walks the log:
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
 
-    from flowctl.adapters.kafka_log import KnownEnds
+    from flowctl.adapters.kafka_ends import KnownEnds
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +111,11 @@ class KafkaEnds:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
         (or the lower bounds ``bounds_suffice`` accepts, and the moving tails of the
         ``may_defer`` topics whose last fetch was costly, from the ends the lanes
-        ``reported`` where they saw them move: see ``kafka_log.latest_offsets_of``)."""
-        from flowctl.adapters import kafka_log
+        ``reported`` where they saw them move: see ``kafka_ends.latest_offsets_of``)."""
+        from flowctl.adapters import kafka_ends, kafka_log
 
         read = functools.partial(
-            kafka_log.latest_offsets_of,
+            kafka_ends.latest_offsets_of,
             known=self._known,
             bounds_suffice=bounds_suffice,
             defer_tails=self.costly(may_defer),
@@ -131,7 +131,7 @@ class KafkaEnds:
                 "log ends: %s; the broker answers no fetch held %d ms (Tansu on S3?): "
                 "reading with the default hold from now on",
                 exc,
-                kafka_log.PLANNER_FETCH_WAIT_MS,
+                kafka_ends.PLANNER_FETCH_WAIT_MS,
             )
             self.close()
             self.patient = True
@@ -162,10 +162,10 @@ class KafkaEnds:
         return kafka_log.log_starts(self._open(), topic)
 
     def _open(self) -> KafkaConsumer:
-        from flowctl.adapters import kafka_log
+        from flowctl.adapters import kafka_ends, kafka_log
 
         if self._consumer is None:
-            hold = {} if self.patient else {"fetch_max_wait_ms": kafka_log.PLANNER_FETCH_WAIT_MS}
+            hold = {} if self.patient else {"fetch_max_wait_ms": kafka_ends.PLANNER_FETCH_WAIT_MS}
             self._consumer = kafka_log.new_consumer(self.bootstrap, **hold)
         return self._consumer
 

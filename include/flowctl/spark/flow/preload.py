@@ -40,6 +40,7 @@ WORKER_MODULES = (
     "flowctl.spark.flow.plan",
     "flowctl.spark.flow.worker_gc",
     "flowctl.adapters.kafka_log",
+    "flowctl.adapters.kafka_ends",
     "flowctl.adapters.memcached_store",
 )
 #: The warming job's one column: the pid of the worker that ran each task.

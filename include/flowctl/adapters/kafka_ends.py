@@ -1,0 +1,264 @@
+"""The Kafka log's exact end offsets, read where ``end_offsets()`` is only a bound.
+
+On the embedded Tansu broker ``end_offsets()`` (ListOffsets) under-reports: it lies one
+record into a partition's last record batch. :func:`latest_offsets` therefore fetches
+from that bound and trusts the fetch's ``highwater``, leaving the fetched batch
+undecoded; a caller that asks every micro-batch (the planner) keeps what it learnt per
+partition (:data:`KnownEnds`) so an unmoved partition costs no fetch, may accept the
+bounds where they serve (``bounds_suffice``), and may let a moving tail wait a batch on a
+log whose exact ends are costly (``defer_tails``, ``reported``). On Apache Kafka
+``end_offsets()`` is exact and the same reads stay correct. Topics, range reads and the
+consumers' configuration are :mod:`flowctl.adapters.kafka_log`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from kafka import KafkaConsumer, TopicPartition
+
+from flowctl.adapters.kafka_log import KafkaReadTimeout, new_consumer, partitions_of
+
+#: How long one poll of :func:`latest_offsets` waits for records: a fetch from a bound that
+#: proves to be the end (Apache Kafka) returns none, and the read starts that partition
+#: again one record before the bound after one such poll (Tansu answers in about 5 ms).
+END_POLL_MS = 20
+
+#: The planner's end-offset reader: poll() sends the next fetch before it returns, and
+#: at the log's end the broker holds it for ``fetch_max_wait_ms``; every later request on
+#: the connection (the next batch's ListOffsets) waits behind it. At 100 ms that wait was
+#: most of the planner's per-batch cost (bench/README.md, latency).
+PLANNER_FETCH_WAIT_MS = 10
+
+#: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end,
+#: time.monotonic() of the read, whether an exact read found the bound below the end)}``
+#: (the last: the broker's bound falls inside the last record batch, as on Tansu, so
+#: the next exact read may fetch from the bound itself; see :func:`latest_offsets`).
+KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
+
+#: How long a ``known`` end is trusted while ``end_offsets()`` stays put. On Tansu with
+#: S3 storage ``end_offsets()`` can stay put across an append (it lagged a whole record
+#: batch for as long as the log was quiet), so an answer from ``known`` alone would
+#: hide that batch until the next append; past this age the end is read again.
+KNOWN_MAX_AGE_S = 0.5
+
+
+def latest_offsets(
+    bootstrap_or_consumer: str | KafkaConsumer,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    known: KnownEnds | None = None,
+    known_max_age_s: float = KNOWN_MAX_AGE_S,
+) -> dict[int, int]:
+    """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
+
+    ``end_offsets()`` is only a lower bound on Tansu (one record into the last record
+    batch), so for each non-empty partition this fetches from one record before it,
+    polls until the fetch returned a record (or moved past its start without one: a
+    transaction marker), and reads ``highwater``: a record proves the answer is this
+    read's (an answer to an earlier fetch may still wait in the consumer). Where an
+    earlier exact read found the bound below the end (Tansu), the fetch starts at the
+    bound itself, inside the last batch, and no record of the batch
+    before is decoded to be skipped (kafka-python decodes a skipped record in Python);
+    if no record comes within one short poll (the bound was the end after all, as on
+    Apache Kafka), it starts again one record before. Raises :class:`KafkaReadTimeout`
+    if that takes longer than ``timeout_s``. A consumer passed in is reassigned (its
+    previous assignment is dropped).
+
+    ``known`` (kept by a caller that asks every micro-batch) skips that read for
+    a partition whose ``end_offsets()`` did not move since a read less than
+    ``known_max_age_s`` ago: on Apache Kafka and Tansu in memory the bound moves on
+    any append (it is the end, or one record into the last batch); on Tansu with S3
+    storage it may lag a batch, which the age limit bounds. Unchanged replay topics
+    and idle partitions then cost one ListOffsets request, and a fetch twice a second.
+    """
+    return latest_offsets_of(
+        bootstrap_or_consumer,
+        [topic],
+        timeout_s=timeout_s,
+        known=known,
+        known_max_age_s=known_max_age_s,
+    )[topic]
+
+
+def latest_offsets_of(
+    bootstrap_or_consumer: str | KafkaConsumer,
+    topics: Sequence[str],
+    *,
+    timeout_s: float = 10.0,
+    known: KnownEnds | None = None,
+    known_max_age_s: float = KNOWN_MAX_AGE_S,
+    bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+    defer_tails: Collection[str] = (),
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
+    reported: Mapping[tuple[str, int], int] | None = None,
+) -> dict[str, dict[int, int]]:
+    """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
+
+    One ListOffsets request and at most one fetch round cover every topic, where a
+    read per topic pays a round trip each (the planner reads Eden and both replay
+    topics before every micro-batch).
+
+    ``bounds_suffice(topic, bounds)``: given a topic's ``end_offsets()`` (lower bounds,
+    exact on Apache Kafka), whether the caller can do with them; for a topic where it
+    says so they are returned and none of its records is fetched (a planner with more
+    records waiting than it can admit needs no exact end). Bounds and deferred answers
+    never stop inside a record batch: where an exact read found the bound below the end
+    (Tansu), they are the record before the bound, never below the last answer.
+
+    ``defer_tails``: topics whose partitions are answered with their ``end_offsets()``
+    while those moved since the last read (and are at or past its answer): a partition
+    being appended to then costs no fetch, and its last record batch waits for the next
+    read; once the bound stops moving, the next read fetches the exact end. The caller
+    asks for it where an exact end costs more than a batch's delay (a long log on Tansu,
+    whose fetch walks the partition's batches). ``on_fetch(topics, ms)`` is told how long
+    each fetch round took and which topics it read.
+
+    ``reported``: ``{(topic, partition): end}`` that other consumers' fetches reported
+    since the last read (the lanes': :func:`highwater`). A ``defer_tails`` partition whose
+    reported end moved past the last read's answer is answered with it and left out of
+    the ListOffsets request, which walks a long log on Tansu as a fetch does: a stream
+    being appended to then asks the broker nothing for Eden, whatever the log's length.
+    """
+    if isinstance(bootstrap_or_consumer, str):
+        consumer = new_consumer(bootstrap_or_consumer)
+        owned = True
+    else:
+        consumer, owned = bootstrap_or_consumer, False
+    try:
+        return _latest_offsets(
+            consumer,
+            topics,
+            timeout_s,
+            {} if known is None else known,
+            known_max_age_s,
+            bounds_suffice,
+            defer_tails,
+            on_fetch,
+            {} if reported is None else reported,
+        )
+    finally:
+        if owned:
+            consumer.close()
+
+
+def _latest_offsets(
+    consumer: KafkaConsumer,
+    topics: Sequence[str],
+    timeout_s: float,
+    known: KnownEnds,
+    max_age_s: float,
+    bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
+    defer_tails: Collection[str] = (),
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
+    reported: Mapping[tuple[str, int], int] | None = None,
+) -> dict[str, dict[int, int]]:
+    tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
+    deferred: dict[TopicPartition, int] = {}
+    for tp in tps:  # the lanes saw these grow: their bound needs no ListOffsets
+        seen_end = (reported or {}).get((tp.topic, tp.partition))
+        if seen_end is not None and tp.topic in defer_tails and _moved(known.get(tp), seen_end):
+            deferred[tp] = seen_end
+    asked = [tp for tp in tps if tp not in deferred]
+    ends: dict[TopicPartition, int] = dict(deferred)
+    if asked:
+        ends.update(consumer.end_offsets(asked))
+    result = {tp: 0 for tp in tps if not ends.get(tp)}
+    # What a plan may stop at without a read: never inside a record batch (see _batch_end).
+    usable = {tp: _batch_end(known.get(tp), n) for tp, n in ends.items() if tp not in deferred}
+    if bounds_suffice is not None:
+        for topic in topics:
+            bounds = {tp.partition: usable.get(tp) or 0 for tp in tps if tp.topic == topic}
+            if bounds_suffice(topic, bounds):
+                result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
+    now = time.monotonic()
+    for tp in tps:
+        seen = known.get(tp)
+        fresh = seen is not None and seen[0] == ends.get(tp) and now - seen[2] < max_age_s
+        if tp in deferred:
+            result[tp] = deferred[tp]
+        elif ends.get(tp) and seen is not None and fresh:
+            result[tp] = seen[1]  # exact, and at or past an accepted bound
+        elif tp.topic in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
+            result[tp] = deferred[tp] = usable[tp]  # the last batch waits a read
+    pending = [tp for tp in tps if ends.get(tp) and tp not in result]
+    if pending:
+        started = time.monotonic()
+        # Where the bound is known to stop inside the last batch, the fetch starts
+        # there (that batch is read, not the one before); elsewhere one record before.
+        first = {tp: ends[tp] - (0 if _at_bound(known.get(tp)) else 1) for tp in pending}
+        consumer.assign(pending)
+        for tp in pending:
+            consumer.seek(tp, first[tp])
+        waiting = set(pending)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            if time.monotonic() > deadline:
+                raise KafkaReadTimeout(
+                    "latest_offsets: no record fetched from "
+                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
+                )
+            fetched = consumer.poll(timeout_ms=END_POLL_MS, max_records=len(pending))
+            for tp in list(waiting):
+                # A fetch was parsed (its highwater is fresh) when it returned a record, or
+                # when the position moved past the seek without one: the partition's last
+                # record is a transaction marker, which no consumer is handed.
+                parsed = tp in fetched or consumer.position(tp) > first[tp]
+                if parsed and consumer.highwater(tp) is not None:
+                    waiting.discard(tp)
+                    # The rest of the fetched batch is left undecoded: the next poll
+                    # drops what lies behind a position the fetch did not ask for.
+                    consumer.seek(tp, consumer.highwater(tp))
+                elif not fetched and first[tp] == ends[tp]:
+                    # A whole poll without a record: there is none at the bound, it is the end.
+                    first[tp] -= 1
+                    consumer.seek(tp, first[tp])
+        for tp in pending:
+            result[tp] = consumer.highwater(tp)
+            known[tp] = (ends[tp], result[tp], now, result[tp] > ends[tp])
+        if on_fetch is not None:
+            on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
+    for tp, answer in deferred.items():
+        # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
+        # fetches the exact end (the age limit never lets it stand in for one).
+        known[tp] = (ends[tp], answer, float("-inf"), _at_bound(known.get(tp)))
+    out: dict[str, dict[int, int]] = {t: {} for t in topics}
+    for tp in sorted(result):
+        out[tp.topic][tp.partition] = result[tp]
+    return out
+
+
+def _at_bound(seen: tuple[int, int, float, bool] | None) -> bool:
+    """Whether an exact read of the partition found its bound below its end."""
+    return seen is not None and seen[3]
+
+
+def _batch_end(seen: tuple[int, int, float, bool] | None, bound: int) -> int:
+    """Where a plan that takes ``end_offsets()`` without a read may stop: the bound itself,
+    or, where an exact read found the bound below the end (Tansu's bound is one record
+    into the last record batch), the record before it, the start of that batch, but never
+    below the last answer. A plan cut at the bound would make the batch's first record a
+    tuple of its own, once per producer batch per partition, and a one-record ``applied``
+    row never merges with its neighbours (bench/README.md, "The hour again")."""
+    if not _at_bound(seen) or bound <= 0:
+        return bound
+    assert seen is not None
+    return max(bound - 1, min(seen[1], bound))
+
+
+def _moved(seen: tuple[int, int, float, bool] | None, bound: int | None) -> bool:
+    """Whether a partition's ``end_offsets()`` moved past what the last read answered (so
+    taking it loses nothing the last read gave, and the log is being appended to)."""
+    return seen is not None and bound is not None and bound > seen[0] and bound >= seen[1]
+
+
+def highwater(consumer: KafkaConsumer, topic: str, partition: int) -> int | None:
+    """The log end the consumer's last fetch of ``topic``/``partition`` reported (the
+    fetch response's high watermark: exact, also on Tansu, and free where a ListOffsets
+    request walks a long log), or ``None`` when it fetched none since it was assigned it.
+    A lane reports it after its reads, so the planner needs no ListOffsets for a
+    partition being appended to (``reported`` in :func:`latest_offsets_of`)."""
+    end = consumer.highwater(TopicPartition(topic, partition))
+    return None if end is None else int(end)
