@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings as hypothesis_settings
 
 from flowctl.config import Settings
 from flowctl.pipelines.config_sections import LANE_READERS
@@ -25,6 +26,27 @@ from flowctl.services import manager
 from flowctl.services.base import PortInUseError
 from flowctl.services.ports import free_port
 from tests.lane_readers import LaneReader
+
+# A deadline is a wall-clock assertion: an example that runs slowly beside the heavy tests
+# (or on a slow machine) is not a failure.
+hypothesis_settings.register_profile("flowctl", deadline=None)
+hypothesis_settings.load_profile("flowctl")
+
+#: Markers of the tests that start Spark, Airflow's processes, the cluster or a browser:
+#: with ``-n 2 --dist loadgroup`` (what ``scripts/test`` runs with no arguments) they run
+#: one at a time on one worker, in their order, and the rest (unit, adapters, DAG, config
+#: and service tests) run on the other beside them: two heavy tests at once would compete
+#: for the machine's 2 cores and outlast their timeouts.
+HEAVY_MARKERS = ("spark", "e2e", "cluster", "faults", "slow")
+HEAVY_DIRS = ("ui",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the heavy tests in one ``xdist_group`` (ignored without pytest-xdist's loadgroup)."""
+    for item in items:
+        top = Path(item.path).relative_to(Path(__file__).parent).parts[0]
+        if top in HEAVY_DIRS or any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -252,6 +252,8 @@ def test_blue_sigkilled_during_the_overlap(
     check(run, "blue SIGKILLed during an overlapped handover", spark, tallies)
 
 
+@pytest.mark.deep  # warm greens taken with new lanes: the rescale e2e; the next standby's
+# run and conf: tests/dags/test_rescale_protocol.py
 def test_a_warm_standby_takes_over_with_the_lanes_given_at_activation(
     fault_run: Callable[..., FaultRun],
     spark: Any,
