@@ -32,21 +32,20 @@ from tests.lane_readers import LaneReader
 hypothesis_settings.register_profile("flowctl", deadline=None)
 hypothesis_settings.load_profile("flowctl")
 
-#: Markers of the tests that start Spark, Airflow's processes, the cluster or a browser:
-#: with ``-n 2 --dist loadgroup`` (what ``scripts/test`` runs with no arguments) they run
-#: one at a time on one worker, in their order, and the rest (unit, adapters, DAG, config
-#: and service tests) run on the other beside them: two heavy tests at once would compete
-#: for the machine's 2 cores and outlast their timeouts.
+#: Markers of the tests that start Spark, Airflow's processes, the cluster or a browser
+#: (and the UI tests'): each such test is also marked ``heavy``. ``scripts/test`` with no
+#: arguments runs them one at a time in one pytest process and the rest (unit, adapter,
+#: DAG, config and service tests) in a second one beside it: two heavy tests at once
+#: would compete for the machine's 2 cores and outlast their timeouts.
 HEAVY_MARKERS = ("spark", "e2e", "cluster", "faults", "slow")
 HEAVY_DIRS = ("ui",)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the heavy tests in one ``xdist_group`` (ignored without pytest-xdist's loadgroup)."""
-    for item in items:
-        top = Path(item.path).relative_to(Path(__file__).parent).parts[0]
-        if top in HEAVY_DIRS or any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark a heavy test ``heavy`` (see :data:`HEAVY_MARKERS`)."""
+    top = Path(item.path).relative_to(Path(__file__).parent).parts[0]
+    if top in HEAVY_DIRS or any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
+        item.add_marker(pytest.mark.heavy)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
