@@ -50,8 +50,9 @@ log = logging.getLogger(__name__)
 QUICK_READ_TIMEOUT_S = 1.0
 
 #: A fetch of a topic's exact ends that took longer than this lets its tails wait a batch
-#: (see the module's docstring), until one takes less than half of it (a fetch's time
-#: varies by a few ms from batch to batch: one threshold would switch back and forth).
+#: (see the module's docstring), until a fetch of all its partitions takes less than half
+#: of it (a fetch's time varies by a few ms from batch to batch: one threshold would
+#: switch back and forth; see :meth:`KafkaEnds._fetched`).
 #: A fetch takes about 5 ms on a short log.
 DEFER_TAIL_AFTER_MS = 25.0
 
@@ -141,7 +142,11 @@ class KafkaEnds:
         """Those of ``topics`` whose exact ends are costly to fetch (``DEFER_TAIL_AFTER_MS``)."""
         return [t for t in topics if t in self.deferring]
 
-    def _fetched(self, topics: Collection[str], ms: float) -> None:
+    def _fetched(self, topics: Collection[str], ms: float, whole: Collection[str]) -> None:
+        """The switch of :attr:`deferring`: on after any costly fetch of a topic, off only
+        after a cheap fetch of the whole topic (a deferring topic's fetches are of its
+        quiet partitions, and a few of them cost less than the topic: one such fetch
+        would turn the switch off, and the next read of the topic on again)."""
         if not self._fetched_before:
             self._fetched_before = True
             return
@@ -149,7 +154,7 @@ class KafkaEnds:
             if topic not in self.deferring and ms > DEFER_TAIL_AFTER_MS:
                 self.deferring.add(topic)
                 change = "its appended tails now wait a batch instead"
-            elif topic in self.deferring and ms < DEFER_TAIL_AFTER_MS / 2:
+            elif topic in self.deferring and topic in whole and ms < DEFER_TAIL_AFTER_MS / 2:
                 self.deferring.discard(topic)
                 change = "its ends are exact again"
             else:
