@@ -37,9 +37,6 @@ PLANNER_FETCH_WAIT_MS = 10
 #: the next exact read may fetch from the bound itself; see :func:`latest_offsets`).
 KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
 
-#: ``on_fetch(topics read, ms, topics read whole)``: told of each fetch round's cost.
-OnFetch = Callable[[Collection[str], float, Collection[str]], None]
-
 #: How long a ``known`` end is trusted while ``end_offsets()`` stays put. On Tansu with
 #: S3 storage ``end_offsets()`` can stay put across an append (it lagged a whole record
 #: batch for as long as the log was quiet), so an answer from ``known`` alone would
@@ -95,7 +92,7 @@ def latest_offsets_of(
     known_max_age_s: float = KNOWN_MAX_AGE_S,
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     defer_tails: Collection[str] = (),
-    on_fetch: OnFetch | None = None,
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
     reported: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
@@ -116,10 +113,8 @@ def latest_offsets_of(
     being appended to then costs no fetch, and its last record batch waits for the next
     read; once the bound stops moving, the next read fetches the exact end. The caller
     asks for it where an exact end costs more than a batch's delay (a long log on Tansu,
-    whose fetch walks the partition's batches). ``on_fetch(topics, ms, whole)`` is told
-    how long each fetch round took, which topics it read, and which of them it read
-    whole (every partition holding records: a fetch of a few quiet partitions costs less
-    than one of the topic).
+    whose fetch walks the partition's batches). ``on_fetch(topics, ms)`` is told how long
+    each fetch round took and which topics it read.
 
     ``reported``: ``{(topic, partition): end}`` that other consumers' fetches reported
     since the last read (the lanes': :func:`highwater`). A ``defer_tails`` partition whose
@@ -157,7 +152,7 @@ def _latest_offsets(
     max_age_s: float,
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     defer_tails: Collection[str] = (),
-    on_fetch: OnFetch | None = None,
+    on_fetch: Callable[[Collection[str], float], None] | None = None,
     reported: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, dict[int, int]]:
     tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
@@ -224,9 +219,7 @@ def _latest_offsets(
             result[tp] = consumer.highwater(tp)
             known[tp] = (ends[tp], result[tp], now, result[tp] > ends[tp])
         if on_fetch is not None:
-            read = {tp.topic for tp in pending}
-            left = {tp.topic for tp in tps if ends.get(tp) and tp not in pending}
-            on_fetch(read, (time.monotonic() - started) * 1000.0, read - left)
+            on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
     for tp, answer in deferred.items():
         # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
         # fetches the exact end (the age limit never lets it stand in for one).

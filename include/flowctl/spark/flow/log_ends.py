@@ -9,7 +9,8 @@ together (one ListOffsets request, at most one fetch round).
 
 On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
 the log (bench/results/soak.json: the planning of a stream at 34k records/s grew from 45 to
-223 ms over an hour). Once a fetch of Eden takes longer than ``DEFER_TAIL_AFTER_MS``, Eden's
+223 ms over an hour). Once Eden's fetches take longer than ``DEFER_TAIL_AFTER_MS`` (the
+median of the last few), from then on Eden's
 partitions that are being appended to are planned up to their ``end_offsets()`` (on
 Tansu the start of their last record batch, the record before the bound): that batch
 waits for the next micro-batch, and the exact end is fetched again once a partition
@@ -20,8 +21,9 @@ and the partition is left out of the ListOffsets request too, which also walks t
 a stream being appended to then asks the broker nothing for Eden. On such a log the
 planner also reads the next batch's ends as soon as it has planned this one, while the
 batch runs (``planner_ends.EndsPlanning``), so what the read costs is off the planning's
-path; records appended while it runs wait one batch more. Below that cost the ends stay
-exact and are read when the next batch is planned, which a light stream's latency needs.
+path; records appended while it runs wait one batch more. Until the fetches cost that much
+the ends stay exact and are read when the next batch is planned, which a light stream's
+latency needs.
 
 The consumer asks the broker to hold a fetch at most ``PLANNER_FETCH_WAIT_MS`` (a short
 hold keeps the next batch's requests from queueing behind it). Tansu with S3 storage
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import statistics
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
@@ -49,12 +53,18 @@ log = logging.getLogger(__name__)
 #: A read takes about 5 ms on Tansu in memory and on Apache Kafka.
 QUICK_READ_TIMEOUT_S = 1.0
 
-#: A fetch of a topic's exact ends that took longer than this lets its tails wait a batch
-#: (see the module's docstring), until a fetch of all its partitions takes less than half
-#: of it (a fetch's time varies by a few ms from batch to batch: one threshold would
-#: switch back and forth; see :meth:`KafkaEnds._fetched`).
-#: A fetch takes about 5 ms on a short log.
+#: Once the median of a topic's last ``DEFER_JUDGED_FETCHES`` fetches of exact ends took
+#: longer than this, its tails wait a batch (see the module's docstring) for as long as
+#: the reader lives: a log on Tansu does not get shorter, and on a broker whose
+#: ``end_offsets()`` is the end (Apache Kafka) the wait costs little. A fetch takes about
+#: 5 ms on a short log. The switch has no way back: with one, the fetches it leaves (of
+#: the quiet partitions, while the broker is asked less) cost about half of those of the
+#: exact reads, so it turned back and forth every few seconds (bench/README.md, soak).
 DEFER_TAIL_AFTER_MS = 25.0
+
+#: How many of a topic's latest fetches the switch judges by (their median: one slow
+#: fetch, a pause of the machine, says nothing of the log).
+DEFER_JUDGED_FETCHES = 5
 
 #: ``{topic: {partition: end offset}}``
 Ends = dict[str, dict[int, int]]
@@ -96,8 +106,10 @@ class KafkaEnds:
         self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
-        #: The topics whose last exact-end fetch was costly (see ``DEFER_TAIL_AFTER_MS``).
+        #: The topics whose exact-end fetches proved costly (see ``DEFER_TAIL_AFTER_MS``).
         self.deferring: set[str] = set()
+        #: The latest fetches' costs per topic, ms (their median turns the switch).
+        self._costs: dict[str, deque[float]] = {}
         #: Whether this consumer fetched before: its first fetch also opens connections
         #: (75 ms on a new topology's empty log), which says nothing of the log's cost.
         self._fetched_before = False
@@ -142,24 +154,25 @@ class KafkaEnds:
         """Those of ``topics`` whose exact ends are costly to fetch (``DEFER_TAIL_AFTER_MS``)."""
         return [t for t in topics if t in self.deferring]
 
-    def _fetched(self, topics: Collection[str], ms: float, whole: Collection[str]) -> None:
-        """The switch of :attr:`deferring`: on after any costly fetch of a topic, off only
-        after a cheap fetch of the whole topic (a deferring topic's fetches are of its
-        quiet partitions, and a few of them cost less than the topic: one such fetch
-        would turn the switch off, and the next read of the topic on again)."""
+    def _fetched(self, topics: Collection[str], ms: float) -> None:
+        """Turn on :attr:`deferring` for a topic whose recent fetches were costly."""
         if not self._fetched_before:
             self._fetched_before = True
             return
         for topic in topics:
-            if topic not in self.deferring and ms > DEFER_TAIL_AFTER_MS:
-                self.deferring.add(topic)
-                change = "its appended tails now wait a batch instead"
-            elif topic in self.deferring and topic in whole and ms < DEFER_TAIL_AFTER_MS / 2:
-                self.deferring.discard(topic)
-                change = "its ends are exact again"
-            else:
+            costs = self._costs.setdefault(topic, deque(maxlen=DEFER_JUDGED_FETCHES))
+            costs.append(ms)
+            if topic in self.deferring or len(costs) < DEFER_JUDGED_FETCHES:
                 continue
-            log.info("log ends: a fetch of %s's exact ends took %.1f ms: %s", topic, ms, change)
+            if (typical := statistics.median(costs)) > DEFER_TAIL_AFTER_MS:
+                self.deferring.add(topic)
+                log.info(
+                    "log ends: fetches of %s's exact ends took %.1f ms (median of the last "
+                    "%d): its appended tails wait a batch from now on",
+                    topic,
+                    typical,
+                    DEFER_JUDGED_FETCHES,
+                )
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
         from flowctl.adapters import kafka_log
