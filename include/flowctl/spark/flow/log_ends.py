@@ -8,9 +8,9 @@ costs no fetch (for up to ``kafka_ends.KNOWN_MAX_AGE_S``), and the three topics 
 together (one ListOffsets request, at most one fetch round).
 
 On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
-the log (bench/results/soak.json: the planning of a stream at 34k records/s grew from 45 to
-223 ms over an hour). Once Eden's fetches take longer than ``DEFER_TAIL_AFTER_MS`` (the
-median of the last few), from then on Eden's
+the log (bench/results/archive/soak_af1b7e3.json: the planning of a stream at 34k records/s
+grew from 45 to 223 ms over an hour). Once Eden's fetches take longer than
+``DEFER_TAIL_AFTER_MS`` (the median of the last few), from then on Eden's
 partitions that are being appended to are planned up to their ``end_offsets()`` (on
 Tansu the start of their last record batch, the record before the bound): that batch
 waits for the next micro-batch, and the exact end is fetched again once a partition
@@ -160,9 +160,11 @@ class KafkaEnds:
             self._fetched_before = True
             return
         for topic in topics:
+            if topic in self.deferring:
+                continue  # for good: nothing left to judge
             costs = self._costs.setdefault(topic, deque(maxlen=DEFER_JUDGED_FETCHES))
             costs.append(ms)
-            if topic in self.deferring or len(costs) < DEFER_JUDGED_FETCHES:
+            if len(costs) < DEFER_JUDGED_FETCHES:
                 continue
             if (typical := statistics.median(costs)) > DEFER_TAIL_AFTER_MS:
                 self.deferring.add(topic)
