@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowctl.adapters import class_archive
+from flowctl.adapters import driver_jvm
 from flowctl.config import PROJECT_ROOT, Settings
 
 #: The virtualenv's ``bin``: its ``spark-submit`` and Python are the job's.
@@ -130,24 +130,22 @@ def spark_submit(
     log_path: Path,
     topology_id: str,
     master: str = "local[2]",
-    driver_memory: str = "768m",
 ) -> LocalJob:
     """Start ``spark-submit script args...`` in a new session, stdout and stderr to ``log_path``.
 
-    No Spark UI (it would take a port per job); the driver JVM maps the class-data sharing
-    archive once built, as the operators' drivers do (:mod:`flowctl.adapters.class_archive`).
+    No Spark UI (it would take a port per job); the driver JVM is the operators' drivers'
+    (:mod:`flowctl.adapters.driver_jvm`: the settings' heap size, fixed and reserved at
+    start, the class-data sharing archive once built).
     ``log_path`` is appended to, so a job restarted under the same topology keeps one log.
     """
-    archive = class_archive.driver_java_options(Settings.from_env(env).spark_class_archive)
+    jvm = driver_jvm.driver_conf(Settings.from_env(env))
     command = [
         str(VENV_BIN / "spark-submit"),
         "--master",
         master,
         "--conf",
         "spark.ui.enabled=false",
-        *(["--conf", f"spark.driver.extraJavaOptions={archive}"] if archive else []),
-        "--driver-memory",
-        driver_memory,
+        *(part for key, value in jvm.items() for part in ("--conf", f"{key}={value}")),
         str(script),
         *args,
     ]

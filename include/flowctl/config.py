@@ -13,11 +13,14 @@ connections`` derives those from these settings.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: A JVM memory size as ``-Xmx`` takes it (and Spark's ``spark.driver.memory``).
+_JVM_SIZE = re.compile(r"[1-9][0-9]*[kKmMgG]")
 
 
 class ConfigError(ValueError):
@@ -61,6 +64,9 @@ class Settings:
     #: Whether Spark drivers map the class-data sharing archive once it is built
     #: (flowctl.adapters.class_archive).
     spark_class_archive: bool = True
+    #: The heap of every Spark driver the platform starts, fixed and touched at its start
+    #: (flowctl.adapters.driver_jvm); Spark's own default size.
+    spark_driver_memory: str = "1g"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,7 +87,9 @@ class Settings:
         ``metrics_windows`` keeps each window; older ones are replaced by one rollup
         row per topology per hour, counts summed; see docs/services.md),
         ``FLOWCTL_SPARK_CLASS_ARCHIVE`` (``on`` or ``off``: whether Spark drivers map the
-        class-data sharing archive ``flowctl class-archive`` builds).
+        class-data sharing archive ``flowctl class-archive`` builds),
+        ``FLOWCTL_SPARK_DRIVER_MEMORY`` (``1g``: each Spark driver's heap, a JVM size such
+        as ``768m`` or ``2g``; reserved whole at the driver's start, see docs/services.md).
         """
         env = os.environ if env is None else env
         raw_home = env.get("FLOWCTL_HOME") or ""
@@ -95,6 +103,12 @@ class Settings:
         archive = env.get("FLOWCTL_SPARK_CLASS_ARCHIVE", "on") or "on"
         if archive not in ("on", "off"):
             raise ConfigError(f"FLOWCTL_SPARK_CLASS_ARCHIVE={archive!r} must be 'on' or 'off'")
+        driver_memory = env.get("FLOWCTL_SPARK_DRIVER_MEMORY", "1g") or "1g"
+        if not _JVM_SIZE.fullmatch(driver_memory):
+            raise ConfigError(
+                f"FLOWCTL_SPARK_DRIVER_MEMORY={driver_memory!r} is not a JVM heap size "
+                "(a whole number and a unit, k, m or g: e.g. 768m, 1g)"
+            )
         return cls(
             home=home,
             host=env.get("FLOWCTL_HOST", "127.0.0.1") or "127.0.0.1",
@@ -111,6 +125,7 @@ class Settings:
             memcached_server=env.get("FLOWCTL_MEMCACHED", ""),
             metrics_raw_hours=_int(env, "FLOWCTL_METRICS_RAW_HOURS", 24, lo=1, hi=8760),
             spark_class_archive=archive == "on",
+            spark_driver_memory=driver_memory.lower(),
         )
 
     @property
@@ -141,6 +156,7 @@ class Settings:
             "FLOWCTL_MEMCACHED": self.memcached_address,
             "FLOWCTL_METRICS_RAW_HOURS": str(self.metrics_raw_hours),
             "FLOWCTL_SPARK_CLASS_ARCHIVE": "on" if self.spark_class_archive else "off",
+            "FLOWCTL_SPARK_DRIVER_MEMORY": self.spark_driver_memory,
         }
 
     @property

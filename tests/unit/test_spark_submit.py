@@ -19,7 +19,7 @@ import pytest
 
 from bench.lib import submit
 from bench.lib.submit import LocalJob, job_env, spark_submit
-from flowctl.adapters import class_archive
+from flowctl.adapters import class_archive, driver_jvm
 from flowctl.config import PROJECT_ROOT, Settings
 
 
@@ -109,10 +109,12 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     assert (job.topology_id, job.log_path) == ("t-blue-1", log_path)
     assert job.wait(timeout_s=10) == 0
     log = job.log()
+    heap = driver_jvm.java_options("1g", archive=False)  # the settings' size, fixed
     assert (
-        f"args: --master local[2] --conf spark.ui.enabled=false --driver-memory 768m {script} --a 1"
-        in log
-    )
+        "args: --master local[2] --conf spark.ui.enabled=false --conf spark.driver.memory=1g "
+        f"--conf spark.driver.extraJavaOptions={heap} {script} --a 1"
+    ) in log
+    assert heap.startswith("-Xms1g -XX:+AlwaysPreTouch")
     assert f"cwd: {PROJECT_ROOT}" in log
     assert "db: sqlite:///t.db" in log
     pid, group, session = log.split("ids: ")[1].split()
@@ -129,9 +131,7 @@ def test_spark_submit_runs_the_venvs_spark_submit_in_a_session_of_its_own(
     env["FLOWCTL_SPARK_CLASS_ARCHIVE"] = "on"
     mapped = spark_submit(script, [], env=env, log_path=log_path, topology_id="t-blue-1")
     assert mapped.wait(timeout_s=10) == 0
-    assert f"--conf spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} " in (
-        mapped.log_tail(4)
-    )
+    assert f" -XX:SharedArchiveFile={archive} {script}" in mapped.log_tail(4)
 
 
 def test_log_tail_is_the_last_lines(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from flowctl.adapters import class_archive
+from flowctl.adapters import driver_jvm
 from flowctl.config import Settings
 
 # flowctl's Python logging format: "%(asctime)s %(levelname)s %(name)s: %(message)s"; the
@@ -46,21 +46,21 @@ JVM_NOISE = ("WARNING: Using incubator modules: jdk.incubator.vector",)
 
 
 def quiet_driver_conf(conf: dict[str, Any] | None, log4j: Path) -> dict[str, Any]:
-    """``conf`` with the driver's log4j2 file (``log4j``) and log level WARN set.
+    """``conf`` with the driver's log4j2 file (``log4j``), log level WARN and JVM set.
 
     Spark's startup INFO lines (SparkContext, SecurityManager, BlockManager, ...) mean
     nothing to a reader of the task log: the log4j2 file keeps them out from the JVM's
     start, with one timestamp format; the jobs' own lines are Python logging. The driver
-    JVM also maps the class-data sharing archive, once built
-    (:mod:`flowctl.adapters.class_archive`). A value already in ``conf`` wins.
+    JVM's heap is fixed and reserved at its start, and it maps the class-data sharing
+    archive once built (:mod:`flowctl.adapters.driver_jvm`). A value already in ``conf``
+    wins (a ``spark.driver.memory`` there sets the fixed heap's size).
     """
-    archive = class_archive.driver_java_options(Settings.from_env().spark_class_archive)
-    options = f"-Dlog4j2.configurationFile=file:{log4j} {archive}"
-    return {
-        "spark.log.level": "WARN",
-        "spark.driver.extraJavaOptions": options.strip(),
-        **(conf or {}),
-    }
+    conf = dict(conf or {})
+    jvm = driver_jvm.driver_conf(Settings.from_env(), conf.get("spark.driver.memory"))
+    jvm["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile=file:{log4j} {jvm['spark.driver.extraJavaOptions']}"
+    )
+    return {"spark.log.level": "WARN", **jvm, **conf}
 
 
 def topology_label(pipeline: str, colour: str) -> str:
