@@ -41,14 +41,16 @@ from flowctl.services.ports import free_port
 
 @dataclasses.dataclass
 class Platform:
-    """Private services (Tansu, memcached) and a SQLite database under a tmp home."""
+    """Private services (Tansu, memcached) and a SQLite database under a tmp home (or the
+    SQLAlchemy URL ``database``: another deployment's database)."""
 
     settings: Settings
     work_dir: Path
+    database: str = ""
 
     @property
     def database_url(self) -> str:
-        return f"sqlite:///{self.work_dir / 'bench.db'}"
+        return self.database or f"sqlite:///{self.work_dir / 'bench.db'}"
 
     @property
     def bootstrap(self) -> str:
