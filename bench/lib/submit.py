@@ -138,7 +138,8 @@ def spark_submit(
     start, the class-data sharing archive once built).
     ``log_path`` is appended to, so a job restarted under the same topology keeps one log.
     """
-    jvm = driver_jvm.driver_conf(Settings.from_env(env))
+    settings = Settings.from_env(env)
+    jvm = driver_jvm.driver_conf(settings.spark_driver_memory, settings.spark_class_archive)
     command = [
         str(VENV_BIN / "spark-submit"),
         "--master",

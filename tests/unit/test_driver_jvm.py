@@ -39,7 +39,7 @@ def test_the_driver_memory_setting_is_a_jvm_size_and_travels_to_child_processes(
     settings = Settings.from_env({"FLOWCTL_SPARK_DRIVER_MEMORY": "768M"})
     assert settings.spark_driver_memory == "768m"
     assert Settings.from_env(settings.to_env()).spark_driver_memory == "768m"
-    conf = driver_jvm.driver_conf(settings)
+    conf = driver_jvm.driver_conf(settings.spark_driver_memory, settings.spark_class_archive)
     assert conf["spark.driver.memory"] == "768m"
     assert conf["spark.driver.extraJavaOptions"].startswith("-Xms768m ")
     for bad in ("lots", "1.5g", "0m", "-1g", "1024"):

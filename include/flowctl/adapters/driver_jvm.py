@@ -28,7 +28,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from flowctl.adapters import class_archive
-from flowctl.config import Settings
 
 #: Where Linux says whether transparent huge pages are offered (the choice in brackets).
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -57,11 +56,11 @@ def java_options(memory: str, archive: bool = True) -> str:
     return " ".join(options)
 
 
-def driver_conf(settings: Settings, memory: str | None = None) -> dict[str, str]:
-    """The Spark conf that starts a driver this way: ``spark.driver.memory`` (``memory``,
-    else the settings') and ``spark.driver.extraJavaOptions``."""
-    size = memory or settings.spark_driver_memory
+def driver_conf(memory: str, archive: bool = True) -> dict[str, str]:
+    """The Spark conf that starts a driver this way, with a heap of ``memory``
+    (``Settings.spark_driver_memory``, or an operator's own ``spark.driver.memory``) and the
+    class archive if ``archive`` (``Settings.spark_class_archive``)."""
     return {
-        "spark.driver.memory": size,
-        "spark.driver.extraJavaOptions": java_options(size, settings.spark_class_archive),
+        "spark.driver.memory": memory,
+        "spark.driver.extraJavaOptions": java_options(memory, archive),
     }

@@ -56,7 +56,9 @@ def quiet_driver_conf(conf: dict[str, Any] | None, log4j: Path) -> dict[str, Any
     wins (a ``spark.driver.memory`` there sets the fixed heap's size).
     """
     conf = dict(conf or {})
-    jvm = driver_jvm.driver_conf(Settings.from_env(), conf.get("spark.driver.memory"))
+    settings = Settings.from_env()
+    memory = conf.get("spark.driver.memory") or settings.spark_driver_memory
+    jvm = driver_jvm.driver_conf(str(memory), settings.spark_class_archive)
     jvm["spark.driver.extraJavaOptions"] = (
         f"-Dlog4j2.configurationFile=file:{log4j} {jvm['spark.driver.extraJavaOptions']}"
     )
