@@ -42,5 +42,6 @@ def test_a_drivers_heap_is_resident_at_its_size_from_its_first_job(tmp_path: Pat
     log = job.log()
     assert "heap flags: ['-Xms640m', '-Xmx640m']" in log, job.log_tail()
     resident = int(log.split("resident MB: ")[1].split()[0])
-    # A driver left to grow its heap is ~250-350 MB resident after a small job.
+    # Without -Xms and pre-touch the JVM commits a fraction of the heap at start and
+    # touches pages only as it allocates them; a small job does not reach the size.
     assert resident >= 640, (resident, os.uname().release)
