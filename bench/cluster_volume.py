@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from bench._common import Platform
 from bench._experiment import (
     RESULTS,
@@ -308,7 +310,7 @@ def baseline_local(layout: ClusterLayout, work: Path, n: int, database: str) -> 
         timeout_s=900.0,
     )
     info.pop("settings", None)
-    kind = database.split(":", 1)[0].split("+", 1)[0] if database else "sqlite"
+    kind = sa.engine.make_url(database).get_backend_name() if database else "sqlite"
     return {"records": n, "records_per_s": rate, "database": kind, **info}
 
 

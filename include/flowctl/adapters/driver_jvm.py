@@ -5,8 +5,8 @@ A driver's heap is reserved whole at its start: ``-Xms`` equal to its size
 before the driver runs (``-XX:+AlwaysPreTouch``). Left to itself G1 grows a heap it has
 room for in steps and shrinks it rarely: in the hour at ef6161c the stream driver's JVM
 went from 597 MB resident at minute 5 to 817 MB at minute 60 (steps of 20-130 MB, one
-shrink), while its Python process and workers stayed flat (bench/README.md, "The hour on
-this tree"). Growth within the size the operator gave is no leak, but it cannot be told
+shrink), while its Python process and workers stayed flat (bench/README.md, "The hour at
+ef6161c"). Growth within the size the operator gave is no leak, but it cannot be told
 from one. With the heap held from the first second, the driver's resident memory is its
 size plus what lives outside the heap (classes, code, threads, buffers), and only that
 part can grow: what the soak's RSS figure then shows (the hour at a583216: 1,433 ->
