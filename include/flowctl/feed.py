@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from flowctl.config import Settings
-from flowctl.services.process import PidRecord, is_alive, log_dir, run_dir, stop_pid
+from flowctl.services.process import PidRecord, is_alive, log_dir, run_dir, stop_pid, wait_exec
 
 NAME = "feed"
 DEMO_SEED = 7
@@ -77,6 +77,7 @@ def start(settings: Settings, pipeline: str, rate: int) -> str:
             env={**os.environ, **settings.to_env()},
             close_fds=True,
         )
+    wait_exec(proc.pid)
     address = f"{rate} lines/s into {pipeline}"
     pid_file(settings).write_text(PidRecord(proc.pid, argv, address).dump())
     return f"{NAME} started (pid {proc.pid}): {address}; log {log_path}"

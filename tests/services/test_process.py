@@ -16,7 +16,7 @@ from flowctl.config import Settings
 from flowctl.services.base import DOWN, UNHEALTHY, ServiceError
 from flowctl.services.memcached import memcached_health
 from flowctl.services.ports import free_port, port_holder, port_is_free
-from flowctl.services.process import Daemon, PidRecord, is_alive, stop_pid
+from flowctl.services.process import Daemon, PidRecord, is_alive, stop_pid, wait_exec
 
 from .helpers import pid_gone, processes_mentioning
 
@@ -144,3 +144,16 @@ def test_port_holder_and_port_is_free_see_a_listening_socket() -> None:
 def test_pid_record_round_trips() -> None:
     record = PidRecord(42, ("a", "b c"), "127.0.0.1:1")
     assert PidRecord.load(record.dump()) == record
+
+
+def test_a_started_process_is_seen_as_its_command_at_once() -> None:
+    """Right after ``Popen`` the child may still be mid-exec, with no command line yet."""
+    argv = (sys.executable, "-c", "import time; time.sleep(30)")
+    for _ in range(20):
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        try:
+            wait_exec(proc.pid)
+            assert is_alive(proc.pid, argv)
+        finally:
+            proc.kill()
+            proc.wait()

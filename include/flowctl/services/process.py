@@ -190,6 +190,19 @@ def _wait_gone(pid: int, argv: Sequence[str], timeout: float) -> bool:
     return True
 
 
+def wait_exec(pid: int, timeout: float = 5.0) -> None:
+    """Return once ``pid`` shows a command line of its own, or has exited.
+
+    ``Popen`` returns when the child's exec has begun, but ``/proc/<pid>/cmdline``
+    stays empty until the kernel has laid out the new program's arguments; on a
+    busy machine that gap is long enough for a ``running()`` check right after a
+    start to take the fresh process for a stale PID file and remove it.
+    """
+    deadline = time.monotonic() + timeout
+    while proc_cmdline(pid) == () and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def stop_pid(pid: int, argv: Sequence[str], timeout: float = 10.0) -> bool:
     """SIGTERM, wait up to ``timeout``, then SIGKILL. False if it was not running.
 
@@ -334,6 +347,7 @@ class Daemon:
                 raise ServiceError(
                     f"{self.name} cannot start {self.argv[0]}: {exc.strerror}"
                 ) from None
+        wait_exec(proc.pid)
         record = PidRecord(proc.pid, self.argv, self.address)
         self.pid_file.write_text(record.dump())
         last_error = "no answer yet"
