@@ -5,13 +5,17 @@
   service processes (Tansu, memcached);
 - :func:`tree_bytes`: a directory's size (the Spark checkpoint);
 - :func:`sqlite_bytes`: a SQLite database's size with its journal files;
-- :func:`table_rows`: rows per table of the control schema (and of one pipeline).
+- :func:`table_rows`: rows per table of the control schema (and of one pipeline);
+- :class:`RowsSampler`: one pipeline's rows of one table, counted often at random times.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -128,3 +132,50 @@ def table_rows(engine: sa.Engine, pipeline: str) -> dict[str, int]:
                 )
                 out[f"{table.name}[pipeline]"] = int(conn.execute(mine).scalar_one())
     return out
+
+
+class RowsSampler:
+    """Counts one pipeline's rows of ``table`` every 1-3 s (uniformly random), in a thread.
+
+    ``applied_ranges`` is a sawtooth: each partition's merge (every ``[flow]
+    coalesce_every_s``, 10 s) takes its rows down, flushes build them up again. Samples on a
+    fixed period that is a multiple of the merge's (the soak's 30 s) all fall at one phase
+    of it, a phase that drifts over an hour: their count measures the phase, not the
+    table. Random intervals see every phase alike, so a mean over minutes is the table's
+    time-averaged size.
+    """
+
+    def __init__(
+        self, engine: sa.Engine, table: sa.Table, pipeline: str, t0: float, seed: int = 0
+    ) -> None:
+        self._query = (
+            sa.select(sa.func.count()).select_from(table).where(table.c.pipeline == pipeline)
+        )
+        self._engine = engine
+        self._t0 = t0
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rows-sampler", daemon=True)
+        #: ``[seconds since t0, rows]`` in time order.
+        self.samples: list[list[float]] = []
+        #: Counts that failed (the database busy past its timeout): skipped, not guessed.
+        self.errors = 0
+
+    def start(self) -> RowsSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._random.uniform(1.0, 3.0)):
+            try:
+                with self._engine.connect() as conn:
+                    rows = int(conn.execute(self._query).scalar_one())
+            except sa.exc.SQLAlchemyError:
+                self.errors += 1
+                continue
+            self.samples.append([round(time.time() - self._t0, 2), rows])

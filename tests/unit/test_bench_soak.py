@@ -150,3 +150,64 @@ def test_the_librdkafka_feed_sends_rate_lines_a_second_round_robin_and_counts_th
 def test_an_unknown_feed_client_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="client='rdkafka' must be one of"):
         SteadyFeed("127.0.0.1:9", "t", [b"a"], rate=1, client="rdkafka")
+
+
+def _rows_run(rows_at: object, load_s: float = 3600.0) -> dict[str, object]:
+    """A run whose only figures are its dense ``applied_ranges`` counts."""
+    sample = {
+        "durable": 0, "backlog": 0, "rss_mb": {}, "db_bytes": 0, "checkpoint_bytes": 0,
+        "rows": {"offsets[pipeline]": 4},
+    }  # fmt: skip
+    times = [t + 0.37 * (t % 7) for t in range(0, int(load_s), 2)]
+    return {
+        "load_s": load_s,
+        "samples": [{**sample, "t_s": float(t)} for t in range(0, int(load_s), 30)],
+        "applied_rows": [[t, rows_at(t)] for t in times],  # type: ignore[operator]
+        "log": {"planning": [(60.0, 100, 10.0, 20.0)], "flush": [(60.0, 100, 5.0, 9.0)]},
+        "windows": [],
+        "lost": 0,
+        "doubled": 0,
+        "broken": None,
+    }
+
+
+def test_a_sawtooth_of_rows_is_bounded_whatever_its_phase_and_a_growing_table_is_not() -> None:
+    """The merge every 10 s makes the count a sawtooth: its time average over each half
+    of the run is the same; rows that grow with the records processed make the second
+    half's larger."""
+    sawtooth = _rows_run(lambda t: 100 + 30 * (t % 10))
+    run = {**sawtooth, "buckets": soak.buckets(sawtooth, 300.0)}
+    bounded = soak.targets(run, None, 300.0)["bookkeeping_bounded"]
+    assert bounded["met"], bounded
+    assert 0.97 <= bounded["ratio"] <= 1.03
+    growing = _rows_run(lambda t: 100 + 30 * (t % 10) + t / 10)
+    run = {**growing, "buckets": soak.buckets(growing, 300.0)}
+    unbounded = soak.targets(run, None, 300.0)["bookkeeping_bounded"]
+    assert not unbounded["met"] and unbounded["ratio"] > 1.1, unbounded
+
+
+def test_the_rows_sampler_counts_one_pipelines_rows_at_random_times(tmp_path: Path) -> None:
+    import time
+
+    import sqlalchemy as sa
+
+    from bench.lib.probe import RowsSampler
+    from flowctl.adapters import schema
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'rows.db'}")
+    schema.metadata.create_all(engine)
+    ranges = schema.applied_ranges
+    now = dt.datetime.now(dt.UTC)
+    row = {"topic": "t.eden", "partition": 0, "outcome": "applied", "applied_at": now}
+    with engine.begin() as conn:
+        conn.execute(
+            ranges.insert(),
+            [{**row, "pipeline": "mine", "start": 10 * i, "end": 10 * i + 10} for i in range(3)]
+            + [{**row, "pipeline": "other", "start": 0, "end": 10}],
+        )
+    sampler = RowsSampler(engine, ranges, "mine", time.time()).start()
+    while not sampler.samples:
+        time.sleep(0.2)
+    samples = sampler.stop()
+    assert samples[0][1] == 3 and sampler.errors == 0
+    assert 1.0 <= samples[0][0] <= 3.5
