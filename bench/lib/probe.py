@@ -135,28 +135,43 @@ def table_rows(engine: sa.Engine, pipeline: str) -> dict[str, int]:
 
 
 class RowsSampler:
-    """Counts one pipeline's rows of ``table`` every 1-3 s (uniformly random), in a thread.
+    """Counts one pipeline's ``applied_ranges`` rows every 1-3 s (uniformly random), in a
+    thread: all of them, and those ending above their partition's durable checkpoint.
 
-    ``applied_ranges`` is a sawtooth: each partition's merge (every ``[flow]
-    coalesce_every_s``, 10 s) takes its rows down, flushes build them up again. Samples on a
-    fixed period that is a multiple of the merge's (the soak's 30 s) all fall at one phase
-    of it, a phase that drifts over an hour: their count measures the phase, not the
-    table. Random intervals see every phase alike, so a mean over minutes is the table's
-    time-averaged size.
+    The table is a sawtooth: each partition's merge (every ``[flow] coalesce_every_s``,
+    10 s) takes its rows down, flushes build them up again. Samples on a fixed period that
+    is a multiple of the merge's (the soak's 30 s) all fall at one phase of it, a phase
+    that drifts over an hour: their count measures the phase, not the table. Random
+    intervals see every phase alike, so a mean over minutes is the table's time-averaged
+    size. The rows above the checkpoint cannot merge yet (tuples applied ahead of an
+    earlier one still in flight); the rest can, so the two counts tell a table that holds
+    more work in flight from one whose merges leave rows behind.
     """
 
-    def __init__(
-        self, engine: sa.Engine, table: sa.Table, pipeline: str, t0: float, seed: int = 0
-    ) -> None:
-        self._query = (
-            sa.select(sa.func.count()).select_from(table).where(table.c.pipeline == pipeline)
+    def __init__(self, engine: sa.Engine, pipeline: str, t0: float, seed: int = 0) -> None:
+        a, o = schema.applied_ranges, schema.offsets
+        mine = a.c.pipeline == pipeline
+        self._all = sa.select(sa.func.count()).select_from(a).where(mine)
+        self._above = (
+            sa.select(sa.func.count())
+            .select_from(
+                a.join(
+                    o,
+                    sa.and_(
+                        o.c.pipeline == a.c.pipeline,
+                        o.c.topic == a.c.topic,
+                        o.c.partition == a.c.partition,
+                    ),
+                )
+            )
+            .where(mine, a.c.end > o.c.next_offset)
         )
         self._engine = engine
         self._t0 = t0
         self._random = random.Random(seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rows-sampler", daemon=True)
-        #: ``[seconds since t0, rows]`` in time order.
+        #: ``[seconds since t0, rows, rows above the checkpoint]`` in time order.
         self.samples: list[list[float]] = []
         #: Counts that failed (the database busy past its timeout): skipped, not guessed.
         self.errors = 0
@@ -173,9 +188,10 @@ class RowsSampler:
     def _loop(self) -> None:
         while not self._stop.wait(self._random.uniform(1.0, 3.0)):
             try:
-                with self._engine.connect() as conn:
-                    rows = int(conn.execute(self._query).scalar_one())
+                with self._engine.begin() as conn:  # one snapshot for both counts
+                    rows = int(conn.execute(self._all).scalar_one())
+                    above = int(conn.execute(self._above).scalar_one())
             except sa.exc.SQLAlchemyError:
                 self.errors += 1
                 continue
-            self.samples.append([round(time.time() - self._t0, 2), rows])
+            self.samples.append([round(time.time() - self._t0, 2), rows, above])

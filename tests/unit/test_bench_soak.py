@@ -186,7 +186,9 @@ def test_a_sawtooth_of_rows_is_bounded_whatever_its_phase_and_a_growing_table_is
     assert not unbounded["met"] and unbounded["ratio"] > 1.1, unbounded
 
 
-def test_the_rows_sampler_counts_one_pipelines_rows_at_random_times(tmp_path: Path) -> None:
+def test_the_rows_sampler_counts_one_pipelines_rows_and_those_above_its_checkpoint(
+    tmp_path: Path,
+) -> None:
     import time
 
     import sqlalchemy as sa
@@ -205,9 +207,19 @@ def test_the_rows_sampler_counts_one_pipelines_rows_at_random_times(tmp_path: Pa
             [{**row, "pipeline": "mine", "start": 10 * i, "end": 10 * i + 10} for i in range(3)]
             + [{**row, "pipeline": "other", "start": 0, "end": 10}],
         )
-    sampler = RowsSampler(engine, ranges, "mine", time.time()).start()
+        conn.execute(
+            schema.offsets.insert(),
+            {
+                "pipeline": "mine",
+                "topic": "t.eden",
+                "partition": 0,
+                "next_offset": 20,
+                "updated_at": now,
+            },
+        )
+    sampler = RowsSampler(engine, "mine", time.time()).start()
     while not sampler.samples:
         time.sleep(0.2)
     samples = sampler.stop()
-    assert samples[0][1] == 3 and sampler.errors == 0
+    assert samples[0][1:] == [3, 1] and sampler.errors == 0  # [20, 30) is above the checkpoint
     assert 1.0 <= samples[0][0] <= 3.5
