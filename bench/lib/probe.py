@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -151,7 +152,7 @@ class RowsSampler:
     def __init__(self, engine: sa.Engine, pipeline: str, t0: float, seed: int = 0) -> None:
         a, o = schema.applied_ranges, schema.offsets
         mine = a.c.pipeline == pipeline
-        self._all = sa.select(sa.func.count()).select_from(a).where(mine)
+        self._all = sa.select(a.c.partition, sa.func.count()).where(mine).group_by(a.c.partition)
         self._above = (
             sa.select(sa.func.count())
             .select_from(
@@ -171,8 +172,10 @@ class RowsSampler:
         self._random = random.Random(seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rows-sampler", daemon=True)
-        #: ``[seconds since t0, rows, rows above the checkpoint]`` in time order.
-        self.samples: list[list[float]] = []
+        #: ``[seconds since t0, rows, rows above the checkpoint, {partition: rows}]`` in
+        #: time order (per partition: each has its own merge timer, so the total mixes
+        #: sawtooths of different phases; one partition's shows its own floor).
+        self.samples: list[list[Any]] = []
         #: Counts that failed (the database busy past its timeout): skipped, not guessed.
         self.errors = 0
 
@@ -180,7 +183,7 @@ class RowsSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> list[list[float]]:
+    def stop(self) -> list[list[Any]]:
         self._stop.set()
         self._thread.join()
         return self.samples
@@ -189,9 +192,9 @@ class RowsSampler:
         while not self._stop.wait(self._random.uniform(1.0, 3.0)):
             try:
                 with self._engine.begin() as conn:  # one snapshot for both counts
-                    rows = int(conn.execute(self._all).scalar_one())
+                    per = {str(p): int(n) for p, n in conn.execute(self._all)}
                     above = int(conn.execute(self._above).scalar_one())
             except sa.exc.SQLAlchemyError:
                 self.errors += 1
                 continue
-            self.samples.append([round(time.time() - self._t0, 2), rows, above])
+            self.samples.append([round(time.time() - self._t0, 2), sum(per.values()), above, per])

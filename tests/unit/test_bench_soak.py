@@ -221,5 +221,6 @@ def test_the_rows_sampler_counts_one_pipelines_rows_and_those_above_its_checkpoi
     while not sampler.samples:
         time.sleep(0.2)
     samples = sampler.stop()
-    assert samples[0][1:] == [3, 1] and sampler.errors == 0  # [20, 30) is above the checkpoint
+    # [20, 30) is above the checkpoint
+    assert samples[0][1:] == [3, 1, {"0": 3}] and sampler.errors == 0
     assert 1.0 <= samples[0][0] <= 3.5
