@@ -6,7 +6,8 @@
 - :func:`tree_bytes`: a directory's size (the Spark checkpoint);
 - :func:`sqlite_bytes`: a SQLite database's size with its journal files;
 - :func:`table_rows`: rows per table of the control schema (and of one pipeline);
-- :class:`RowsSampler`: one pipeline's rows of one table, counted often at random times.
+- :class:`RowsSampler`: one pipeline's ``applied_ranges`` rows, counted often at random
+  times.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def table_rows(engine: sa.Engine, pipeline: str) -> dict[str, int]:
 
 class RowsSampler:
     """Counts one pipeline's ``applied_ranges`` rows every 1-3 s (uniformly random), in a
-    thread: all of them, and those ending above their partition's durable checkpoint.
+    thread: all of them, per partition, and those ending above their partition's durable
+    checkpoint.
 
     The table is a sawtooth: each partition's merge (every ``[flow] coalesce_every_s``,
     10 s) takes its rows down, flushes build them up again. Samples on a fixed period that
