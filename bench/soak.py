@@ -86,7 +86,14 @@ from bench._experiment import (
 )
 from bench._measure import committed_total, drain_run
 from bench.lib.history import bulk_plane, fill_history
-from bench.lib.probe import RowsSampler, rss_by_role, sqlite_bytes, table_rows, tree_bytes
+from bench.lib.probe import (
+    RowsSampler,
+    applied_anatomy,
+    rss_by_role,
+    sqlite_bytes,
+    table_rows,
+    tree_bytes,
+)
 from bench.lib.steady_feed import CLIENTS, SteadyFeed, default_client
 from bench.throughput import PLANNING
 from flowctl.adapters import kafka_log, schema
@@ -261,6 +268,8 @@ def soak_run(
         samples.append(sample(plat, job.process.pid, name, topic, feed, t0))
     finally:
         rows_sampler.stop()
+        with plat.plane.engine.connect() as conn:  # drained: every row is below its checkpoint
+            rows_sampler.anatomy.append([round(time.time() - t0, 2), applied_anatomy(conn, name)])
         code = stop(plat, job)
         save_log(job, label)
         feed.finish()
@@ -286,6 +295,7 @@ def soak_run(
         "samples": samples,
         "applied_rows": rows_sampler.samples,
         "applied_rows_failed": rows_sampler.errors,
+        "applied_anatomy": rows_sampler.anatomy,
         "log": minute_lines(RESULTS / "logs" / f"{label}.log", t0),
         "windows": [
             [
@@ -331,6 +341,11 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
         dense = [x for x in run.get("applied_rows", []) if lo <= x[0] < hi]
         rows = [x[1] for x in dense]
         above = [x[2] for x in dense if len(x) > 2]  # earlier runs: the total only
+        residue = [
+            sum(part["residue"] for part in x[1].values())
+            for x in run.get("applied_anatomy", [])
+            if lo <= x[0] < hi
+        ]
         out.append(
             {
                 "minutes": [round(lo / 60, 1), round(min(hi, run["load_s"]) / 60, 1)],
@@ -354,6 +369,8 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
                 "applied_rows_mean": round(mean(rows), 1) if rows else None,
                 "applied_rows_max": max(rows, default=None),
                 "applied_rows_above_checkpoint_mean": round(mean(above), 1) if above else None,
+                # rows a merge of everything below the checkpoint would leave (once a minute)
+                "applied_residue_max": max(residue, default=None),
                 "durable_at_end": None if last is None else last["durable"],
                 "rows": None if last is None else last["rows"],
             }

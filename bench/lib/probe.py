@@ -7,7 +7,9 @@
 - :func:`sqlite_bytes`: a SQLite database's size with its journal files;
 - :func:`table_rows`: rows per table of the control schema (and of one pipeline);
 - :class:`RowsSampler`: one pipeline's ``applied_ranges`` rows, counted often at random
-  times.
+  times;
+- :func:`applied_anatomy`: what one pipeline's ``applied_ranges`` rows are, per partition
+  (outcomes, one-record rows, and how many a merge would leave).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
+from flowctl.core.applied_rules import coalesce_runs
 
 
 def _children() -> dict[int, list[int]]:
@@ -136,6 +139,49 @@ def table_rows(engine: sa.Engine, pipeline: str) -> dict[str, int]:
     return out
 
 
+def applied_anatomy(conn: sa.Connection, pipeline: str) -> dict[str, dict[str, Any]]:
+    """Per partition of ``pipeline``: its ``applied_ranges`` rows, its durable checkpoint,
+    the rows by outcome, the one-record ``applied`` rows, and ``residue``: the rows a merge
+    of everything below the checkpoint would leave (:func:`coalesce_runs`).
+
+    A table whose residue stays at a few rows per partition only waits for its merges; a
+    residue that grows is rows no merge takes, and the outcomes and sizes say which.
+    """
+    a, o = schema.applied_ranges, schema.offsets
+    checkpoints = {
+        (str(t), int(p)): int(n)
+        for t, p, n in conn.execute(
+            sa.select(o.c.topic, o.c.partition, o.c.next_offset).where(o.c.pipeline == pipeline)
+        )
+    }
+    rows: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+    for t, p, start, end, outcome in conn.execute(
+        sa.select(a.c.topic, a.c.partition, a.c.start, a.c.end, a.c.outcome).where(
+            a.c.pipeline == pipeline
+        )
+    ):
+        rows.setdefault((str(t), int(p)), []).append((int(start), int(end), str(outcome)))
+    out: dict[str, dict[str, Any]] = {}
+    for (topic, partition), mine in sorted(rows.items()):
+        checkpoint = checkpoints.get((topic, partition), 0)
+        merged_away = 0
+        for lo, hi in coalesce_runs(mine, checkpoint):
+            inside = sum(1 for s, e, w in mine if w == "applied" and s >= lo and e <= hi)
+            merged_away += inside - 1
+        outcomes: dict[str, int] = {}
+        for _, _, w in mine:
+            outcomes[w] = outcomes.get(w, 0) + 1
+        out[f"{topic}:{partition}"] = {
+            "rows": len(mine),
+            "checkpoint": checkpoint,
+            "residue": len(mine) - merged_away,
+            "outcomes": outcomes,
+            "one_record_applied": sum(1 for s, e, w in mine if w == "applied" and e - s == 1),
+            "above_checkpoint": sum(1 for _, e, _ in mine if e > checkpoint),
+        }
+    return out
+
+
 class RowsSampler:
     """Counts one pipeline's ``applied_ranges`` rows every 1-3 s (uniformly random), in a
     thread: all of them, per partition, and those ending above their partition's durable
@@ -151,8 +197,13 @@ class RowsSampler:
     more work in flight from one whose merges leave rows behind.
     """
 
+    #: Seconds between two :func:`applied_anatomy` readings (each reads every row of the
+    #: pipeline: a few thousand at most once merged, so once a minute costs nothing).
+    ANATOMY_EVERY_S = 60.0
+
     def __init__(self, engine: sa.Engine, pipeline: str, t0: float, seed: int = 0) -> None:
         a, o = schema.applied_ranges, schema.offsets
+        self._pipeline = pipeline
         mine = a.c.pipeline == pipeline
         self._all = sa.select(a.c.partition, sa.func.count()).where(mine).group_by(a.c.partition)
         self._above = (
@@ -178,6 +229,8 @@ class RowsSampler:
         #: time order (per partition: each has its own merge timer, so the total mixes
         #: sawtooths of different phases; one partition's shows its own floor).
         self.samples: list[list[Any]] = []
+        #: ``[seconds since t0, applied_anatomy(...)]`` about once a minute.
+        self.anatomy: list[list[Any]] = []
         #: Counts that failed (the database busy past its timeout): skipped, not guessed.
         self.errors = 0
 
@@ -191,11 +244,16 @@ class RowsSampler:
         return self.samples
 
     def _loop(self) -> None:
+        next_anatomy = time.time()
         while not self._stop.wait(self._random.uniform(1.0, 3.0)):
             try:
                 with self._engine.begin() as conn:  # one snapshot for both counts
                     per = {str(p): int(n) for p, n in conn.execute(self._all)}
                     above = int(conn.execute(self._above).scalar_one())
+                    if time.time() >= next_anatomy:
+                        next_anatomy = time.time() + self.ANATOMY_EVERY_S
+                        anatomy = applied_anatomy(conn, self._pipeline)
+                        self.anatomy.append([round(time.time() - self._t0, 2), anatomy])
             except sa.exc.SQLAlchemyError:
                 self.errors += 1
                 continue

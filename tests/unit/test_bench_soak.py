@@ -224,3 +224,44 @@ def test_the_rows_sampler_counts_one_pipelines_rows_and_those_above_its_checkpoi
     # [20, 30) is above the checkpoint
     assert samples[0][1:] == [3, 1, {"0": 3}] and sampler.errors == 0
     assert 1.0 <= samples[0][0] <= 3.5
+
+
+def test_the_anatomy_says_which_rows_a_merge_would_leave(tmp_path: Path) -> None:
+    """A merged run, a run not yet merged, a one-record applied row that splits them, a
+    replayed tuple with a replay of its first half nested, and a row above the checkpoint:
+    a merge now would leave each run as one row, the one-record row, the replayed row and
+    its nested replay, and the row above the checkpoint; another pipeline's rows are not
+    counted."""
+    import sqlalchemy as sa
+
+    from bench.lib.probe import applied_anatomy
+    from flowctl.adapters import schema
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'rows.db'}")
+    schema.metadata.create_all(engine)
+    now = dt.datetime.now(dt.UTC)
+    base = {"pipeline": "mine", "topic": "t.eden", "partition": 0, "applied_at": now}
+    rows = [(0, 10, "applied"), (10, 20, "applied"), (20, 21, "applied"), (21, 30, "applied")]
+    rows += [(30, 40, "applied"), (40, 50, "replayed"), (40, 45, "applied"), (50, 60, "applied")]
+    with engine.begin() as conn:
+        conn.execute(
+            schema.applied_ranges.insert(),
+            [{**base, "start": s, "end": e, "outcome": w} for s, e, w in rows]
+            + [{**base, "pipeline": "other", "start": 0, "end": 10, "outcome": "applied"}],
+        )
+        checkpoint = {"pipeline": "mine", "topic": "t.eden", "partition": 0, "next_offset": 50}
+        conn.execute(schema.offsets.insert(), {**checkpoint, "updated_at": now})
+    with engine.connect() as conn:
+        anatomy = applied_anatomy(conn, "mine")
+    assert anatomy == {
+        "t.eden:0": {
+            "rows": 8,
+            "checkpoint": 50,
+            # [0, 20) merges into one, [20, 21) stays, [21, 40) merges into one, the
+            # replayed row and the replay nested in it stay, [50, 60) is above
+            "residue": 6,
+            "outcomes": {"applied": 7, "replayed": 1},
+            "one_record_applied": 1,
+            "above_checkpoint": 1,
+        }
+    }
