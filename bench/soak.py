@@ -85,6 +85,7 @@ from bench._experiment import (
     write_result,
 )
 from bench._measure import committed_total, drain_run
+from bench._profile import CPU_ROLES, CpuPhases
 from bench.lib.history import bulk_plane, fill_history
 from bench.lib.probe import (
     RowsSampler,
@@ -239,6 +240,9 @@ def soak_run(
     t0 = time.time()
     feed.start()
     rows_sampler = RowsSampler(plat.plane.engine, name, t0).start()
+    # marked at each sample: the machine's CPU by role between samples (the feed runs in
+    # this process, with the probes)
+    cpu = CpuPhases((*CPU_ROLES, ("bench.soak", "bench (the feed, the probes)")))
     samples: list[dict[str, Any]] = []
     broken = None
     try:
@@ -251,12 +255,14 @@ def soak_run(
                 break
             samples.append(sample(plat, job.process.pid, name, topic, feed, t0))
             last = samples[-1]
+            cpu.mark(str(last["t_s"]))
             print(
                 f"{label} {last['t_s'] / 60:.1f} min: {last['durable']}/{last['sent']} durable, "
                 f"rss {last['rss_mb']}, db {last['db_bytes'] >> 20} MiB",
                 flush=True,
             )
             time.sleep(max(0.0, sample_s - (time.time() - t0 - last["t_s"])))
+        cpu.mark(f"{time.time() - t0:.1f}")  # the load's end: its last span, not the drain
         sent = feed.finish()
         load_s = time.time() - t0
         deadline = time.monotonic() + drain_timeout_s
@@ -296,6 +302,10 @@ def soak_run(
         "applied_rows": rows_sampler.samples,
         "applied_rows_failed": rows_sampler.errors,
         "applied_anatomy": rows_sampler.anatomy,
+        "cpu": [
+            [float(span.split(" -> ")[0]), v["seconds"], v["busy"], v["shares"]]
+            for span, v in cpu.shares().items()
+        ],
         "log": minute_lines(RESULTS / "logs" / f"{label}.log", t0),
         "windows": [
             [
@@ -312,6 +322,17 @@ def soak_run(
 
 
 # -- buckets and targets ----------------------------------------------------------------
+
+
+def cpu_of(spans: Sequence[list[Any]]) -> tuple[float | None, dict[str, float]]:
+    """The machine's busy share and each role's over ``spans`` (``[start s, seconds, busy,
+    {role: share}]`` between two samples), weighted by their seconds."""
+    total = sum(x[1] for x in spans)
+    if total <= 0:
+        return None, {}
+    roles = sorted({r for x in spans for r in x[3]})
+    shares = {r: round(sum(x[1] * x[3].get(r, 0.0) for x in spans) / total, 3) for r in roles}
+    return round(sum(x[1] * x[2] for x in spans) / total, 3), shares
 
 
 def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
@@ -346,6 +367,7 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
             for x in run.get("applied_anatomy", [])
             if lo <= x[0] < hi
         ]
+        busy, shares = cpu_of([x for x in run.get("cpu", []) if lo <= x[0] < hi])
         out.append(
             {
                 "minutes": [round(lo / 60, 1), round(min(hi, run["load_s"]) / 60, 1)],
@@ -361,6 +383,9 @@ def buckets(run: dict[str, Any], bucket_s: float) -> list[dict[str, Any]]:
                     (s["backlog"] for s in inside if s["backlog"] is not None), default=None
                 ),
                 "rss_mb": rss,
+                # the machine's CPU (share of all cores) and each role's, between samples
+                "cpu_busy": busy,
+                "cpu_shares": shares,
                 "rss_platform_mb": round(sum(v for r, v in rss.items() if r in PLATFORM_ROLES), 1),
                 "db_mb": None if last is None else round(last["db_bytes"] / 2**20, 2),
                 "checkpoint_mb_max": round(
@@ -405,6 +430,10 @@ def targets(
             last.get("log_ends_ms", {}).get("p50"),
         ],
         "flush_p50_first_last": [first["flush_ms"]["p50"], last["flush_ms"]["p50"]],
+        # whether the machine got busier: a part whose own work grows (the broker's fetches
+        # of a longer log) slows the others on a small machine
+        "cpu_busy_first_last": [first.get("cpu_busy"), last.get("cpu_busy")],
+        "cpu_shares_first_last": [first.get("cpu_shares"), last.get("cpu_shares")],
         "target": f"<= {TARGET_COST}",
         "met": cost is not None and cost <= TARGET_COST,
     }

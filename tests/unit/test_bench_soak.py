@@ -265,3 +265,14 @@ def test_the_anatomy_says_which_rows_a_merge_would_leave(tmp_path: Path) -> None
             "above_checkpoint": 1,
         }
     }
+
+
+def test_a_buckets_cpu_is_its_spans_weighted_by_their_seconds() -> None:
+    spans = [
+        [0.0, 30.0, 0.5, {"broker (Tansu)": 0.1, "driver (JVM)": 0.4}],
+        [30.0, 10.0, 0.9, {"broker (Tansu)": 0.5}],
+    ]
+    busy, shares = soak.cpu_of(spans)
+    assert busy == 0.6  # (30 * 0.5 + 10 * 0.9) / 40
+    assert shares == {"broker (Tansu)": 0.2, "driver (JVM)": 0.3}
+    assert soak.cpu_of([]) == (None, {})
