@@ -61,7 +61,10 @@ def _cpu_ticks(
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            role = next((r for key, r in roles if key in cmd), "other")
+            # a process without a command line is the kernel's (kworker, kswapd, khugepaged):
+            # work the others cause (writeback, reclaim), told apart from user processes
+            other = "other" if cmd else "other (kernel threads)"
+            role = next((r for key, r in roles if key in cmd), other)
             out[int(entry.name)] = (role, int(fields[11]) + int(fields[12]))
     return out
 
