@@ -80,21 +80,27 @@ class CpuPhases:
     def mark(self, name: str) -> None:
         self.marks.append((name, time.monotonic(), _cpu_ticks(self.roles)))
 
-    def shares(self) -> dict[str, dict[str, Any]]:
-        """``{"<from> -> <to>": {"seconds", "busy", "shares": {role: share of all cores}}}``."""
+    def spans(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``[(from, to, {"seconds", "busy", "shares": {role: share of all cores}})]``
+        between consecutive marks."""
         hz, cores = os.sysconf("SC_CLK_TCK"), os.cpu_count() or 1
-        out: dict[str, dict[str, Any]] = {}
+        out: list[tuple[str, str, dict[str, Any]]] = []
         for (a, t_a, before), (b, t_b, after) in zip(self.marks, self.marks[1:], strict=False):
             used: Counter[str] = Counter()
             for pid, (role, ticks) in after.items():
                 used[role] += ticks - before.get(pid, (role, 0))[1]
             capacity = max(t_b - t_a, 1e-9) * cores
-            out[f"{a} -> {b}"] = {
+            figures = {
                 "seconds": round(t_b - t_a, 1),
                 "busy": round(sum(used.values()) / hz / capacity, 3),
                 "shares": {r: round(n / hz / capacity, 3) for r, n in used.most_common(8)},
             }
+            out.append((a, b, figures))
         return out
+
+    def shares(self) -> dict[str, dict[str, Any]]:
+        """``{"<from> -> <to>": {"seconds", "busy", "shares": {role: share of all cores}}}``."""
+        return {f"{a} -> {b}": figures for a, b, figures in self.spans()}
 
 
 def cpu_shares(seconds: float) -> dict[str, Any]:

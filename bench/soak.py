@@ -272,10 +272,10 @@ def soak_run(
                 break
             time.sleep(1.0)
         samples.append(sample(plat, job.process.pid, name, topic, feed, t0))
-    finally:
-        rows_sampler.stop()
         with plat.plane.engine.connect() as conn:  # drained: every row is below its checkpoint
             rows_sampler.anatomy.append([round(time.time() - t0, 2), applied_anatomy(conn, name)])
+    finally:
+        rows_sampler.stop()
         code = stop(plat, job)
         save_log(job, label)
         feed.finish()
@@ -302,10 +302,7 @@ def soak_run(
         "applied_rows": rows_sampler.samples,
         "applied_rows_failed": rows_sampler.errors,
         "applied_anatomy": rows_sampler.anatomy,
-        "cpu": [
-            [float(span.split(" -> ")[0]), v["seconds"], v["busy"], v["shares"]]
-            for span, v in cpu.shares().items()
-        ],
+        "cpu": [[float(a), v["seconds"], v["busy"], v["shares"]] for a, _, v in cpu.spans()],
         "log": minute_lines(RESULTS / "logs" / f"{label}.log", t0),
         "windows": [
             [
