@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from flowctl.adapters import schema
-from flowctl.core.applied_rules import coalesce_runs
+from flowctl.core.applied_rules import coalesce_runs, replaced_by
 
 
 def _children() -> dict[int, list[int]]:
@@ -166,7 +166,7 @@ def applied_anatomy(conn: sa.Connection, pipeline: str) -> dict[str, dict[str, A
         checkpoint = checkpoints.get((topic, partition), 0)
         merged_away = 0
         for lo, hi in coalesce_runs(mine, checkpoint):
-            inside = sum(1 for s, e, w in mine if w == "applied" and s >= lo and e <= hi)
+            inside = sum(1 for row in mine if replaced_by(row, (lo, hi)))
             merged_away += inside - 1
         outcomes: dict[str, int] = {}
         for _, _, w in mine:

@@ -73,7 +73,9 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         Claim(r(25, 30), "replayed"),
         Claim(r(26, 27), "applied", replay=True),  # one of its records back
         Claim(r(30, 31)),  # a one-record tuple (a trailing partial one)
-        *(Claim(r(s, s + 5)) for s in (31, 36)),
+        Claim(r(31, 36)),
+        Claim(r(36, 37)),  # another, inside a run: it stays, nested in the merged row
+        Claim(r(37, 41)),
         Claim(r(46, 51)),  # beyond a hole: the checkpoint stops at 41
     ]
     with engine.begin() as conn:
@@ -89,6 +91,7 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         (26, 27, "applied"),
         (30, 31, "applied"),
         (31, 41, "applied"),
+        (36, 37, "applied"),
         (46, 51, "applied"),
     ]
     assert classes(database_url, p, 51) == before
@@ -99,6 +102,7 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
     again = [
         *history,
         Claim(r(15, 20), "dlq"),  # a whole tuple dead-lettered by a re-run: still a repeat
+        Claim(r(36, 37), "dlq"),  # a one-record tuple dead-lettered by a re-run: the same
         Claim(r(27, 28), "applied", replay=True),  # another record of the replayed tuple
         Claim(r(41, 46)),  # the hole
     ]
@@ -106,8 +110,12 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         fresh = claim(conn, p, again)
         assert advance_checkpoint(conn, p, [TP]) == {TP: 51}
         assert coalesce(conn, p, {TP: 41}, {TP: 51}) == 2
-    assert fresh == [False] * (len(history) + 1) + [True, True]
-    assert rows_of(database_url, p)[-2:] == [(30, 31, "applied"), (31, 51, "applied")]
+    assert fresh == [False] * (len(history) + 2) + [True, True]
+    assert rows_of(database_url, p)[-3:] == [
+        (30, 31, "applied"),
+        (31, 51, "applied"),
+        (36, 37, "applied"),
+    ]
     assert unapplied_gaps(engine, p, TOPIC, 0, 0, 51) == []
 
 

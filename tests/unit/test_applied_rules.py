@@ -15,6 +15,7 @@ from flowctl.core.applied_rules import (
     RangeConflict,
     coalesce_runs,
     decide,
+    replaced_by,
 )
 from flowctl.core.tuples import TupleRange
 from flowctl.spark.reconcile import Classifier
@@ -60,11 +61,7 @@ class Partition:
         if self.coalescing and moved > before:
             window = [row for row in self.rows if before <= row[1] <= moved]
             for start, end in coalesce_runs(window, moved):
-                self.rows = {
-                    row
-                    for row in self.rows
-                    if not (row[2] == "applied" and start <= row[0] and row[1] <= end)
-                }
+                self.rows = {row for row in self.rows if not replaced_by(row, (start, end))}
                 self.rows.add((start, end, "applied"))
         return out
 
@@ -134,22 +131,50 @@ def test_coalescing_decides_every_claim_as_without_it(history: tuple[int, list])
     assert len(merged.rows) <= len(plain.rows)
 
 
-def test_runs_merge_only_top_level_applied_rows_of_several_records() -> None:
+def test_runs_merge_top_level_applied_rows_and_keep_one_record_rows_nested() -> None:
     rows = [
         (0, 4, "applied"),
         (4, 8, "applied"),
         (5, 6, "dlq"),  # an isolated poison record: nested, stays
         (8, 12, "applied"),
-        (12, 13, "applied"),  # one record: stays, and ends the run
+        (12, 13, "applied"),  # one record: stays, nested in the merged row
         (13, 17, "applied"),
-        (17, 21, "replayed"),
+        (17, 21, "replayed"),  # ends the run
         (18, 19, "applied"),  # a replay inside its replayed row
-        (21, 25, "applied"),
-        (25, 29, "applied"),
-        (29, 33, "applied"),  # beyond the checkpoint
+        (21, 22, "applied"),  # one record at a run's start: stays outside the span
+        (22, 26, "applied"),
+        (26, 30, "applied"),
+        (30, 31, "applied"),  # one record at a run's end: inside the span, nested
+        (31, 35, "applied"),  # beyond the checkpoint
     ]
-    assert coalesce_runs(rows, 32) == [(0, 12), (21, 29)]
+    assert coalesce_runs(rows, 34) == [(0, 17), (22, 31)]
     assert coalesce_runs(rows, 4) == []
+    # one row extended over the one-record rows after it, so a later merge's window
+    # (rows ending at or after this checkpoint) meets it again; one-record rows alone stay
+    ones = [(4, 5, "applied"), (5, 6, "applied")]
+    assert coalesce_runs([(0, 4, "applied"), *ones], 6) == [(0, 6)]
+    assert coalesce_runs([(0, 4, "applied")], 6) == []
+    assert coalesce_runs(ones, 6) == []
+
+
+def test_one_record_tuples_leave_one_row_each_however_often_the_flusher_merges() -> None:
+    """A trailing one-record tuple now and then (a plan ending inside the broker's last
+    record batch): the partition keeps one merged row plus one row per such tuple."""
+    sizes = [4, 4, 1, 4, 4, 4, 1, 1, 4, 4, 1, 4, 4]
+    bounds = list(itertools.accumulate(sizes, initial=0))
+    tuples = [r(s, e) for s, e in itertools.pairwise(bounds)]
+    p = Partition(coalescing=True)
+    for i in range(0, len(tuples), 2):
+        p.flush([ClaimRequest(t, "applied", False) for t in tuples[i : i + 2]])
+    ones = [(t.start, t.end, "applied") for t in tuples if t.size == 1]
+    assert p.checkpoint == bounds[-1]
+    assert sorted(p.rows) == sorted([(0, bounds[-1], "applied"), *ones])
+    rows = PartitionRows(p.rows)
+    for t in tuples:  # a re-run's claims are repeats; a poison record inside a tuple is new
+        for outcome in ("applied", "dlq"):
+            assert decide("p", ClaimRequest(t, outcome, False), rows, p.checkpoint) == "duplicate"
+        poison = ClaimRequest(r(t.start, t.start + 1), "dlq", False)
+        assert decide("p", poison, rows, p.checkpoint) == ("insert" if t.size > 1 else "duplicate")
 
 
 def test_a_whole_tuple_dlq_claim_inside_a_merged_row_stays_a_duplicate() -> None:

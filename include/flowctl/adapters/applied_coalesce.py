@@ -90,11 +90,15 @@ def coalesce(
             continue
         now = utcnow()
         for start, end in spans:
-            # Only top-level rows are 'applied' inside a run: rows nested in an applied row
-            # are one-record 'dlq' rows of isolated poison records (applied.claim's rule 4).
+            # core.applied_rules.replaced_by, in SQL: the run's 'applied' rows of more than
+            # one record; its one-record rows stay, nested in the merged row.
             deleted = conn.execute(
                 a.delete().where(
-                    *where, a.c.outcome == "applied", a.c.start >= start, a.c.end <= end
+                    *where,
+                    a.c.outcome == "applied",
+                    a.c.start >= start,
+                    a.c.end <= end,
+                    a.c.end - a.c.start > 1,
                 )
             ).rowcount
             conn.execute(

@@ -9,16 +9,20 @@ database (tests/unit/test_applied_rules.py).
 
 A row is ``(start, end, outcome)`` of one partition.
 
-Coalescing: contiguous *top-level* ``applied`` rows of more than one record, wholly below
-the checkpoint, become one row. Every claim is then decided as it was before:
+Coalescing: contiguous *top-level* ``applied`` rows, wholly below the checkpoint, become
+one row; one-record rows among them stay, nested in it. Every claim is then decided as it
+was before:
 
 - a range inside such a run was a duplicate (an exact row, or a range inside one, is a
   duplicate), and the merged row covering it still makes it one, because a ``dlq`` claim
   from Eden inside an ``applied`` row is new only when it is one record (rule 4: a poison
   record isolated from its tuple, always one record); a whole tuple's ``dlq`` claim equal
   to a merged row's part stays a duplicate;
-- one-record ``applied`` rows never merge: an Eden ``dlq`` claim equal to one is a
-  duplicate of that row, which would otherwise read as an isolated poison record;
+- one-record ``applied`` rows are never replaced: an Eden ``dlq`` claim equal to one is a
+  duplicate of that row, which would otherwise read as an isolated poison record. A run
+  goes on across them and they stay, nested in the merged row (as an isolated poison
+  record's row does), so the claim still meets its exact row: one row per one-record
+  tuple, where cutting the run would leave two (the row and the next run's merged row);
 - rows nested in others (isolated poison records, replays inside a ``replayed`` row) and
   ``replayed`` and ``dlq`` rows never merge, so replays of a replayed tuple are still
   claimed inside its row, and the reconcile still classifies every offset by its
@@ -38,7 +42,14 @@ from dataclasses import dataclass
 
 from .tuples import TupleRange
 
-__all__ = ["ClaimRequest", "PartitionRows", "RangeConflict", "coalesce_runs", "decide"]
+__all__ = [
+    "ClaimRequest",
+    "PartitionRows",
+    "RangeConflict",
+    "coalesce_runs",
+    "decide",
+    "replaced_by",
+]
 
 #: ``(start, end, outcome)`` of one partition's ``applied_ranges`` row.
 Row = tuple[int, int, str]
@@ -139,12 +150,17 @@ def decide(pipeline: str, c: ClaimRequest, rows: PartitionRows, checkpoint: int)
 
 
 def coalesce_runs(rows: Iterable[Row], checkpoint: int) -> list[tuple[int, int]]:
-    """The spans ``[start, end)`` that each replace two or more rows of ``rows``.
+    """The spans ``[start, end)`` whose merged rows replace rows of ``rows``.
 
     ``rows``: every row of one partition ending in some window ``[lo, checkpoint]`` (rows
-    nesting one of them end inside the window too, so nesting is decided right). A span
-    is a maximal run of contiguous top-level ``applied`` rows of more than one record,
-    wholly below ``checkpoint`` (see the module docstring for why exactly these).
+    nesting one of them end inside the window too, so nesting is decided right). A run is
+    a maximal sequence of contiguous top-level ``applied`` rows wholly below
+    ``checkpoint``; its span goes from its first row of more than one record to its last
+    row. The merged row replaces the run's rows of more than one record in the span
+    (:func:`replaced_by`) and keeps its one-record rows, nested (see the module docstring
+    for why exactly these). A span is made when it replaces two rows or more, or extends
+    one over one-record rows after it: so the merged row ends where the run does, which
+    a later merge's window (rows ending at or after this checkpoint) finds again.
     """
     ordered = sorted(set(rows), key=lambda row: (row[0], -row[1]))
     top: list[Row] = []
@@ -155,7 +171,7 @@ def coalesce_runs(rows: Iterable[Row], checkpoint: int) -> list[tuple[int, int]]
         top.append(row)
         outer_end = row[1]
     spans: list[tuple[int, int]] = []
-    run: list[Row] = []
+    run: list[Row] = []  # from the run's first row of more than one record
 
     def close() -> None:
         if len(run) > 1:
@@ -163,10 +179,17 @@ def coalesce_runs(rows: Iterable[Row], checkpoint: int) -> list[tuple[int, int]]
         run.clear()
 
     for start, end, outcome in top:
-        mergeable = outcome == "applied" and end - start > 1 and end <= checkpoint
+        mergeable = outcome == "applied" and end <= checkpoint
         if not mergeable or (run and run[-1][1] != start):
             close()
-        if mergeable:
+        if mergeable and (run or end - start > 1):
             run.append((start, end, outcome))
     close()
     return spans
+
+
+def replaced_by(row: Row, span: tuple[int, int]) -> bool:
+    """Whether the merged row of ``span`` (one of :func:`coalesce_runs`) replaces ``row``:
+    the ``applied`` rows of more than one record inside it; its one-record rows stay."""
+    start, end, outcome = row
+    return outcome == "applied" and span[0] <= start and end <= span[1] and end - start > 1
