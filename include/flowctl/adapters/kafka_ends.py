@@ -241,7 +241,7 @@ def _batch_end(seen: tuple[int, int, float, bool] | None, bound: int) -> int:
     into the last record batch), the record before it, the start of that batch, but never
     below the last answer. A plan cut at the bound would make the batch's first record a
     tuple of its own, once per producer batch per partition, and a one-record ``applied``
-    row never merges with its neighbours (bench/README.md, "The hour again")."""
+    row stays for good, nested in its merged run (``core.applied_rules``)."""
     if not _at_bound(seen) or bound <= 0:
         return bound
     assert seen is not None
