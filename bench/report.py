@@ -37,6 +37,7 @@ EXPERIMENTS = (
     "soak",
     "soak_20min",
     "planning",
+    "planning_ends",
 )
 
 
