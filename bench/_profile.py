@@ -102,6 +102,19 @@ class CpuPhases:
         """``{"<from> -> <to>": {"seconds", "busy", "shares": {role: share of all cores}}}``."""
         return {f"{a} -> {b}": figures for a, b, figures in self.spans()}
 
+    def cpu_seconds(self, role: str, phase: str) -> float:
+        """CPU seconds ``role`` used over every span that starts at a mark named ``phase``,
+        unrounded (:meth:`spans` rounds a span's seconds to 0.1 s, too coarse for spans of
+        a few milliseconds summed over many)."""
+        ticks = 0
+        for (a, _, before), (_, _, after) in zip(self.marks, self.marks[1:], strict=False):
+            if a != phase:
+                continue
+            for pid, (r, n) in after.items():
+                if r == role:
+                    ticks += n - before.get(pid, (r, 0))[1]
+        return ticks / os.sysconf("SC_CLK_TCK")
+
 
 def cpu_shares(seconds: float) -> dict[str, Any]:
     """Where the machine's CPU went over the next ``seconds``, by role (:data:`CPU_ROLES`).

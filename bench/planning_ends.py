@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import signal
 import time
@@ -46,7 +45,7 @@ from bench._common import _terminate, unique_name
 from bench._experiment import experiment_parser, percentile, run_experiment, write_result
 from bench._profile import CpuPhases
 from bench.broker_cost import broker
-from bench.planning import TailFeed
+from bench.planning import TailFeed, _round
 from flowctl.adapters import kafka_ends, kafka_log
 
 #: Parts of the client's profiled time, by the file a function (or a builtin's main
@@ -57,8 +56,6 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kafka-python client and protocol", ("kafka/",)),
     ("flowctl (kafka_ends)", ("flowctl/",)),
 )
-
-ROLES = (("tansu", "broker (Tansu)"), ("bench.planning_ends", "client (this bench)"))
 
 
 def _ms(seconds: float) -> float:
@@ -71,10 +68,6 @@ def _summary(values: list[float]) -> dict[str, float | None]:
         "p99": _round(percentile(values, 99)),
         "max": _round(max(values) if values else None),
     }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
 
 
 def profile_parts(profile: cProfile.Profile) -> dict[str, float]:
@@ -116,7 +109,7 @@ def measure(bootstrap: str, partitions: int, reads: int, tail_records: int) -> d
         walls: list[float] = []
         cpus: list[float] = []
         fetched: list[float] = []
-        cpu = CpuPhases(ROLES)  # marked around the reads alone: the feed's produce is not theirs
+        cpu = CpuPhases()  # marked around the reads alone: the feed's produce is not theirs
         for _ in range(reads):
             cpu.mark("feed")
             feed.feed()
@@ -138,12 +131,7 @@ def measure(bootstrap: str, partitions: int, reads: int, tail_records: int) -> d
     finally:
         consumer.close()
         feed.close()
-    cores = os.cpu_count() or 1
-    broker_s = sum(
-        figures["shares"].get("broker (Tansu)", 0.0) * figures["seconds"] * cores
-        for name, _, figures in cpu.spans()
-        if name == "read"
-    )
+    broker_s = cpu.cpu_seconds("broker (Tansu)", "read")
     return {
         "partitions": partitions,
         "reads": reads,

@@ -38,3 +38,28 @@ def test_parsing_and_waiting_are_told_apart_and_the_shares_add_up() -> None:
     assert parts["kafka-python record parsing"] > 0.0
     assert parts["waiting in the selector"] > 0.0
     assert abs(sum(parts.values()) - 1.0) < 0.01
+
+
+def test_cpu_seconds_sum_a_roles_ticks_over_the_spans_of_one_phase_unrounded() -> None:
+    """Spans of a few milliseconds: the sum of their ticks, not of rounded shares."""
+    import os
+
+    from bench._profile import CpuPhases
+
+    hz = os.sysconf("SC_CLK_TCK")
+    phases = CpuPhases()
+    ticks = [(0, 0), (1, 0), (3, 1), (3, 1), (4, 1)]  # (Tansu, lanes) at each mark
+    for name, (broker, lanes), t in zip(
+        ["feed", "read", "feed", "read", "end"],
+        ticks,
+        [0.0, 0.001, 0.003, 0.004, 0.006],
+        strict=True,
+    ):
+        phases.marks.append(
+            (name, t, {7: ("broker (Tansu)", broker), 8: ("lanes (Spark Python workers)", lanes)})
+        )
+    assert (
+        phases.cpu_seconds("broker (Tansu)", "read") == 3 / hz
+    )  # 2 ticks in the first read, 1 in the second
+    assert phases.cpu_seconds("broker (Tansu)", "feed") == 1 / hz
+    assert phases.cpu_seconds("lanes (Spark Python workers)", "read") == 1 / hz
