@@ -118,18 +118,18 @@ def test_replayed_tuple_is_durable_and_its_records_apply_once(engine: sa.Engine)
 
 
 def test_a_poison_record_isolated_from_an_applied_tuple_nests_once(engine: sa.Engine) -> None:
-    assert claim_tx(engine, [r(0, 10), Claim(r(4, 5), "dlq"), Claim(r(7, 8), "dlq")]) == [
-        True,
-        True,
-        True,
-    ]
+    def isolated(start: int) -> Claim:
+        return Claim(r(start, start + 1), "dlq", isolated=True)
+
+    assert claim_tx(engine, [r(0, 10), isolated(4), isolated(7)]) == [True, True, True]
     # The same tuple again (a re-run batch): every row is a duplicate.
-    assert claim_tx(engine, [r(0, 10), Claim(r(4, 5), "dlq")]) == [False, False]
-    # Only a dead-lettered record nests: a replay, or another outcome, is covered.
+    assert claim_tx(engine, [r(0, 10), isolated(4)]) == [False, False]
+    # Only an isolated record nests: a replay, another outcome, or a one-record dlq
+    # without the mark (a one-record tuple's re-run) is covered.
     assert claim_tx(engine, [Claim(r(5, 6), "dlq", replay=True), r(6, 7)]) == [False, False]
-    assert claim_tx(engine, [Claim(r(5, 6), "replayed")]) == [False]
+    assert claim_tx(engine, [Claim(r(5, 6), "replayed"), Claim(r(5, 6), "dlq")]) == [False] * 2
     # Inside a dlq row (an all-poison tuple) a record's own dlq row is a duplicate.
-    assert claim_tx(engine, [Claim(r(10, 20), "dlq"), Claim(r(12, 13), "dlq")]) == [True, False]
+    assert claim_tx(engine, [Claim(r(10, 20), "dlq"), isolated(12)]) == [True, False]
     assert [(t.start, t.end, o) for t, o in applied_rows(engine, P)] == [
         (0, 10, "applied"),
         (4, 5, "dlq"),

@@ -69,12 +69,12 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
     p = f"co{secrets.token_hex(3)}"
     history = [
         *(Claim(r(s, s + 5)) for s in (0, 5, 10, 15, 20)),
-        Claim(r(12, 13), "dlq"),  # a poison record isolated from [10, 15)
+        Claim(r(12, 13), "dlq", isolated=True),  # a poison record isolated from [10, 15)
         Claim(r(25, 30), "replayed"),
         Claim(r(26, 27), "applied", replay=True),  # one of its records back
         Claim(r(30, 31)),  # a one-record tuple (a trailing partial one)
         Claim(r(31, 36)),
-        Claim(r(36, 37)),  # another, inside a run: it stays, nested in the merged row
+        Claim(r(36, 37)),  # another, inside a run: it merges like any other
         Claim(r(37, 41)),
         Claim(r(46, 51)),  # beyond a hole: the checkpoint stops at 41
     ]
@@ -83,15 +83,13 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         assert advance_checkpoint(conn, p, [TP]) == {TP: 41}
     before = classes(database_url, p, 51)
     with engine.begin() as conn:
-        assert coalesce(conn, p, {}, {TP: 41}) == 7 - 2
+        assert coalesce(conn, p, {}, {TP: 41}) == (5 - 1) + (4 - 1)
     assert rows_of(database_url, p) == [
         (0, 25, "applied"),
         (12, 13, "dlq"),
         (25, 30, "replayed"),
         (26, 27, "applied"),
-        (30, 31, "applied"),
-        (31, 41, "applied"),
-        (36, 37, "applied"),
+        (30, 41, "applied"),
         (46, 51, "applied"),
     ]
     assert classes(database_url, p, 51) == before
@@ -103,6 +101,7 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         *history,
         Claim(r(15, 20), "dlq"),  # a whole tuple dead-lettered by a re-run: still a repeat
         Claim(r(36, 37), "dlq"),  # a one-record tuple dead-lettered by a re-run: the same
+        Claim(r(13, 14), "dlq"),  # a one-record dlq without the isolated mark: a repeat
         Claim(r(27, 28), "applied", replay=True),  # another record of the replayed tuple
         Claim(r(41, 46)),  # the hole
     ]
@@ -110,12 +109,20 @@ def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: 
         fresh = claim(conn, p, again)
         assert advance_checkpoint(conn, p, [TP]) == {TP: 51}
         assert coalesce(conn, p, {TP: 41}, {TP: 51}) == 2
-    assert fresh == [False] * (len(history) + 2) + [True, True]
-    assert rows_of(database_url, p)[-3:] == [
-        (30, 31, "applied"),
-        (31, 51, "applied"),
-        (36, 37, "applied"),
+        poison = claim(conn, p, [Claim(r(33, 34), "dlq", isolated=True)])
+    assert fresh == [False] * (len(history) + 3) + [True, True]
+    assert poison == [True]  # a poison record isolated from [31, 36), inside the merged row
+    assert rows_of(database_url, p) == [
+        (0, 25, "applied"),
+        (12, 13, "dlq"),
+        (25, 30, "replayed"),
+        (26, 27, "applied"),
+        (27, 28, "applied"),
+        (30, 51, "applied"),
+        (33, 34, "dlq"),
     ]
+    after = classes(database_url, p, 51)
+    assert (after[33], after[12], after[36]) == ("dlq", "dlq", "counted")
     assert unapplied_gaps(engine, p, TOPIC, 0, 0, 51) == []
 
 

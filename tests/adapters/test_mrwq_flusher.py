@@ -256,6 +256,34 @@ def test_replayed_and_dlq_outcomes(store: MemcachedStore, sqlite_url: str, names
     assert counts(sqlite_url) == {"a": 1, "b": 1}
 
 
+def test_an_isolated_poison_record_is_nested_and_an_unmarked_one_a_repeat(
+    store: MemcachedStore, sqlite_url: str, namespace: str
+) -> None:
+    """The lane marks a poison record it isolated from its tuple (``dlq+isolated``): its
+    row nests in the tuple's ``applied`` row; a one-record ``dlq`` item without the mark
+    inside an ``applied`` row is a repeat (a re-run dead-lettering a one-record tuple), and
+    an isolated mark on two records is off the protocol: a loud gap."""
+    service = make_service(store, sqlite_url, namespace, FakeClock(), max_batch=10)
+    service.start()
+    writer = MrwqWriter(store, namespace)
+    writer.append_many(
+        [
+            (t(0, 4).id, [mrwq_result("applied", {"a": 3})]),
+            (t(2, 3).id, [mrwq_result("dlq", {"error": "poison"}, isolated=True)]),
+            (t(1, 2).id, [mrwq_result("dlq", {"error": "poison"})]),
+        ]
+    )
+    s = service.flush().stats
+    assert (s.applied, s.dlq, s.duplicates) == (1, 1, 1)
+    assert [(r.start, r.end, o) for r, o in applied_rows(sqlite_url, PIPELINE)] == [
+        (0, 4, "applied"),
+        (2, 3, "dlq"),
+    ]
+    writer.append_many([(t(4, 6).id, [("dlq+isolated", {"error": "poison"})])])
+    result = service.flush().result
+    assert result.gap is not None and "Claim.isolated of flushtest.eden:0:4-6" in result.gap.reason
+
+
 def test_a_missing_item_becomes_a_gap_after_the_grace_period(
     store: MemcachedStore, sqlite_url: str, namespace: str
 ) -> None:

@@ -229,9 +229,9 @@ def test_the_rows_sampler_counts_one_pipelines_rows_and_those_above_its_checkpoi
 def test_the_anatomy_says_which_rows_a_merge_would_leave(tmp_path: Path) -> None:
     """A merged run, a run not yet merged, a one-record applied row between them, a
     replayed tuple with a replay of its first half nested, and a row above the checkpoint:
-    a merge now would leave both runs as one row with the one-record row nested in it, the
-    replayed row and its nested replay, and the row above the checkpoint; another
-    pipeline's rows are not counted."""
+    a merge now would leave both runs and the one-record row as one row, the replayed row
+    and its nested replay, and the row above the checkpoint; another pipeline's rows are
+    not counted."""
     import sqlalchemy as sa
 
     from bench.lib.probe import applied_anatomy
@@ -257,9 +257,9 @@ def test_the_anatomy_says_which_rows_a_merge_would_leave(tmp_path: Path) -> None
         "t.eden:0": {
             "rows": 8,
             "checkpoint": 50,
-            # [0, 40) merges into one with [20, 21) nested in it, the replayed row and
-            # the replay nested in it stay, [50, 60) is above
-            "residue": 5,
+            # [0, 40) merges into one, the replayed row and the replay nested in it
+            # stay, [50, 60) is above
+            "residue": 4,
             "outcomes": {"applied": 7, "replayed": 1},
             "one_record_applied": 1,
             "above_checkpoint": 1,

@@ -57,8 +57,8 @@ def test_a_too_late_click_goes_to_the_dlq_the_late_one_into_its_window(tmp_path:
     assert dead.error.startswith("poison: PoisonRecord: too late: event time 2026-01-01T00:00:02")
     items = _items(io.store)
     assert [(i["t"], parse_outcome_key(i["k"])) for i in items] == [
-        (f"{EDEN}:0:0-3", ("applied", False)),
-        (f"{EDEN}:0:1-2", ("dlq", False)),
+        (f"{EDEN}:0:0-3", ("applied", False, False)),
+        (f"{EDEN}:0:1-2", ("dlq", False, True)),
     ]
     assert [(r["user"], r["window_start"]) for r in items[0]["v"]] == [
         ("ann", "2026-01-01T00:00:00+00:00"),
@@ -87,8 +87,8 @@ def test_a_replayed_click_is_judged_by_its_original_arrival(tmp_path: Path) -> N
     assert (dead.offset, dead.timestamp_ms) == (42, CLOSED + 1)
     assert "too late" in dead.error
     assert [(i["t"], parse_outcome_key(i["k"])) for i in _items(io.store)] == [
-        (f"{EDEN}:1:41-42", ("applied", True)),
-        (f"{EDEN}:1:42-43", ("dlq", True)),
+        (f"{EDEN}:1:41-42", ("applied", True, False)),
+        (f"{EDEN}:1:42-43", ("dlq", True, False)),
     ]
 
 

@@ -55,8 +55,8 @@ def test_a_lane_processes_its_tuples_appends_outcomes_and_reports_them(tmp_path:
     assert queue_length(io.store, ns) == 2
     items = _items(io.store)
     assert [(i["t"], parse_outcome_key(i["k"]), i["v"]) for i in items] == [
-        (f"{EDEN}:0:0-6", ("applied", False), {"a": 2, "b": 4, "c": 4}),
-        (f"{EDEN}:0:6-12", ("applied", False), {"a": 2, "b": 4, "c": 4}),
+        (f"{EDEN}:0:0-6", ("applied", False, False), {"a": 2, "b": 4, "c": 4}),
+        (f"{EDEN}:0:6-12", ("applied", False, False), {"a": 2, "b": 4, "c": 4}),
     ]
     feedback = _feedback(io.store, settings.ns, part)
     # each tuple carries the epoch its item was stored under (the durable ack's key)
@@ -87,10 +87,10 @@ def test_poison_is_isolated_in_the_lane_good_records_acked_poison_to_the_dlq(
     assert [(r.routed_records, r.dead_records) for r in results] == [(1, 1), (1, 1), (0, 0)]
     items = _items(io.store)
     assert [(i["t"], parse_outcome_key(i["k"])) for i in items] == [
-        (f"{EDEN}:0:1-2", ("dlq", False)),
-        (f"{EDEN}:0:2-4", ("applied", False)),
-        (f"{EDEN}:0:3-4", ("dlq", False)),  # the poison record, nested in its tuple's row
-        (f"{EDEN}:0:0-1", ("applied", False)),
+        (f"{EDEN}:0:1-2", ("dlq", False, False)),
+        (f"{EDEN}:0:2-4", ("applied", False, False)),
+        (f"{EDEN}:0:3-4", ("dlq", False, True)),  # the poison record, nested and marked
+        (f"{EDEN}:0:0-1", ("applied", False, False)),
     ]
     assert items[1]["v"] == {"fine": 1}
 
@@ -145,7 +145,7 @@ def test_a_replayed_record_is_processed_under_its_original_coordinates(tmp_path:
     assert decode_envelope(io.produced[TOPICS.dlq][0]).payload == b"not an envelope"
     items = _items(io.store)  # the malformed record has no item: no Eden range to claim
     assert [(i["t"], parse_outcome_key(i["k"])) for i in items] == [
-        (f"{EDEN}:1:41-42", ("replayed", True))
+        (f"{EDEN}:1:41-42", ("replayed", True, False))
     ]
 
 

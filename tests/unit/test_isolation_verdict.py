@@ -36,10 +36,10 @@ def test_good_and_poison_ack_the_good_and_nest_a_dlq_row_per_poison_record() -> 
                    result=["r0", "r1", "r3"])  # fmt: skip
     v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
     assert v.outcome is Outcome.ACKED and v.good == 3 and v.dead == 2
-    assert [(i.range, i.outcome, i.replay) for i in v.items] == [
-        (T, "applied", False),
-        (one(102), "dlq", False),
-        (one(104), "dlq", False),
+    assert [(i.range, i.outcome, i.replay, i.isolated) for i in v.items] == [
+        (T, "applied", False, False),
+        (one(102), "dlq", False, True),  # marked: the claim rules tell it from a repeat
+        (one(104), "dlq", False, True),
     ]
     assert v.items[0].value == ["r0", "r1", "r3"]
     assert [(r.index, r.dead, r.reason) for r in v.routes] == [
@@ -66,9 +66,9 @@ def test_a_transient_part_replays_the_tuple_but_dead_letters_proven_poison() -> 
                    transient=(Failure(3, 5, RuntimeError("db away")),), result=["x"])  # fmt: skip
     v = verdict(T, OFFSETS, found, is_timeout=_is_timeout)
     assert v.outcome is Outcome.REPLAYED and v.good == 0
-    assert [(i.range, i.outcome, i.replay) for i in v.items] == [
-        (T, "replayed", False),
-        (one(102), "dlq", True),
+    assert [(i.range, i.outcome, i.replay, i.isolated) for i in v.items] == [
+        (T, "replayed", False, False),
+        (one(102), "dlq", True, False),
     ]
     assert [(r.index, r.dead) for r in v.routes] == [
         (0, False), (1, False), (2, True), (3, False), (4, False),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -12,7 +13,13 @@ from hypothesis import strategies as st
 
 from flowctl.core.clock import FakeClock
 from flowctl.core.flusher import FlushPolicy, MrwqFlusher
-from flowctl.core.persistence import MrwqWriteError, MrwqWriter, QueueItem
+from flowctl.core.persistence import (
+    MrwqWriteError,
+    MrwqWriter,
+    QueueItem,
+    mrwq_result,
+    parse_outcome_key,
+)
 from tests.unit.fakes import DictStore
 
 
@@ -415,3 +422,34 @@ def test_nothing_is_lost_silently(ops: list[tuple[str, int]]) -> None:
         assert sorted(durable) == sorted(last_seq)
     else:
         assert set(durable) <= set(last_seq)
+
+
+@pytest.mark.parametrize(
+    ("flags", "key", "parsed"),
+    [
+        ({}, "applied", ("applied", False, False)),
+        ({"replay": True}, "dlq+replay", ("dlq", True, False)),
+        ({"isolated": True}, "dlq+isolated", ("dlq", False, True)),
+    ],
+)
+def test_an_outcome_key_carries_replay_and_the_isolated_mark(
+    flags: dict[str, bool], key: str, parsed: tuple[str, bool, bool]
+) -> None:
+    outcome = "applied" if not flags else "dlq"
+    assert mrwq_result(outcome, None, **flags) == (key, None)
+    assert parse_outcome_key(key) == parsed
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: mrwq_result("applied", isolated=True), "outcome='applied'"),
+        (lambda: mrwq_result("dlq", replay=True, isolated=True), "replay=True"),
+        (lambda: mrwq_result("dlq", isolated="yes"), "isolated must be a bool, got 'yes'"),
+        (lambda: parse_outcome_key("applied+isolated"), "'applied+isolated' is not an outcome"),
+        (lambda: parse_outcome_key("dlq+isolated+replay"), "'dlq+isolated+replay'"),
+    ],
+)
+def test_an_isolated_mark_off_the_protocol_is_refused(call: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()  # type: ignore[operator]

@@ -29,11 +29,12 @@ The rules :func:`claim` applies to a new range ``r`` of a partition:
 3. without a covering ``replayed`` row, a range wholly below the checkpoint is a
    duplicate (the checkpoint says it is durable: the sink of :mod:`flowctl.adapters.results`
    advances it without rows), and one straddling it is a conflict;
-4. a one-record ``dlq`` claim from Eden (not ``Claim.replay``) inside an ``applied`` row is
-   new: the lane isolated a poison record from its tuple (``flowctl.core.isolation``),
-   applied the tuple's good records under the tuple's row and dead-lettered that record
-   under its own one-record row nested in it (the reconcile classifies an offset by its
-   innermost row).
+4. an isolated poison record's claim (``Claim.isolated``: one record, ``dlq``, from Eden)
+   inside an ``applied`` row is new: the lane isolated the record from its tuple
+   (``flowctl.core.isolation``), applied the tuple's good records under the tuple's row
+   and dead-lettered that record under its own one-record row nested in it (the reconcile
+   classifies an offset by its innermost row). Any other claim inside an ``applied`` row,
+   a one-record ``dlq`` without the mark included, is a repeat (rule 1).
 
 The decisions themselves are pure (:mod:`flowctl.core.applied_rules`). Contiguous
 ``applied`` rows below the checkpoint are merged into one row by
@@ -56,8 +57,8 @@ import sqlalchemy as sa
 from flowctl.adapters import schema
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.results import lock_offsets
-from flowctl.adapters.schema import APPLIED_OUTCOMES, dialect_insert, utcnow
-from flowctl.core.applied_rules import ClaimRequest, PartitionRows, RangeConflict, decide
+from flowctl.adapters.schema import dialect_insert, utcnow
+from flowctl.core.applied_rules import Claim, PartitionRows, RangeConflict, decide
 from flowctl.core.tuples import TopicPartition, TupleRange
 
 __all__ = [
@@ -78,27 +79,6 @@ T = TypeVar("T")
 #: Ranges of one partition further apart than this are looked up by separate queries, so a
 #: replayed record from long ago does not drag every row in between into one read.
 _CLUSTER_SPAN = 1 << 16
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One range to claim: ``outcome`` is one of :data:`schema.APPLIED_OUTCOMES`;
-    ``replay`` says the records came from a replay topic (coordinates are the originals)."""
-
-    range: TupleRange
-    outcome: str = "applied"
-    replay: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.range, TupleRange):
-            raise ValueError(f"Claim.range must be a TupleRange, got {self.range!r}")
-        if self.outcome not in APPLIED_OUTCOMES:
-            raise ValueError(
-                f"Claim.outcome={self.outcome!r} of {self.range.id} is not one of "
-                f"{', '.join(APPLIED_OUTCOMES)}"
-            )
-        if not isinstance(self.replay, bool):
-            raise ValueError(f"Claim.replay of {self.range.id} must be a bool, got {self.replay!r}")
 
 
 @dataclass(frozen=True)
@@ -245,8 +225,7 @@ def claim(conn: sa.Connection, pipeline: str, ranges: Sequence[TupleRange | Clai
     for c in claims:
         r = c.range
         tp_rows = rows[r.topic_partition]
-        request = ClaimRequest(r, c.outcome, c.replay)
-        decision = decide(pipeline, request, tp_rows, checkpoints[r.topic_partition])
+        decision = decide(pipeline, c, tp_rows, checkpoints[r.topic_partition])
         if decision == "duplicate":
             out.append(False)
             continue

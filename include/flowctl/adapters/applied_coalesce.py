@@ -90,15 +90,11 @@ def coalesce(
             continue
         now = utcnow()
         for start, end in spans:
-            # core.applied_rules.replaced_by, in SQL: the run's 'applied' rows of more than
-            # one record; its one-record rows stay, nested in the merged row.
+            # core.applied_rules.replaced_by, in SQL: the 'applied' rows inside the span (a
+            # dlq row nested in it, an isolated poison record, stays).
             deleted = conn.execute(
                 a.delete().where(
-                    *where,
-                    a.c.outcome == "applied",
-                    a.c.start >= start,
-                    a.c.end <= end,
-                    a.c.end - a.c.start > 1,
+                    *where, a.c.outcome == "applied", a.c.start >= start, a.c.end <= end
                 )
             ).rowcount
             conn.execute(

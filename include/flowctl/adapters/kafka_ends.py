@@ -240,8 +240,8 @@ def _batch_end(seen: tuple[int, int, float, bool] | None, bound: int) -> int:
     or, where an exact read found the bound below the end (Tansu's bound is one record
     into the last record batch), the record before it, the start of that batch, but never
     below the last answer. A plan cut at the bound would make the batch's first record a
-    tuple of its own, once per producer batch per partition, and a one-record ``applied``
-    row stays for good, nested in its merged run (``core.applied_rules``)."""
+    tuple of its own, once per producer batch per partition: a lane task, a claim and a
+    row for one record each time."""
     if not _at_bound(seen) or bound <= 0:
         return bound
     assert seen is not None

@@ -193,7 +193,7 @@ def claim_of(item: QueueItem) -> Claim:
             f"{where}: a tuple must have exactly one outcome item (build it with mrwq_result)"
         )
     try:
-        outcome, replay = parse_outcome_key(item.key or "")
-        return Claim(TupleRange.parse_id(item.tuple_id), outcome, replay)
+        outcome, replay, isolated = parse_outcome_key(item.key or "")
+        return Claim(TupleRange.parse_id(item.tuple_id), outcome, replay, isolated)
     except ValueError as exc:
         raise MrwqItemError(f"{where}: {exc}") from exc

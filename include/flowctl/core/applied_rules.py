@@ -10,19 +10,17 @@ database (tests/unit/test_applied_rules.py).
 A row is ``(start, end, outcome)`` of one partition.
 
 Coalescing: contiguous *top-level* ``applied`` rows, wholly below the checkpoint, become
-one row; one-record rows among them stay, nested in it. Every claim is then decided as it
-was before:
+one row. Every claim is then decided as it was before:
 
 - a range inside such a run was a duplicate (an exact row, or a range inside one, is a
-  duplicate), and the merged row covering it still makes it one, because a ``dlq`` claim
-  from Eden inside an ``applied`` row is new only when it is one record (rule 4: a poison
-  record isolated from its tuple, always one record); a whole tuple's ``dlq`` claim equal
-  to a merged row's part stays a duplicate;
-- one-record ``applied`` rows are never replaced: an Eden ``dlq`` claim equal to one is a
-  duplicate of that row, which would otherwise read as an isolated poison record. A run
-  goes on across them and they stay, nested in the merged row (as an isolated poison
-  record's row does), so the claim still meets its exact row: one row per one-record
-  tuple, where cutting the run would leave two (the row and the next run's merged row);
+  duplicate), and the merged row covering it still makes it one. The one exception, a
+  poison record the lane isolated from its tuple (rule 4: a one-record Eden ``dlq`` claim
+  inside an ``applied`` row is new), is marked by the lane (:attr:`Claim.isolated`), so it
+  is told apart from a repeat of a one-record tuple by its mark, never by the rows it
+  meets: an unmarked one-record ``dlq`` claim inside an ``applied`` row is a repeat
+  whether that row is its own or a merged one, and one-record rows merge like any other.
+  The lane isolates records only from tuples of two records or more
+  (:func:`flowctl.core.isolation.verdict`), so a marked claim never equals a tuple's row;
 - rows nested in others (isolated poison records, replays inside a ``replayed`` row) and
   ``replayed`` and ``dlq`` rows never merge, so replays of a replayed tuple are still
   claimed inside its row, and the reconcile still classifies every offset by its
@@ -40,10 +38,11 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .persistence import OUTCOMES
 from .tuples import TupleRange
 
 __all__ = [
-    "ClaimRequest",
+    "Claim",
     "PartitionRows",
     "RangeConflict",
     "coalesce_runs",
@@ -73,12 +72,39 @@ class RangeConflict(ValueError):
 
 
 @dataclass(frozen=True)
-class ClaimRequest:
-    """What :func:`decide` needs of a claim: its range, outcome and origin."""
+class Claim:
+    """One range to claim: its range, outcome (one of :data:`OUTCOMES`) and origin.
+
+    ``replay``: the records came from a replay topic (the range is their original
+    coordinates). ``isolated``: a poison record the lane isolated from its Eden tuple and
+    dead-lettered under its own one-record ``dlq`` row nested in the tuple's ``applied``
+    row (rule 4 of :mod:`flowctl.adapters.applied`); so one record, ``dlq``, from Eden.
+    """
 
     range: TupleRange
-    outcome: str
-    replay: bool
+    outcome: str = "applied"
+    replay: bool = False
+    isolated: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.range, TupleRange):
+            raise ValueError(f"Claim.range must be a TupleRange, got {self.range!r}")
+        if self.outcome not in OUTCOMES:
+            raise ValueError(
+                f"Claim.outcome={self.outcome!r} of {self.range.id} is not one of "
+                f"{', '.join(OUTCOMES)}"
+            )
+        for name in ("replay", "isolated"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"Claim.{name} of {self.range.id} must be a bool, got {getattr(self, name)!r}"
+                )
+        if self.isolated and (self.outcome != "dlq" or self.replay or self.range.size != 1):
+            raise ValueError(
+                f"Claim.isolated of {self.range.id} marks an isolated poison record: a "
+                f"one-record 'dlq' claim from Eden, got outcome={self.outcome!r}, "
+                f"replay={self.replay!r}, {self.range.size} record(s)"
+            )
 
 
 class PartitionRows:
@@ -118,7 +144,7 @@ class PartitionRows:
         self.longest = max(self.longest, row[1] - row[0])
 
 
-def decide(pipeline: str, c: ClaimRequest, rows: PartitionRows, checkpoint: int) -> str:
+def decide(pipeline: str, c: Claim, rows: PartitionRows, checkpoint: int) -> str:
     """``"insert"``, ``"update"`` (an exact 'replayed' row takes the replay's outcome) or
     ``"duplicate"``; raises :class:`RangeConflict`."""
     r = c.range
@@ -131,8 +157,7 @@ def decide(pipeline: str, c: ClaimRequest, rows: PartitionRows, checkpoint: int)
         return "duplicate"
     blocking = next((row for row in covering if row[2] != "replayed"), None)
     if blocking is not None:
-        isolated = c.outcome == "dlq" and not c.replay and r.size == 1
-        if isolated and all(row[2] != "dlq" for row in covering):
+        if c.isolated and all(row[2] != "dlq" for row in covering):
             return "insert"  # a poison record isolated from its applied tuple (rule 4)
         return "duplicate"
     clash = next((row for row in overlapping if row not in covering), None)
@@ -153,36 +178,29 @@ def coalesce_runs(rows: Iterable[Row], checkpoint: int) -> list[tuple[int, int]]
     """The spans ``[start, end)`` whose merged rows replace rows of ``rows``.
 
     ``rows``: every row of one partition ending in some window ``[lo, checkpoint]`` (rows
-    nesting one of them end inside the window too, so nesting is decided right). A run is
-    a maximal sequence of contiguous top-level ``applied`` rows wholly below
-    ``checkpoint``; its span goes from its first row of more than one record to its last
-    row. The merged row replaces the run's rows of more than one record in the span
-    (:func:`replaced_by`) and keeps its one-record rows, nested (see the module docstring
-    for why exactly these). A span is made when it replaces two rows or more, or extends
-    one over one-record rows after it: so the merged row ends where the run does, which
-    a later merge's window (rows ending at or after this checkpoint) finds again.
+    nesting one of them end inside the window too, so nesting is decided right). A span is
+    a maximal run of two or more contiguous top-level ``applied`` rows wholly below
+    ``checkpoint``; its merged row replaces the ``applied`` rows inside it
+    (:func:`replaced_by`), so it ends where the run does and a later merge's window (rows
+    ending at or after this checkpoint) finds it again.
     """
     ordered = sorted(set(rows), key=lambda row: (row[0], -row[1]))
-    top: list[Row] = []
-    outer_end = -1
-    for row in ordered:
-        if row[1] <= outer_end:
-            continue  # nested in an earlier row
-        top.append(row)
-        outer_end = row[1]
     spans: list[tuple[int, int]] = []
-    run: list[Row] = []  # from the run's first row of more than one record
+    run: list[Row] = []
+    outer_end = -1
 
     def close() -> None:
         if len(run) > 1:
             spans.append((run[0][0], run[-1][1]))
         run.clear()
 
-    for start, end, outcome in top:
-        mergeable = outcome == "applied" and end <= checkpoint
-        if not mergeable or (run and run[-1][1] != start):
+    for start, end, outcome in ordered:
+        if end <= outer_end:
+            continue  # nested in an earlier row
+        outer_end = end
+        if outcome != "applied" or end > checkpoint or (run and run[-1][1] != start):
             close()
-        if mergeable and (run or end - start > 1):
+        if outcome == "applied" and end <= checkpoint:
             run.append((start, end, outcome))
     close()
     return spans
@@ -190,6 +208,7 @@ def coalesce_runs(rows: Iterable[Row], checkpoint: int) -> list[tuple[int, int]]
 
 def replaced_by(row: Row, span: tuple[int, int]) -> bool:
     """Whether the merged row of ``span`` (one of :func:`coalesce_runs`) replaces ``row``:
-    the ``applied`` rows of more than one record inside it; its one-record rows stay."""
+    the ``applied`` rows inside it (the run's rows, and one-record rows an earlier merge
+    kept nested; a ``dlq`` row nested in it stays)."""
     start, end, outcome = row
-    return outcome == "applied" and span[0] <= start and end <= span[1] and end - start > 1
+    return outcome == "applied" and span[0] <= start and end <= span[1]

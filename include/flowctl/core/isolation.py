@@ -186,13 +186,16 @@ class Item:
 
     ``outcome`` is ``applied`` (``value``: the result), ``replayed`` or ``dlq`` (``value``:
     ``{"error": ...}``); ``replay`` marks a one-record claim nested in the tuple's
-    ``replayed`` row (``mrwq_result(..., replay=True)``).
+    ``replayed`` row (``mrwq_result(..., replay=True)``), ``isolated`` one nested in its
+    ``applied`` row (``mrwq_result(..., isolated=True)``: the claim rules tell it from a
+    repeat of a one-record tuple by this mark, :mod:`flowctl.core.applied_rules`).
     """
 
     range: TupleRange
     outcome: str
     value: Any
     replay: bool = False
+    isolated: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,10 @@ def verdict(
     dead = tuple(Route(p.index, True, f"poison: PoisonRecord: {p.reason}") for p in found.poison)
     first_poison = dead[0].reason if dead else ""
     if found.clean and (found.good or not found.poison):  # an empty tuple has a result too
-        nested = tuple(Item(one(p.index), "dlq", {"error": p.reason[:300]}) for p in found.poison)
+        nested = tuple(
+            Item(one(p.index), "dlq", {"error": p.reason[:300]}, isolated=True)
+            for p in found.poison
+        )
         items = (Item(t, "applied", found.result), *nested)
         return Verdict(Outcome.ACKED, items, dead, len(found.good), first_poison)
     if found.clean:

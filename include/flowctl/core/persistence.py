@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
+    "ISOLATED_SUFFIX",
     "OUTCOMES",
     "REPLAY_SUFFIX",
     "MrwqWriteError",
@@ -125,6 +126,9 @@ class MrwqWriteError(RuntimeError):
 OUTCOMES = ("applied", "replayed", "dlq")
 #: Suffix of an item key whose records were read from a replay topic.
 REPLAY_SUFFIX = "+replay"
+#: Suffix of a ``dlq`` item key of a poison record the lane isolated from its Eden tuple
+#: (claimed as ``Claim.isolated``, nested in the tuple's ``applied`` row).
+ISOLATED_SUFFIX = "+isolated"
 
 
 def mrwq_namespace(pipeline: str) -> str:
@@ -160,32 +164,44 @@ def queue_length(store: Store, ns: str) -> int | None:
 
 
 def mrwq_result(
-    outcome: str = "applied", value: Any = None, *, replay: bool = False
+    outcome: str = "applied", value: Any = None, *, replay: bool = False, isolated: bool = False
 ) -> tuple[str, Any]:
     """The ``(key, value)`` a lane appends for one tuple: ``writer.append_many([(t.id,
     [mrwq_result("applied", result)])])``.
 
     ``outcome``: ``applied`` (``value`` = the pipeline's result), ``replayed`` (the records
     went to the replay topic) or ``dlq``. ``replay``: the tuple was read from a replay topic
-    (its id uses the record's original coordinates).
+    (its id uses the record's original coordinates). ``isolated``: a ``dlq`` item of one
+    poison record the lane isolated from its Eden tuple (:mod:`flowctl.core.isolation`),
+    the only one-record ``dlq`` claim a covering ``applied`` row does not make a repeat.
     """
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome={outcome!r} is not one of {', '.join(OUTCOMES)}")
-    if not isinstance(replay, bool):
-        raise ValueError(f"replay must be a bool, got {replay!r}")
-    return (outcome + REPLAY_SUFFIX if replay else outcome), value
+    for name, flag in (("replay", replay), ("isolated", isolated)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    if isolated and (outcome != "dlq" or replay):
+        raise ValueError(
+            f"isolated marks a poison record isolated from an Eden tuple: outcome 'dlq' "
+            f"without replay, got outcome={outcome!r}, replay={replay!r}"
+        )
+    if replay:
+        return outcome + REPLAY_SUFFIX, value
+    return (outcome + ISOLATED_SUFFIX if isolated else outcome), value
 
 
-def parse_outcome_key(key: str) -> tuple[str, bool]:
-    """Inverse of :func:`mrwq_result`'s key: ``(outcome, replay)``."""
-    replay = isinstance(key, str) and key.endswith(REPLAY_SUFFIX)
-    outcome = key[: -len(REPLAY_SUFFIX)] if replay else key
+def parse_outcome_key(key: str) -> tuple[str, bool, bool]:
+    """Inverse of :func:`mrwq_result`'s key: ``(outcome, replay, isolated)``."""
+    text = key if isinstance(key, str) else ""
+    replay = text.endswith(REPLAY_SUFFIX)
+    isolated = text == "dlq" + ISOLATED_SUFFIX
+    outcome = "dlq" if isolated else text.removesuffix(REPLAY_SUFFIX)
     if outcome not in OUTCOMES:
         raise ValueError(
-            f"MRWQ item key {key!r} is not an outcome ({', '.join(OUTCOMES)}, "
-            f"optionally suffixed {REPLAY_SUFFIX!r})"
+            f"MRWQ item key {key!r} is not an outcome ({', '.join(OUTCOMES)}, optionally "
+            f"suffixed {REPLAY_SUFFIX!r}, or 'dlq{ISOLATED_SUFFIX}')"
         )
-    return outcome, replay
+    return outcome, replay, isolated
 
 
 def check_namespace(namespace: str) -> str:

@@ -275,7 +275,10 @@ def eden_tuple(
     routed = route_isolated(
         v, records, topic=t.topic, from_topic=entry.from_topic, backflow=backflow, now=time.time()
     )
-    items = [(it.range.id, [mrwq_result(it.outcome, it.value, replay=it.replay)]) for it in v.items]
+    items = [
+        (it.range.id, [mrwq_result(it.outcome, it.value, replay=it.replay, isolated=it.isolated)])
+        for it in v.items
+    ]
     outcome = v.outcome
     if outcome is Outcome.REPLAYED and routed and all(x.dead for x in routed):
         outcome = Outcome.DLQ  # max_attempts reached at once: the tuple's row says dlq
