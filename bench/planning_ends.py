@@ -24,10 +24,20 @@ each read's wall time:
 The switch that lets a costly log's tails wait a batch (``log_ends.DEFER_TAIL_AFTER_MS``)
 is not applied: every read here is an exact one, which a light stream's latency needs.
 
-    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.planning_ends \\
-        [--partitions 4 16 64] [--reads 60] [--tail-records 5]
+``--readers kafka-python librdkafka`` also reads the same ends on librdkafka
+(:class:`RdkafkaEnds`, bench only: the planner reads on kafka-python), on the same topics
+and feed, right after: the same read (one ListOffsets request for the three topics, a
+fetch of every partition whose bound moved, from the record before it, the end taken
+from the fetch's high watermark; an unmoved bound read less than ``KNOWN_MAX_AGE_S`` ago
+answers from what it learnt), the fetching and parsing done in C. What it would take
+the planner's tails at 64 partitions (the client's CPU) is then measured, not guessed.
 
-Writes bench/results/planning_ends.json (report only, no target).
+    flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.planning_ends \\
+        [--partitions 4 16 64] [--reads 60] [--tail-records 5] \\
+        [--readers kafka-python librdkafka]
+
+Writes bench/results/planning_ends.json: the widest cell's read p99 on librdkafka against
+kafka-python's (report only, no target).
 """
 
 from __future__ import annotations
@@ -84,55 +94,155 @@ def profile_parts(profile: cProfile.Profile) -> dict[str, float]:
     return {n: round(t / total, 3) for n, t in parts.most_common()} if total else {}
 
 
-def measure(bootstrap: str, partitions: int, reads: int, tail_records: int) -> dict[str, Any]:
-    """The reads at one partition count, on topics of their own."""
+class RdkafkaEnds:
+    """The planner's exact-ends read (``kafka_ends.latest_offsets_of`` without its
+    switches) on librdkafka, to measure what moving it there would take off the read.
+
+    One ListOffsets request for every partition (the admin client's ``list_offsets``);
+    a partition whose bound is 0 is empty; one whose bound did not move since a read
+    less than ``KNOWN_MAX_AGE_S`` ago answers with that read's end; the rest are
+    assigned at the record before their bound and consumed until each returned a record
+    or its end of partition (a fetch of it was parsed), and the end is the high watermark
+    of that fetch (cached: no request). Then unassigned, so librdkafka fetches nothing
+    between reads (kafka-python's reader leaves one fetch pending, which costs the broker
+    a hold, not the client).
+    """
+
+    def __init__(self, bootstrap: str, partitions: int) -> None:
+        from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
+
+        from flowctl.adapters.kafka_read_rdkafka import CONSUMER_CONFIG
+
+        config = {"bootstrap.servers": bootstrap, **CONSUMER_CONFIG}
+        config["fetch.wait.max.ms"] = kafka_ends.PLANNER_FETCH_WAIT_MS
+        self.consumer = Consumer(config)
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.partitions = partitions
+        self.known: dict[tuple[str, int], tuple[int, int, float]] = {}
+
+    def read(self, topics: Sequence[str], on_fetch: Any, timeout_s: float = 10.0) -> dict:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        keys = [(t, p) for t in topics for p in range(self.partitions)]
+        asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}
+        futures = self.admin.list_offsets(asked, request_timeout=timeout_s)
+        bounds = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        now = time.monotonic()
+        result: dict[tuple[str, int], int] = {}
+        pending = []
+        for key in keys:
+            seen = self.known.get(key)
+            if bounds[key] <= 0:
+                result[key] = 0
+            elif seen and seen[0] == bounds[key] and now - seen[2] < kafka_ends.KNOWN_MAX_AGE_S:
+                result[key] = seen[1]
+            else:
+                pending.append(key)
+        if pending:
+            started = time.monotonic()
+            self.consumer.assign([TopicPartition(t, p, bounds[(t, p)] - 1) for t, p in pending])
+            waiting, deadline = set(pending), started + timeout_s
+            while waiting:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no fetch of {sorted(waiting)} within {timeout_s} s")
+                # poll returns at the first event; consume(timeout=0) takes what else is
+                # queued (a consume with a timeout waits it out unless its batch fills)
+                first = self.consumer.poll(0.02)
+                events = [] if first is None else [first]
+                events += self.consumer.consume(num_messages=10_000, timeout=0)
+                for m in events:
+                    err = m.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                    waiting.discard((m.topic(), m.partition()))
+            for t, p in pending:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
+                result[(t, p)] = high
+                self.known[(t, p)] = (bounds[(t, p)], high, now)
+            self.consumer.unassign()
+            on_fetch({t for t, _ in pending}, (time.monotonic() - started) * 1000.0)
+        return result
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def measure(
+    bootstrap: str, partitions: int, reads: int, tail_records: int, reader: str = "kafka-python"
+) -> dict[str, Any]:
+    """The reads at one partition count, on topics of their own, with ``reader``."""
     eden = unique_name(f"ends{partitions}")
     topics = [eden, f"{eden}.replay-a", f"{eden}.replay-b"]
     kafka_log.ensure_topics(bootstrap, {t: partitions for t in topics})
     feed = TailFeed(bootstrap, eden, partitions, tail_records)
     consumer = kafka_log.new_consumer(bootstrap, fetch_max_wait_ms=kafka_ends.PLANNER_FETCH_WAIT_MS)
+    rdkafka = RdkafkaEnds(bootstrap, partitions) if reader == "librdkafka" else None
     known: kafka_ends.KnownEnds = {}
     fetches: list[float] = []
 
-    def read() -> None:
-        kafka_ends.latest_offsets_of(
+    fed = [0]
+
+    def read() -> dict[int, int]:
+        """Eden's ends, as the reader read them."""
+        if rdkafka is not None:
+            ends = rdkafka.read(topics, on_fetch=lambda _topics, ms: fetches.append(ms))
+            return {p: n for (t, p), n in ends.items() if t == eden}
+        return kafka_ends.latest_offsets_of(
             consumer,
             topics,
             known=known,
             on_fetch=lambda _topics, ms: fetches.append(ms),
-        )
+        )[eden]
+
+    def check(ends: dict[int, int]) -> None:
+        """Every partition's end is what the feed wrote: a wrong read is no measurement."""
+        want = {p: fed[0] * tail_records for p in range(partitions)}
+        if ends != want:
+            wrong = {p: (ends.get(p), n) for p, n in want.items() if ends.get(p) != n}
+            raise AssertionError(f"{reader} read wrong ends (read, written): {wrong}")
+
+    def feed_once() -> None:
+        feed.feed()
+        fed[0] += 1
 
     try:
         for _ in range(3):  # connections, metadata, the first fetch: not counted
-            feed.feed()
-            read()
+            feed_once()
+            check(read())
         walls: list[float] = []
         cpus: list[float] = []
         fetched: list[float] = []
         cpu = CpuPhases()  # marked around the reads alone: the feed's produce is not theirs
         for _ in range(reads):
             cpu.mark("feed")
-            feed.feed()
+            feed_once()
             fetches.clear()
             cpu.mark("read")
             t0, c0 = time.perf_counter(), time.process_time()
-            read()
+            ends = read()
             wall, used = time.perf_counter() - t0, time.process_time() - c0
+            check(ends)
             walls.append(_ms(wall))
             cpus.append(_ms(used))
             fetched.append(round(sum(fetches), 2))
         cpu.mark("end")
         profile = cProfile.Profile()
         for _ in range(reads):
-            feed.feed()
+            feed_once()
             profile.enable()
-            read()
+            ends = read()
             profile.disable()
+            check(ends)
     finally:
         consumer.close()
         feed.close()
+        if rdkafka is not None:
+            rdkafka.close()
     broker_s = cpu.cpu_seconds("broker (Tansu)", "read")
     return {
+        "reader": reader,
         "partitions": partitions,
         "reads": reads,
         "read_ms": _summary(walls),
@@ -141,7 +251,8 @@ def measure(bootstrap: str, partitions: int, reads: int, tail_records: int) -> d
         "client_cpu_ms": _summary(cpus),
         "client_cpu_share_of_read": _round(sum(cpus) / sum(walls)) if sum(walls) else None,
         "broker_cpu_ms_per_read": _round(broker_s * 1000.0 / reads),
-        "client_parts_profiled": profile_parts(profile),
+        # librdkafka's work runs in its own threads, in C: cProfile sees none of it
+        "client_parts_profiled": profile_parts(profile) if rdkafka is None else None,
     }
 
 
@@ -150,6 +261,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, nargs="+", default=[4, 16, 64])
     p.add_argument("--reads", type=int, default=60)
     p.add_argument("--tail-records", type=int, default=5)
+    p.add_argument(
+        "--readers", nargs="+", choices=["kafka-python", "librdkafka"], default=["kafka-python"]
+    )
     return p
 
 
@@ -159,20 +273,25 @@ def _run(args: argparse.Namespace) -> int:
     cells = []
     with broker("memory") as bootstrap:
         for partitions in args.partitions:
-            cell = measure(bootstrap, partitions, args.reads, args.tail_records)
-            print(cell, flush=True)
-            cells.append(cell)
-    widest = cells[-1]
+            for reader in args.readers:
+                cell = measure(bootstrap, partitions, args.reads, args.tail_records, reader)
+                print(cell, flush=True)
+                cells.append(cell)
+    widest = [c for c in cells if c["partitions"] == args.partitions[-1]]
+    base = next(c for c in widest if c["reader"] == args.readers[0])
+    cand = widest[-1]
     path = write_result(
         "planning_ends",
         {
-            "metric": f"exact ends' read p99 at {widest['partitions']} partitions",
+            "metric": f"exact ends' read p99 at {cand['partitions']} partitions",
             "unit": "ms",
-            "candidate": "the planner's read (kafka-python)",
-            "baseline": None,
-            "candidate_value": widest["read_ms"]["p99"],
-            "baseline_value": None,
-            "ratio": None,
+            "candidate": f"the planner's read ({cand['reader']})",
+            "baseline": None if cand is base else f"the planner's read ({base['reader']})",
+            "candidate_value": cand["read_ms"]["p99"],
+            "baseline_value": None if cand is base else base["read_ms"]["p99"],
+            "ratio": None
+            if cand is base
+            else _round(cand["read_ms"]["p99"] / base["read_ms"]["p99"]),
             "target": None,
             "meets_target": None,
             "params": vars(args),
