@@ -14,7 +14,7 @@ one row. Every claim is then decided as it was before:
 
 - a range inside such a run was a duplicate (an exact row, or a range inside one, is a
   duplicate), and the merged row covering it still makes it one. The one exception, a
-  poison record the lane isolated from its tuple (rule 4: a one-record Eden ``dlq`` claim
+  poison record the lane isolated from its tuple (rule 4: its one-record ``dlq`` claim
   inside an ``applied`` row is new), is marked by the lane (:attr:`Claim.isolated`), so it
   is told apart from a repeat of a one-record tuple by its mark, never by the rows it
   meets: an unmarked one-record ``dlq`` claim inside an ``applied`` row is a repeat
