@@ -24,13 +24,11 @@ each read's wall time:
 The switch that lets a costly log's tails wait a batch (``log_ends.DEFER_TAIL_AFTER_MS``)
 is not applied: every read here is an exact one, which a light stream's latency needs.
 
-``--readers kafka-python librdkafka`` also reads the same ends on librdkafka
-(:class:`RdkafkaEnds`, bench only: the planner reads on kafka-python), on the same topics
-and feed, right after: the same read (one ListOffsets request for the three topics, a
-fetch of every partition whose bound moved, from the record before it, the end taken
-from the fetch's high watermark; an unmoved bound read less than ``KNOWN_MAX_AGE_S`` ago
-answers from what it learnt), the fetching and parsing done in C. What it would take
-the planner's tails at 64 partitions (the client's CPU) is then measured, not guessed.
+``--readers kafka-python librdkafka`` also reads the same ends with the planner's
+librdkafka client (``[flow] reader = "librdkafka"``:
+``flowctl.adapters.kafka_ends_rdkafka.RdkafkaEnds``), on the same topics and feed, right
+after: the same read (``kafka_ends.latest_offsets_of`` over the other client), the
+fetching and parsing done in C.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.planning_ends \\
         [--partitions 4 16 64] [--reads 60] [--tail-records 5] \\
@@ -57,6 +55,8 @@ from bench._profile import CpuPhases
 from bench.broker_cost import broker
 from bench.planning import TailFeed, _round
 from flowctl.adapters import kafka_ends, kafka_log
+from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS
+from flowctl.spark.flow.log_ends import open_client
 
 #: Parts of the client's profiled time, by the file a function (or a builtin's main
 #: caller) lives in; the first that matches.
@@ -94,91 +94,15 @@ def profile_parts(profile: cProfile.Profile) -> dict[str, float]:
     return {n: round(t / total, 3) for n, t in parts.most_common()} if total else {}
 
 
-class RdkafkaEnds:
-    """The planner's exact-ends read (``kafka_ends.latest_offsets_of`` without its
-    switches) on librdkafka, to measure what moving it there would take off the read.
-
-    One ListOffsets request for every partition (the admin client's ``list_offsets``);
-    a partition whose bound is 0 is empty; one whose bound did not move since a read
-    less than ``KNOWN_MAX_AGE_S`` ago answers with that read's end; the rest are
-    assigned at the record before their bound and consumed until each returned a record
-    or its end of partition (a fetch of it was parsed), and the end is the high watermark
-    of that fetch (cached: no request). Then unassigned, so librdkafka fetches nothing
-    between reads (kafka-python's reader leaves one fetch pending, which costs the broker
-    a hold, not the client).
-    """
-
-    def __init__(self, bootstrap: str, partitions: int) -> None:
-        from confluent_kafka import Consumer
-        from confluent_kafka.admin import AdminClient
-
-        from flowctl.adapters.kafka_read_rdkafka import CONSUMER_CONFIG
-
-        config = {"bootstrap.servers": bootstrap, **CONSUMER_CONFIG}
-        config["fetch.wait.max.ms"] = kafka_ends.PLANNER_FETCH_WAIT_MS
-        self.consumer = Consumer(config)
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.partitions = partitions
-        self.known: dict[tuple[str, int], tuple[int, int, float]] = {}
-
-    def read(self, topics: Sequence[str], on_fetch: Any, timeout_s: float = 10.0) -> dict:
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        keys = [(t, p) for t in topics for p in range(self.partitions)]
-        asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}
-        futures = self.admin.list_offsets(asked, request_timeout=timeout_s)
-        bounds = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-        now = time.monotonic()
-        result: dict[tuple[str, int], int] = {}
-        pending = []
-        for key in keys:
-            seen = self.known.get(key)
-            if bounds[key] <= 0:
-                result[key] = 0
-            elif seen and seen[0] == bounds[key] and now - seen[2] < kafka_ends.KNOWN_MAX_AGE_S:
-                result[key] = seen[1]
-            else:
-                pending.append(key)
-        if pending:
-            started = time.monotonic()
-            self.consumer.assign([TopicPartition(t, p, bounds[(t, p)] - 1) for t, p in pending])
-            waiting, deadline = set(pending), started + timeout_s
-            while waiting:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no fetch of {sorted(waiting)} within {timeout_s} s")
-                # poll returns at the first event; consume(timeout=0) takes what else is
-                # queued (a consume with a timeout waits it out unless its batch fills)
-                first = self.consumer.poll(0.02)
-                events = [] if first is None else [first]
-                events += self.consumer.consume(num_messages=10_000, timeout=0)
-                for m in events:
-                    err = m.error()
-                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(err)
-                    waiting.discard((m.topic(), m.partition()))
-            for t, p in pending:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
-                result[(t, p)] = high
-                self.known[(t, p)] = (bounds[(t, p)], high, now)
-            self.consumer.unassign()
-            on_fetch({t for t, _ in pending}, (time.monotonic() - started) * 1000.0)
-        return result
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
 def measure(
-    bootstrap: str, partitions: int, reads: int, tail_records: int, reader: str = "kafka-python"
+    bootstrap: str, partitions: int, reads: int, tail_records: int, reader: str = KAFKA_PYTHON
 ) -> dict[str, Any]:
     """The reads at one partition count, on topics of their own, with ``reader``."""
     eden = unique_name(f"ends{partitions}")
     topics = [eden, f"{eden}.replay-a", f"{eden}.replay-b"]
     kafka_log.ensure_topics(bootstrap, {t: partitions for t in topics})
     feed = TailFeed(bootstrap, eden, partitions, tail_records)
-    consumer = kafka_log.new_consumer(bootstrap, fetch_max_wait_ms=kafka_ends.PLANNER_FETCH_WAIT_MS)
-    rdkafka = RdkafkaEnds(bootstrap, partitions) if reader == "librdkafka" else None
+    client = open_client(bootstrap, reader, kafka_ends.PLANNER_FETCH_WAIT_MS)
     known: kafka_ends.KnownEnds = {}
     fetches: list[float] = []
 
@@ -186,11 +110,8 @@ def measure(
 
     def read() -> dict[int, int]:
         """Eden's ends, as the reader read them."""
-        if rdkafka is not None:
-            ends = rdkafka.read(topics, on_fetch=lambda _topics, ms: fetches.append(ms))
-            return {p: n for (t, p), n in ends.items() if t == eden}
         return kafka_ends.latest_offsets_of(
-            consumer,
+            client,
             topics,
             known=known,
             on_fetch=lambda _topics, ms: fetches.append(ms),
@@ -236,10 +157,8 @@ def measure(
             profile.disable()
             check(ends)
     finally:
-        consumer.close()
+        client.close()
         feed.close()
-        if rdkafka is not None:
-            rdkafka.close()
     broker_s = cpu.cpu_seconds("broker (Tansu)", "read")
     return {
         "reader": reader,
@@ -252,7 +171,7 @@ def measure(
         "client_cpu_share_of_read": _round(sum(cpus) / sum(walls)) if sum(walls) else None,
         "broker_cpu_ms_per_read": _round(broker_s * 1000.0 / reads),
         # librdkafka's work runs in its own threads, in C: cProfile sees none of it
-        "client_parts_profiled": profile_parts(profile) if rdkafka is None else None,
+        "client_parts_profiled": profile_parts(profile) if reader == KAFKA_PYTHON else None,
     }
 
 
@@ -261,9 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, nargs="+", default=[4, 16, 64])
     p.add_argument("--reads", type=int, default=60)
     p.add_argument("--tail-records", type=int, default=5)
-    p.add_argument(
-        "--readers", nargs="+", choices=["kafka-python", "librdkafka"], default=["kafka-python"]
-    )
+    p.add_argument("--readers", nargs="+", choices=LANE_READERS, default=[KAFKA_PYTHON])
     return p
 
 

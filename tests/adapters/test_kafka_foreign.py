@@ -3,8 +3,8 @@
 Records from librdkafka (confluent-kafka) with every codec, idempotent or not, keyed, with
 headers and tombstones; committed transactions, whose markers are offsets no consumer is
 handed (gaps); kafka-python producers with every ``compression_type``. Each read is exact:
-the latest offsets, the records of a range, their keys and headers. The range reads run
-over both of the lanes' readers (``[flow] reader``: kafka-python and librdkafka).
+the latest offsets, the records of a range, their keys and headers. The range reads and
+the exact ends run over both readers (``[flow] reader``: kafka-python and librdkafka).
 """
 
 from __future__ import annotations
@@ -33,8 +33,13 @@ def _topic(bootstrap: str, partitions: int = 1) -> str:
 def _read_all(
     bootstrap: str, topic: str, reader: LaneReader
 ) -> tuple[dict[int, int], list[Record]]:
-    """The log's ends (the planner's kafka-python read) and every record, read by ``reader``."""
-    ends = kafka_ends.latest_offsets(bootstrap, topic)
+    """The log's ends and every record, both read by ``reader``'s client (the planner's
+    exact-ends read and the lanes' range reads)."""
+    client = reader.ends(bootstrap)
+    try:
+        ends = kafka_ends.latest_offsets(client, topic)
+    finally:
+        client.close()
     consumer = reader.consumer(bootstrap)
     try:
         records = [
@@ -128,13 +133,13 @@ def test_committed_transactions_leave_gaps_that_ends_and_reads_move_over(
     assert ends == {0: 36}
     assert [r.offset for r in records] == [o for o in range(36) if o not in markers]
     assert [r.value for r in records] == [s.value for s in sent]
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = lane_reader.ends(kafka_bootstrap)
     try:
         known: kafka_ends.KnownEnds = {}
         for _ in range(2):  # read, then answered from ``known``
-            assert kafka_ends.latest_offsets(consumer, topic, known=known) == {0: 36}
+            assert kafka_ends.latest_offsets(client, topic, known=known) == {0: 36}
     finally:
-        consumer.close()
+        client.close()
     reading = lane_reader.consumer(kafka_bootstrap)
     try:
         ranges = [

@@ -9,11 +9,11 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.core.record import Record
-from tests.lane_readers import LaneReader
+from tests.lane_readers import LaneReader, SpyEnds
 
 pytestmark = pytest.mark.integration
 
@@ -106,10 +106,11 @@ def test_produce_refuses_a_bad_timestamp_naming_it(
 
 @pytest.mark.parametrize("cached", [False, True], ids=["read", "known-ends"])
 def test_latest_offsets_is_exact_under_concurrent_producing(
-    kafka_bootstrap: str, cached: bool
+    kafka_bootstrap: str, cached: bool, lane_reader: LaneReader
 ) -> None:
     """Every answer lies between what was acknowledged before and after, and is readable,
-    with and without the ``known`` ends the planner keeps between batches."""
+    with and without the ``known`` ends the planner keeps between batches, on either
+    reader's client."""
     topic = _topic(3, kafka_bootstrap)
     known: kafka_ends.KnownEnds | None = {} if cached else None
     acked = [0]
@@ -127,13 +128,13 @@ def test_latest_offsets_is_exact_under_concurrent_producing(
 
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = lane_reader.ends(kafka_bootstrap)
     answers = []
     try:
         deadline = time.monotonic() + 60
         while len(answers) < 40 and time.monotonic() < deadline:
             before = acked[0]
-            latest = kafka_ends.latest_offsets(consumer, topic, known=known)
+            latest = kafka_ends.latest_offsets(client, topic, known=known)
             after_total = acked[0]
             answers.append((before, sum(latest.values()), latest))
             assert before <= sum(latest.values()), (before, latest)
@@ -146,25 +147,33 @@ def test_latest_offsets_is_exact_under_concurrent_producing(
     assert answers[-1][1] > answers[0][1], "the producer made no progress during the test"
     # The last answer is readable exactly: no missing record below it, nothing at or above it.
     _, _, latest = answers[-1]
+    consumer = lane_reader.consumer(kafka_bootstrap)
     try:
         for partition, end in latest.items():
             offsets = [
-                r.offset
-                for r in kafka_log.read_range(consumer, topic, partition, 0, end, timeout_s=10)
+                r.offset for r in lane_reader.read(consumer, topic, partition, 0, end, timeout_s=10)
             ]
             assert offsets == list(range(end))
     finally:
-        consumer.close()
+        lane_reader.close(consumer)
+        client.close()
     # After the producer stopped, the answer equals everything acknowledged.
     final = kafka_ends.latest_offsets(kafka_bootstrap, topic)
     assert sum(final.values()) == acked[0]
 
 
-def test_latest_offsets_of_empty_and_missing_topics(kafka_bootstrap: str) -> None:
+def test_latest_offsets_of_empty_and_missing_topics(
+    kafka_bootstrap: str, lane_reader: LaneReader
+) -> None:
     topic = _topic(2, kafka_bootstrap)
-    assert kafka_ends.latest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
-    with pytest.raises(ValueError, match=r"topic='no.such.topic' does not exist"):
-        kafka_ends.latest_offsets(kafka_bootstrap, "no.such.topic", timeout_s=2)
+    client = lane_reader.ends(kafka_bootstrap)
+    try:
+        assert kafka_ends.latest_offsets(client, topic) == {0: 0, 1: 0}
+        assert client.starts(topic) == {0: 0, 1: 0}
+        with pytest.raises(ValueError, match=r"topic='no.such.topic' does not exist"):
+            kafka_ends.latest_offsets(client, "no.such.topic", timeout_s=2)
+    finally:
+        client.close()
 
 
 def test_read_range_yields_exactly_the_range(kafka_bootstrap: str, lane_reader: LaneReader) -> None:
@@ -256,42 +265,41 @@ def test_record_checksums_use_the_c_extension() -> None:
 
 
 def test_latest_offsets_reads_no_record_for_a_partition_whose_bound_did_not_move(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
-    """With ``known``, an unchanged partition is answered from it (the consumer is not even
-    assigned), a partition written since is read again, and both answers are exact."""
+    """With ``known``, an unchanged partition is answered from it (no fetch), a partition
+    written since is fetched again, and both answers are exact, on either reader's client."""
     fresh = 3600.0  # every answer in ``known`` young enough to be trusted
     topic = _topic(2, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     for value, partition in [(b"a", 0), (b"b", 0), (b"c", 1)]:
         producer.send(topic, value, partition=partition)
     producer.flush()
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = SpyEnds(lane_reader.ends(kafka_bootstrap))
     known: kafka_ends.KnownEnds = {}
     try:
         read = functools.partial(
-            kafka_ends.latest_offsets, consumer, topic, known=known, known_max_age_s=fresh
+            kafka_ends.latest_offsets, client, topic, known=known, known_max_age_s=fresh
         )
         assert read() == {0: 2, 1: 1}
-        consumer.assign([])
+        assert client.fetched == [{(topic, 0), (topic, 1)}]
         assert read() == {0: 2, 1: 1}
-        assert consumer.assignment() == set()
+        assert len(client.fetched) == 1  # nothing fetched
         for value in (b"d", b"e"):
             producer.send(topic, value, partition=1)
         producer.flush()
         assert read() == {0: 2, 1: 3}
-        assert consumer.assignment() == {TopicPartition(topic, 1)}
+        assert client.fetched[-1] == {(topic, 1)}
         # past the age limit every partition is read again, moved bound or not
-        consumer.assign([])
         assert read(known_max_age_s=0.0) == {0: 2, 1: 3}
-        assert consumer.assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+        assert client.fetched[-1] == {(topic, 0), (topic, 1)}
     finally:
-        consumer.close()
+        client.close()
         producer.close()
 
 
 def test_latest_offsets_of_several_topics_reads_them_together_exactly(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     """One call answers every topic (an empty one, one whose last batch holds several
     records, one only known from an earlier call) as reading each alone does."""
@@ -301,11 +309,11 @@ def test_latest_offsets_of_several_topics_reads_them_together_exactly(
         producer.send(eden, f"e{i}".encode(), partition=i % 2)
     producer.send(replay_b, b"r", partition=1)
     producer.flush()
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = lane_reader.ends(kafka_bootstrap)
     known: kafka_ends.KnownEnds = {}
     try:
         topics = [eden, replay_a, replay_b]
-        together = kafka_ends.latest_offsets_of(consumer, topics, known=known)
+        together = kafka_ends.latest_offsets_of(client, topics, known=known)
         alone = {t: kafka_ends.latest_offsets(kafka_bootstrap, t) for t in topics}
         assert (
             together
@@ -314,34 +322,33 @@ def test_latest_offsets_of_several_topics_reads_them_together_exactly(
         )
         producer.send(eden, b"late", partition=1)
         producer.flush()
-        again = kafka_ends.latest_offsets_of(consumer, topics, known=known)
+        again = kafka_ends.latest_offsets_of(client, topics, known=known)
         assert again[eden] == {0: 4, 1: 4} and again[replay_b] == {0: 0, 1: 1}
     finally:
-        consumer.close()
+        client.close()
         producer.close()
 
 
 def test_latest_offsets_of_returns_the_bounds_a_caller_accepts_without_fetching(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     topic = _topic(2, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
     for i in range(6):
         producer.send(topic, f"r{i}".encode(), partition=0)
     producer.flush()
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = SpyEnds(lane_reader.ends(kafka_bootstrap))
     asked: list[dict[str, dict[int, int]]] = []
     try:
-        consumer.assign([])
         bounds = kafka_ends.latest_offsets_of(
-            consumer, [topic], bounds_suffice=lambda t, b: asked.append({t: b}) is None
+            client, [topic], bounds_suffice=lambda t, b: asked.append({t: b}) is None
         )
-        assert bounds == asked[0] and consumer.assignment() == set()  # nothing fetched
+        assert bounds == asked[0] and client.fetched == []  # nothing fetched
         assert bounds[topic][0] <= 6 and bounds[topic][1] == 0  # end_offsets(): a lower bound
-        exact = kafka_ends.latest_offsets_of(consumer, [topic], bounds_suffice=lambda t, b: False)
+        exact = kafka_ends.latest_offsets_of(client, [topic], bounds_suffice=lambda t, b: False)
         assert exact == {topic: {0: 6, 1: 0}}
     finally:
-        consumer.close()
+        client.close()
         producer.close()
 
 
@@ -373,7 +380,7 @@ def test_log_starts_of_a_topic_deleted_and_recreated_under_a_reader(kafka_bootst
 
 
 def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     """With ``defer_tails``, a partition whose bound moved since the last read is answered
     without a fetch: its last batch waits, and the answer is the start of a record batch
@@ -383,12 +390,12 @@ def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
     named stays exact."""
     topic, other = _topic(2, kafka_bootstrap), _topic(1, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
+    client = lane_reader.ends(kafka_bootstrap)
     known: kafka_ends.KnownEnds = {}
     fetched: list[set[str]] = []
     read = functools.partial(
         kafka_ends.latest_offsets_of,
-        consumer,
+        client,
         [topic, other],
         known=known,
         defer_tails=[topic],
@@ -422,29 +429,22 @@ def test_latest_offsets_of_defers_a_moving_tail_and_reads_it_exactly_once_quiet(
         assert read()[topic] == {0: 17, 1: 0}
         assert fetched[-1] == {topic}
     finally:
-        consumer.close()
+        client.close()
         producer.close()
 
 
 def test_latest_offsets_of_answers_a_reported_end_that_moved_without_asking_the_broker(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     """A ``defer_tails`` partition whose ``reported`` end (a lane's fetch) moved past the
     last answer is answered with it and left out of the ListOffsets request; a reported
     end that did not move, or one of a topic not deferred, changes nothing."""
     topic, other = _topic(2, kafka_bootstrap), _topic(1, kafka_bootstrap)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
-    consumer = kafka_log.new_consumer(kafka_bootstrap)
-    asked: list[set[tuple[str, int]]] = []
-    list_offsets = consumer.end_offsets
-
-    def spy(tps: list[TopicPartition]) -> dict[TopicPartition, int]:  # the real request
-        asked.append({(tp.topic, tp.partition) for tp in tps})
-        return list_offsets(tps)
-
-    consumer.end_offsets = spy  # type: ignore[method-assign]
+    client = SpyEnds(lane_reader.ends(kafka_bootstrap))
+    asked = client.asked
     read = functools.partial(
-        kafka_ends.latest_offsets_of, consumer, [topic, other], known={}, defer_tails=[topic]
+        kafka_ends.latest_offsets_of, client, [topic, other], known={}, defer_tails=[topic]
     )
 
     def send(n: int, to: str = topic) -> None:
@@ -465,12 +465,12 @@ def test_latest_offsets_of_answers_a_reported_end_that_moved_without_asking_the_
             assert read(reported={(topic, 0): stale}) == {topic: {0: 9, 1: 0}, other: {0: 3}}
             assert (topic, 0) in asked[-1]
     finally:
-        consumer.close()
+        client.close()
         producer.close()
 
 
 def test_latest_offsets_read_after_read_is_exact_on_every_partition(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, lane_reader: LaneReader
 ) -> None:
     """One consumer reads the ends again and again, every read fetching (no known end is
     trusted), with batches of thousands of records appended between some reads: each read
@@ -478,17 +478,15 @@ def test_latest_offsets_read_after_read_is_exact_on_every_partition(
     start of the last batch: only a record proves an answer is this read's, not one left
     from the read before)."""
     topic = _topic(4, kafka_bootstrap)
-    consumer = kafka_log.new_consumer(
-        kafka_bootstrap, fetch_max_wait_ms=kafka_ends.PLANNER_FETCH_WAIT_MS
-    )
+    client = lane_reader.ends(kafka_bootstrap, kafka_ends.PLANNER_FETCH_WAIT_MS)
     known: kafka_ends.KnownEnds = {}
     try:
         for i in range(10):
             if i % 3 != 2:  # two reads of three follow an append; the third finds it quiet
                 lines = [f"read {i} line {j}".encode() for j in range(6_000)]
                 kafka_log.produce(kafka_bootstrap, topic, lines, progress_every=len(lines))
-            got = kafka_ends.latest_offsets(consumer, topic, known=known, known_max_age_s=0.0)
+            got = kafka_ends.latest_offsets(client, topic, known=known, known_max_age_s=0.0)
             assert got == kafka_ends.latest_offsets(kafka_bootstrap, topic), i
         assert all(entry[3] for entry in known.values())  # Tansu's bounds under-report
     finally:
-        consumer.close()
+        client.close()

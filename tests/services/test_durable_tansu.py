@@ -18,6 +18,7 @@ from flowctl.services import manager, s3
 from flowctl.services.base import UP
 from flowctl.services.ports import free_port
 from flowctl.spark.flow.log_ends import KafkaEnds
+from tests.lane_readers import LaneReader
 
 from .helpers import pid_gone
 
@@ -85,15 +86,18 @@ def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
     assert _read_all(bootstrap, "durable", len(sent)) == sent
 
 
-def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(durable_settings: Settings) -> None:
+def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(
+    durable_settings: Settings, lane_reader: LaneReader
+) -> None:
     """On S3 storage ``end_offsets()`` can stay put across an append and a short fetch hold
     is answered with nothing: the planner's reader still sees every record, batch after
-    batch and once the writes stop (a stale end once left a test's last records unread)."""
+    batch and once the writes stop (a stale end once left a test's last records unread),
+    on either reader's client."""
     manager.up(durable_settings, only="tansu")
     bootstrap = durable_settings.kafka_bootstrap
     topic = f"ends-{secrets.token_hex(3)}"
     kafka_log.ensure_topics(bootstrap, {topic: 2})
-    ends = KafkaEnds(bootstrap)
+    ends = KafkaEnds(bootstrap, lane_reader.name)
     try:
         for burst in range(6):
             kafka_log.produce(bootstrap, topic, [f"b{burst} r{i}" for i in range(40)])

@@ -7,8 +7,9 @@ headers, tombstones and empty values among them, and committed transactions, who
 markers are offsets without a record inside tuples and at the end of the log. The
 counts must be exact, the checkpoint must reach the log's end over the markers, and
 reconcile must find no difference, counting every record and naming the markers gaps.
-The run is made once per lane reader (``[flow] reader``: kafka-python, librdkafka): the
-same log, the same exact counts, whichever client the lanes read it with. Reconcile
+The run is made once per reader (``[flow] reader``: kafka-python, librdkafka, for the lanes'
+reads and the planner's exact ends): the same log, the same exact counts, whichever client
+reads it. Reconcile
 (which reads the log with its own reader, whatever the lanes use) runs after the
 kafka-python run only: a Spark session of its own costs about 10 s, and the librdkafka
 run's counts are proven exact record by record (each record's tag word counted once).
@@ -131,6 +132,7 @@ def test_foreign_producers_codecs_and_transactions_count_exactly_and_reconcile(
     assert (lost, duplicated) == (0, 0)
     windows = flow.plane.metrics_windows(f"{name}-blue-1")
     assert sum(w.failed + w.timed_out + w.dlq for w in windows) == 0
+    assert f"log ends: exact ends read with {reader}" in job.log()  # the planner's too
     if reader != KAFKA_PYTHON:
         return
     with _spark() as spark:

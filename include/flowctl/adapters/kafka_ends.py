@@ -2,23 +2,36 @@
 
 On the embedded Tansu broker ``end_offsets()`` (ListOffsets) under-reports: it lies one
 record into a partition's last record batch. :func:`latest_offsets` therefore fetches
-from that bound and trusts the fetch's ``highwater``, leaving the fetched batch
+from that bound and trusts the fetch's high watermark, leaving the fetched batch
 undecoded; a caller that asks every micro-batch (the planner) keeps what it learnt per
 partition (:data:`KnownEnds`) so an unmoved partition costs no fetch, may accept the
 bounds where they serve (``bounds_suffice``), and may let a moving tail wait a batch on a
 log whose exact ends are costly (``defer_tails``, ``reported``). On Apache Kafka
-``end_offsets()`` is exact and the same reads stay correct. Topics, range reads and the
-consumers' configuration are :mod:`flowctl.adapters.kafka_log`.
+``end_offsets()`` is exact and the same reads stay correct.
+
+The read is made of three requests of one client (:class:`EndsClient`): the partitions,
+ListOffsets and a fetch round. This module decides which partitions need which, the same
+for every client, and holds the kafka-python client (:class:`KafkaPythonEnds`, the
+default); :mod:`flowctl.adapters.kafka_ends_rdkafka` is librdkafka's, which the planner
+uses under ``[flow] reader = "librdkafka"`` (its fetch round parses in C what
+kafka-python parses in Python). Topics, range reads and the consumers' configuration are
+:mod:`flowctl.adapters.kafka_log`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Protocol
 
 from kafka import KafkaConsumer, TopicPartition
 
-from flowctl.adapters.kafka_log import KafkaReadTimeout, new_consumer, partitions_of
+from flowctl.adapters.kafka_log import (
+    KafkaReadTimeout,
+    log_starts,
+    new_consumer,
+    partitions_of,
+)
 
 #: How long one poll of :func:`latest_offsets` waits for records: a fetch from a bound that
 #: proves to be the end (Apache Kafka) returns none, and the read starts that partition
@@ -31,11 +44,15 @@ END_POLL_MS = 20
 #: most of the planner's per-batch cost (bench/README.md, latency).
 PLANNER_FETCH_WAIT_MS = 10
 
-#: What :func:`latest_offsets` learnt per partition: ``{tp: (end_offsets(), exact end,
-#: time.monotonic() of the read, whether an exact read found the bound below the end)}``
-#: (the last: the broker's bound falls inside the last record batch, as on Tansu, so
-#: the next exact read may fetch from the bound itself; see :func:`latest_offsets`).
-KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
+#: A topic partition, ``(topic, partition)`` (kafka-python's ``TopicPartition`` is one).
+Key = tuple[str, int]
+
+#: What :func:`latest_offsets` learnt per partition: ``{(topic, partition): (end_offsets(),
+#: exact end, time.monotonic() of the read, whether an exact read found the bound below
+#: the end)}`` (the last: the broker's bound falls inside the last record batch, as on
+#: Tansu, so the next exact read may fetch from the bound itself; see
+#: :func:`latest_offsets`).
+KnownEnds = dict[Key, tuple[int, int, float, bool]]
 
 #: How long a ``known`` end is trusted while ``end_offsets()`` stays put. On Tansu with
 #: S3 storage ``end_offsets()`` can stay put across an append (it lagged a whole record
@@ -44,8 +61,97 @@ KnownEnds = dict[TopicPartition, tuple[int, int, float, bool]]
 KNOWN_MAX_AGE_S = 0.5
 
 
+class EndsClient(Protocol):
+    """One Kafka client's requests, as the exact-ends read uses them."""
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted; ``ValueError`` naming a missing topic."""
+        ...
+
+    def bounds(self, keys: Sequence[Key]) -> dict[Key, int]:
+        """``end_offsets()`` of ``keys`` (one ListOffsets request): lower bounds on Tansu."""
+        ...
+
+    def fetch_ends(
+        self, first: Mapping[Key, int], bounds: Mapping[Key, int], timeout_s: float
+    ) -> dict[Key, int]:
+        """The exact end of every partition of ``first``: one fetch round, each partition
+        fetched from its offset in ``first`` (its bound in ``bounds``, or the record
+        before), its end the high watermark of a fetch this round parsed. Raises
+        :class:`~flowctl.adapters.kafka_log.KafkaReadTimeout` past ``timeout_s``."""
+        ...
+
+    def starts(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still in the log}`` (one ListOffsets request)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class KafkaPythonEnds:
+    """:class:`EndsClient` over a kafka-python consumer (which it closes on :meth:`close`).
+
+    Its fetch round leaves the consumer assigned, with one fetch pending: the broker
+    holds it for the consumer's ``fetch_max_wait_ms`` (:data:`PLANNER_FETCH_WAIT_MS`
+    for the planner's)."""
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self.consumer = consumer
+
+    def partitions(self, topic: str) -> list[int]:
+        return partitions_of(self.consumer, topic)
+
+    def bounds(self, keys: Sequence[Key]) -> dict[Key, int]:
+        answer = self.consumer.end_offsets([TopicPartition(t, p) for t, p in keys])
+        return {(tp.topic, tp.partition): int(n or 0) for tp, n in answer.items()}
+
+    def starts(self, topic: str) -> dict[int, int]:
+        return log_starts(self.consumer, topic)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def fetch_ends(
+        self, first: Mapping[Key, int], bounds: Mapping[Key, int], timeout_s: float
+    ) -> dict[Key, int]:
+        """Polls until each partition's fetch returned a record (or moved past its start
+        without one: a transaction marker); a record proves the answer is this read's (an
+        answer to an earlier fetch may still wait in the consumer). A partition fetched
+        from its bound that returns nothing within one poll (the bound was the end after
+        all, as on Apache Kafka) starts again one record before."""
+        consumer = self.consumer
+        start = {TopicPartition(*key): n for key, n in first.items()}
+        consumer.assign(list(start))
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
+        waiting = set(start)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            if time.monotonic() > deadline:
+                raise KafkaReadTimeout(
+                    "latest_offsets: no record fetched from "
+                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
+                )
+            fetched = consumer.poll(timeout_ms=END_POLL_MS, max_records=len(start))
+            for tp in list(waiting):
+                # A fetch was parsed (its highwater is fresh) when it returned a record, or
+                # when the position moved past the seek without one: the partition's last
+                # record is a transaction marker, which no consumer is handed.
+                parsed = tp in fetched or consumer.position(tp) > start[tp]
+                if parsed and consumer.highwater(tp) is not None:
+                    waiting.discard(tp)
+                    # The rest of the fetched batch is left undecoded: the next poll
+                    # drops what lies behind a position the fetch did not ask for.
+                    consumer.seek(tp, consumer.highwater(tp))
+                elif not fetched and start[tp] == bounds[tp]:
+                    # A whole poll without a record: there is none at the bound, it is the end.
+                    start[tp] -= 1
+                    consumer.seek(tp, start[tp])
+        return {(tp.topic, tp.partition): int(consumer.highwater(tp)) for tp in start}
+
+
 def latest_offsets(
-    bootstrap_or_consumer: str | KafkaConsumer,
+    source: str | KafkaConsumer | EndsClient,
     topic: str,
     *,
     timeout_s: float = 10.0,
@@ -55,17 +161,14 @@ def latest_offsets(
     """``{partition: next offset to be written}`` for every partition of ``topic``, exactly.
 
     ``end_offsets()`` is only a lower bound on Tansu (one record into the last record
-    batch), so for each non-empty partition this fetches from one record before it,
-    polls until the fetch returned a record (or moved past its start without one: a
-    transaction marker), and reads ``highwater``: a record proves the answer is this
-    read's (an answer to an earlier fetch may still wait in the consumer). Where an
-    earlier exact read found the bound below the end (Tansu), the fetch starts at the
-    bound itself, inside the last batch, and no record of the batch
-    before is decoded to be skipped (kafka-python decodes a skipped record in Python);
-    if no record comes within one short poll (the bound was the end after all, as on
-    Apache Kafka), it starts again one record before. Raises :class:`KafkaReadTimeout`
-    if that takes longer than ``timeout_s``. A consumer passed in is reassigned (its
-    previous assignment is dropped).
+    batch), so each non-empty partition is fetched from one record before it and its end
+    is the high watermark of a fetch this read parsed (:meth:`EndsClient.fetch_ends`).
+    Where an earlier exact read found the bound below the end (Tansu), the fetch starts at
+    the bound itself, inside the last batch, and no record of the batch before is decoded
+    to be skipped. Raises :class:`KafkaReadTimeout` if that takes longer than
+    ``timeout_s``. ``source``: a bootstrap address (a kafka-python consumer is opened and
+    closed), a kafka-python consumer (reassigned: its previous assignment is dropped), or
+    an :class:`EndsClient` (librdkafka's: :mod:`flowctl.adapters.kafka_ends_rdkafka`).
 
     ``known`` (kept by a caller that asks every micro-batch) skips that read for
     a partition whose ``end_offsets()`` did not move since a read less than
@@ -75,7 +178,7 @@ def latest_offsets(
     and idle partitions then cost one ListOffsets request, and a fetch twice a second.
     """
     return latest_offsets_of(
-        bootstrap_or_consumer,
+        source,
         [topic],
         timeout_s=timeout_s,
         known=known,
@@ -84,7 +187,7 @@ def latest_offsets(
 
 
 def latest_offsets_of(
-    bootstrap_or_consumer: str | KafkaConsumer,
+    source: str | KafkaConsumer | EndsClient,
     topics: Sequence[str],
     *,
     timeout_s: float = 10.0,
@@ -93,7 +196,7 @@ def latest_offsets_of(
     bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
     defer_tails: Collection[str] = (),
     on_fetch: Callable[[Collection[str], float], None] | None = None,
-    reported: Mapping[tuple[str, int], int] | None = None,
+    reported: Mapping[Key, int] | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
 
@@ -122,14 +225,15 @@ def latest_offsets_of(
     the ListOffsets request, which walks a long log on Tansu as a fetch does: a stream
     being appended to then asks the broker nothing for Eden, whatever the log's length.
     """
-    if isinstance(bootstrap_or_consumer, str):
-        consumer = new_consumer(bootstrap_or_consumer)
-        owned = True
+    if isinstance(source, str):
+        client: EndsClient = KafkaPythonEnds(new_consumer(source))
+    elif isinstance(source, KafkaConsumer):
+        client = KafkaPythonEnds(source)
     else:
-        consumer, owned = bootstrap_or_consumer, False
+        client = source
     try:
         return _latest_offsets(
-            consumer,
+            client,
             topics,
             timeout_s,
             {} if known is None else known,
@@ -140,39 +244,39 @@ def latest_offsets_of(
             {} if reported is None else reported,
         )
     finally:
-        if owned:
-            consumer.close()
+        if isinstance(source, str):
+            client.close()
 
 
 def _latest_offsets(
-    consumer: KafkaConsumer,
+    client: EndsClient,
     topics: Sequence[str],
     timeout_s: float,
     known: KnownEnds,
     max_age_s: float,
-    bounds_suffice: Callable[[str, dict[int, int]], bool] | None = None,
-    defer_tails: Collection[str] = (),
-    on_fetch: Callable[[Collection[str], float], None] | None = None,
-    reported: Mapping[tuple[str, int], int] | None = None,
+    bounds_suffice: Callable[[str, dict[int, int]], bool] | None,
+    defer_tails: Collection[str],
+    on_fetch: Callable[[Collection[str], float], None] | None,
+    reported: Mapping[Key, int],
 ) -> dict[str, dict[int, int]]:
-    tps = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
-    deferred: dict[TopicPartition, int] = {}
+    tps = [(t, p) for t in topics for p in client.partitions(t)]
+    deferred: dict[Key, int] = {}
     for tp in tps:  # the lanes saw these grow: their bound needs no ListOffsets
-        seen_end = (reported or {}).get((tp.topic, tp.partition))
-        if seen_end is not None and tp.topic in defer_tails and _moved(known.get(tp), seen_end):
+        seen_end = reported.get(tp)
+        if seen_end is not None and tp[0] in defer_tails and _moved(known.get(tp), seen_end):
             deferred[tp] = seen_end
     asked = [tp for tp in tps if tp not in deferred]
-    ends: dict[TopicPartition, int] = dict(deferred)
+    ends: dict[Key, int] = dict(deferred)
     if asked:
-        ends.update(consumer.end_offsets(asked))
+        ends.update(client.bounds(asked))
     result = {tp: 0 for tp in tps if not ends.get(tp)}
     # What a plan may stop at without a read: never inside a record batch (see _batch_end).
     usable = {tp: _batch_end(known.get(tp), n) for tp, n in ends.items() if tp not in deferred}
     if bounds_suffice is not None:
         for topic in topics:
-            bounds = {tp.partition: usable.get(tp) or 0 for tp in tps if tp.topic == topic}
+            bounds = {p: usable.get((t, p)) or 0 for t, p in tps if t == topic}
             if bounds_suffice(topic, bounds):
-                result.update({TopicPartition(topic, p): n for p, n in bounds.items()})
+                result.update({(topic, p): n for p, n in bounds.items()})
     now = time.monotonic()
     for tp in tps:
         seen = known.get(tp)
@@ -181,7 +285,7 @@ def _latest_offsets(
             result[tp] = deferred[tp]
         elif ends.get(tp) and seen is not None and fresh:
             result[tp] = seen[1]  # exact, and at or past an accepted bound
-        elif tp.topic in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
+        elif tp[0] in defer_tails and tp not in result and _moved(seen, ends.get(tp)):
             result[tp] = deferred[tp] = usable[tp]  # the last batch waits a read
     pending = [tp for tp in tps if ends.get(tp) and tp not in result]
     if pending:
@@ -189,44 +293,19 @@ def _latest_offsets(
         # Where the bound is known to stop inside the last batch, the fetch starts
         # there (that batch is read, not the one before); elsewhere one record before.
         first = {tp: ends[tp] - (0 if _at_bound(known.get(tp)) else 1) for tp in pending}
-        consumer.assign(pending)
+        exact = client.fetch_ends(first, {tp: ends[tp] for tp in pending}, timeout_s)
         for tp in pending:
-            consumer.seek(tp, first[tp])
-        waiting = set(pending)
-        deadline = time.monotonic() + timeout_s
-        while waiting:
-            if time.monotonic() > deadline:
-                raise KafkaReadTimeout(
-                    "latest_offsets: no record fetched from "
-                    f"{sorted((tp.topic, tp.partition) for tp in waiting)} within {timeout_s} s"
-                )
-            fetched = consumer.poll(timeout_ms=END_POLL_MS, max_records=len(pending))
-            for tp in list(waiting):
-                # A fetch was parsed (its highwater is fresh) when it returned a record, or
-                # when the position moved past the seek without one: the partition's last
-                # record is a transaction marker, which no consumer is handed.
-                parsed = tp in fetched or consumer.position(tp) > first[tp]
-                if parsed and consumer.highwater(tp) is not None:
-                    waiting.discard(tp)
-                    # The rest of the fetched batch is left undecoded: the next poll
-                    # drops what lies behind a position the fetch did not ask for.
-                    consumer.seek(tp, consumer.highwater(tp))
-                elif not fetched and first[tp] == ends[tp]:
-                    # A whole poll without a record: there is none at the bound, it is the end.
-                    first[tp] -= 1
-                    consumer.seek(tp, first[tp])
-        for tp in pending:
-            result[tp] = consumer.highwater(tp)
+            result[tp] = exact[tp]
             known[tp] = (ends[tp], result[tp], now, result[tp] > ends[tp])
         if on_fetch is not None:
-            on_fetch({tp.topic for tp in pending}, (time.monotonic() - started) * 1000.0)
+            on_fetch({tp[0] for tp in pending}, (time.monotonic() - started) * 1000.0)
     for tp, answer in deferred.items():
         # Remembered as a bound that moved, not an exact end: a read that finds it unmoved
         # fetches the exact end (the age limit never lets it stand in for one).
         known[tp] = (ends[tp], answer, float("-inf"), _at_bound(known.get(tp)))
     out: dict[str, dict[int, int]] = {t: {} for t in topics}
-    for tp in sorted(result):
-        out[tp.topic][tp.partition] = result[tp]
+    for topic, partition in sorted(result):
+        out[topic][partition] = result[(topic, partition)]
     return out
 
 

@@ -16,10 +16,10 @@ semantics are :func:`~flowctl.adapters.kafka_log.read_range`'s, record for recor
   :class:`~flowctl.adapters.kafka_log.KafkaReadTimeout` naming the range.
 
 It yields :class:`flowctl.core.record.Record`, built straight from librdkafka's
-``Message``, so the lane sees one record type whichever reader ran. Everything else that
-talks to Kafka (the planner's end offsets, producing, the admin client) stays on
-kafka-python, the platform's dependency; confluent-kafka is the optional extra
-``flowctl[librdkafka]``.
+``Message``, so the lane sees one record type whichever reader ran. The planner's exact
+ends on librdkafka are :mod:`flowctl.adapters.kafka_ends_rdkafka`; producing, reconcile
+and the admin client stay on kafka-python, the platform's dependency; confluent-kafka is
+the optional extra ``flowctl[librdkafka]``.
 """
 
 from __future__ import annotations

@@ -54,9 +54,10 @@ SOURCE_MODES = ("flow", "plain")
 RTT_MODES = ("fixed", "adaptive")
 #: Dispatch policies of the spout (see :mod:`flowctl.core.dispatch`).
 DISPATCH_POLICIES = ("round_robin", "least_loaded")
-#: The Kafka clients a lane may read its ranges with (``[flow] reader``): kafka-python, the
-#: platform's own client (the default), or librdkafka through confluent-kafka, the optional
-#: extra ``flowctl[librdkafka]`` (docs/flow-control.md, "Lane readers").
+#: The Kafka clients a lane may read its ranges with, and the planner the log's exact ends
+#: (``[flow] reader``): kafka-python, the platform's own client (the default), or librdkafka
+#: through confluent-kafka, the optional extra ``flowctl[librdkafka]`` (docs/flow-control.md,
+#: "Lane readers").
 KAFKA_PYTHON = "kafka-python"
 LIBRDKAFKA = "librdkafka"
 LANE_READERS = (KAFKA_PYTHON, LIBRDKAFKA)

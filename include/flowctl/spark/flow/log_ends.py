@@ -42,10 +42,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from kafka import KafkaConsumer
+from flowctl.pipelines.config_sections import KAFKA_PYTHON, LIBRDKAFKA
 
-    from flowctl.adapters.kafka_ends import KnownEnds
+if TYPE_CHECKING:
+    from flowctl.adapters.kafka_ends import EndsClient, KnownEnds
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +98,15 @@ class LogEnds(Protocol):
 
 
 class KafkaEnds:
-    """:class:`LogEnds` over one lazily created KafkaConsumer."""
+    """:class:`LogEnds` over one lazily created client of the pipeline's ``[flow] reader``:
+    kafka-python's consumer (:class:`~flowctl.adapters.kafka_ends.KafkaPythonEnds`) or
+    librdkafka's (:class:`~flowctl.adapters.kafka_ends_rdkafka.RdkafkaEnds`), the same
+    read either way."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, reader: str = KAFKA_PYTHON) -> None:
         self.bootstrap = bootstrap
-        self._consumer: KafkaConsumer | None = None
+        self.reader = reader
+        self._client: EndsClient | None = None
         self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
@@ -177,25 +181,43 @@ class KafkaEnds:
                 )
 
     def log_starts_of(self, topic: str) -> dict[int, int]:
-        from flowctl.adapters import kafka_log
+        return self._open().starts(topic)
 
-        return kafka_log.log_starts(self._open(), topic)
+    def _open(self) -> EndsClient:
+        from flowctl.adapters import kafka_ends
 
-    def _open(self) -> KafkaConsumer:
-        from flowctl.adapters import kafka_ends, kafka_log
-
-        if self._consumer is None:
-            hold = {} if self.patient else {"fetch_max_wait_ms": kafka_ends.PLANNER_FETCH_WAIT_MS}
-            self._consumer = kafka_log.new_consumer(self.bootstrap, **hold)
-        return self._consumer
+        if self._client is None:
+            hold = None if self.patient else kafka_ends.PLANNER_FETCH_WAIT_MS
+            self._client = open_client(self.bootstrap, self.reader, hold)
+            log.info(
+                "log ends: exact ends read with %s (fetch hold %s)",
+                self.reader,
+                "the client's default" if hold is None else f"{hold} ms",
+            )
+        return self._client
 
     def close(self) -> None:
-        from flowctl.adapters import kafka_log
-
-        kafka_log.close_quietly(self._consumer)
-        self._consumer = None
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken client must not mask why it was dropped
+                log.debug("closing the log ends' client failed", exc_info=True)
         self._known.clear()
         self._fetched_before = False
+
+
+def open_client(bootstrap: str, reader: str, fetch_wait_ms: int | None) -> EndsClient:
+    """A client of ``reader`` for the exact-ends read; ``fetch_wait_ms``: how long the
+    broker may hold its fetch at the log's end (``None``: the client's default hold)."""
+    if reader == LIBRDKAFKA:
+        from flowctl.adapters.kafka_ends_rdkafka import RdkafkaEnds
+
+        return RdkafkaEnds(bootstrap, fetch_wait_ms=fetch_wait_ms)
+    from flowctl.adapters import kafka_ends, kafka_log
+
+    hold = {} if fetch_wait_ms is None else {"fetch_max_wait_ms": fetch_wait_ms}
+    return kafka_ends.KafkaPythonEnds(kafka_log.new_consumer(bootstrap, **hold))
 
 
 class BackgroundEnds:

@@ -109,7 +109,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self.topics = ReplayTopics(self.config.name)
         self._store = store
         self.ends = BackgroundEnds(
-            ends if ends is not None else KafkaEnds(settings.bootstrap),
+            ends if ends is not None else KafkaEnds(settings.bootstrap, self.flow.reader),
             settings.topic,
             (self.topics.replay_a, self.topics.replay_b),
         )
