@@ -49,8 +49,9 @@ regime.
 
 ``--readers``: the pipeline's ``[flow] reader`` (the client of the planner's exact-ends
 read, and of the lanes', which do not run here), each cell run once per reader, one
-after the other, on the same topics; the last reader is the candidate, the first its
-baseline in the same run (``--readers kafka-python librdkafka``).
+after the other, each reader on topics of its own with the same history; the last reader
+is the candidate, the first its baseline in the same run (``--readers kafka-python
+librdkafka``).
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.planning \\
         [--lanes 1,4,16] [--partitions 4,16,64] [--batches 100] [--tail-batches 50] \\
@@ -343,11 +344,16 @@ def _run(args: argparse.Namespace) -> int:
     with platform_up() as plat, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for partitions in partitions_list:
-            topic = unique_name(f"planning{partitions}p") + ".eden"
-            # more than the batches can take: a backlog until the last batch
+            # A topic per reader, each written alike: Tansu's reads cost more as a
+            # partition's record batches grow (the tail regime appends one per partition
+            # per batch), so a reader on the other's longer log would be judged unfairly.
+            # More records than the batches can take: a backlog until the last batch.
             records = (args.batches + 20) * BATCH_RECORDS
-            produce(plat, topic, partitions, [b"x"] * records)
+            topics = {r: unique_name(f"planning{partitions}p") + ".eden" for r in args.readers}
+            for topic in topics.values():
+                produce(plat, topic, partitions, [b"x"] * records)
             for lanes, reader in itertools.product(lanes_list, args.readers):
+                topic = topics[reader]
                 cell: dict[str, Any] = {"reader": reader, "lanes": lanes, "partitions": partitions}
                 cell["backlog"] = run_planner(
                     plat, work, topic, lanes, partitions, args.batches, reader=reader
