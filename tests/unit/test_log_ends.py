@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -54,3 +56,41 @@ def test_only_a_topic_whose_exact_ends_proved_costly_to_fetch_may_defer_its_tail
             ends._fetched({"eden"}, DEFER_TAIL_AFTER_MS / 2.2)  # quiet partitions only
     assert ends.costly(["eden", "replay"]) == ["eden"]
     assert caplog.text.count("its appended tails wait a batch from now on") == 1
+
+
+class SlowListOffsets:
+    """The requests of a one-partition log whose ListOffsets request is costly (as Tansu's
+    on a long log) and whose fetch round is not: every read fetches 5 new records."""
+
+    def __init__(self) -> None:
+        self.end = 0
+
+    def partitions(self, topic: str) -> list[int]:
+        return [0]
+
+    def bounds(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        time.sleep(DEFER_TAIL_AFTER_MS * 1.2 / 1000.0)
+        self.end += 5
+        return {key: self.end - 1 for key in keys}
+
+    def fetch_ends(
+        self, first: Mapping[tuple[str, int], int], bounds: object, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        return {key: self.end for key in first}
+
+    def starts(self, topic: str) -> dict[int, int]:
+        return {0: 0}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_switch_judges_the_whole_read_not_the_fetch_round_alone() -> None:
+    """What the planner waits on is the read: a costly ListOffsets request turns the switch
+    although every fetch round is quick (librdkafka's on a long log)."""
+    ends = KafkaEnds("127.0.0.1:1")
+    ends._client = SlowListOffsets()  # never connects
+    for _ in range(DEFER_JUDGED_FETCHES + 1):  # the first read opens connections: not judged
+        assert ends.costly([EDEN]) == []
+        ends.latest_offsets_of([EDEN], may_defer=[EDEN])
+    assert ends.costly([EDEN]) == [EDEN]

@@ -7,10 +7,12 @@ and what it learnt per partition (``known``): a partition whose bound did not mo
 costs no fetch (for up to ``kafka_ends.KNOWN_MAX_AGE_S``), and the three topics are read
 together (one ListOffsets request, at most one fetch round).
 
-On Tansu an exact end's fetch walks the partition's record batches, so its cost grows with
-the log (bench/results/archive/soak_af1b7e3.json: the planning of a stream at 34k records/s
-grew from 45 to 223 ms over an hour). Once Eden's fetches take longer than
-``DEFER_TAIL_AFTER_MS`` (the median of the last few), from then on Eden's
+On Tansu an exact end's requests (the ListOffsets request and the fetch) walk the
+partition's record batches, so their cost grows with the log
+(bench/results/archive/soak_af1b7e3.json: the planning of a stream at 34k records/s grew
+from 45 to 223 ms over an hour). Once Eden's reads of exact ends (both requests: what the
+planner waits on) take longer than ``DEFER_TAIL_AFTER_MS`` (the median of the last few),
+from then on Eden's
 partitions that are being appended to are planned up to their ``end_offsets()`` (on
 Tansu the start of their last record batch, the record before the bound): that batch
 waits for the next micro-batch, and the exact end is fetched again once a partition
@@ -21,7 +23,7 @@ and the partition is left out of the ListOffsets request too, which also walks t
 a stream being appended to then asks the broker nothing for Eden. On such a log the
 planner also reads the next batch's ends as soon as it has planned this one, while the
 batch runs (``planner_ends.EndsPlanning``), so what the read costs is off the planning's
-path; records appended while it runs wait one batch more. Until the fetches cost that much
+path; records appended while it runs wait one batch more. Until the reads cost that much
 the ends stay exact and are read when the next batch is planned, which a light stream's
 latency needs.
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,17 +56,21 @@ log = logging.getLogger(__name__)
 #: A read takes about 5 ms on Tansu in memory and on Apache Kafka.
 QUICK_READ_TIMEOUT_S = 1.0
 
-#: Once the median of a topic's last ``DEFER_JUDGED_FETCHES`` fetches of exact ends took
-#: longer than this, its tails wait a batch (see the module's docstring) for as long as
-#: the reader lives: a log on Tansu does not get shorter, and on a broker whose
-#: ``end_offsets()`` is the end (Apache Kafka) the wait costs little. A fetch takes about
-#: 5 ms on a short log. The switch has no way back: with one, the fetches it leaves (of
-#: the quiet partitions, while the broker is asked less) cost about half of those of the
-#: exact reads, so it turned back and forth every few seconds (bench/README.md, soak).
+#: Once the median of a topic's last ``DEFER_JUDGED_FETCHES`` reads of exact ends that
+#: fetched took longer than this (from the ListOffsets request to the fetch round's end:
+#: what the planner waits on), its tails wait a batch (see the module's docstring) for as
+#: long as the reader lives: a log on Tansu does not get shorter, and on a broker whose
+#: ``end_offsets()`` is the end (Apache Kafka) the wait costs little. A read takes about
+#: 5-10 ms on a short log. Judging the fetch round alone let librdkafka's reader, whose
+#: fetch round is cheap, wait 30-40 ms a batch on a log whose ListOffsets had grown
+#: (bench/README.md, planning). The switch has no way back: with one, the fetches it
+#: leaves (of the quiet partitions, while the broker is asked less) cost about half of
+#: those of the exact reads, so it turned back and forth every few seconds
+#: (bench/README.md, soak).
 DEFER_TAIL_AFTER_MS = 25.0
 
-#: How many of a topic's latest fetches the switch judges by (their median: one slow
-#: fetch, a pause of the machine, says nothing of the log).
+#: How many of a topic's latest reads the switch judges by (their median: one slow
+#: read, a pause of the machine, says nothing of the log).
 DEFER_JUDGED_FETCHES = 5
 
 #: ``{topic: {partition: end offset}}``
@@ -110,9 +117,9 @@ class KafkaEnds:
         self._known: KnownEnds = {}
         #: Whether the short fetch hold proved too short for this broker.
         self.patient = False
-        #: The topics whose exact-end fetches proved costly (see ``DEFER_TAIL_AFTER_MS``).
+        #: The topics whose exact-end reads proved costly (see ``DEFER_TAIL_AFTER_MS``).
         self.deferring: set[str] = set()
-        #: The latest fetches' costs per topic, ms (their median turns the switch).
+        #: The latest reads' costs per topic, ms (their median turns the switch).
         self._costs: dict[str, deque[float]] = {}
         #: Whether this consumer fetched before: its first fetch also opens connections
         #: (75 ms on a new topology's empty log), which says nothing of the log's cost.
@@ -127,22 +134,33 @@ class KafkaEnds:
     ) -> Ends:
         """``{topic: {partition: end}}``, exactly, in one request round for all ``topics``
         (or the lower bounds ``bounds_suffice`` accepts, and the moving tails of the
-        ``may_defer`` topics whose last fetch was costly, from the ends the lanes
+        ``may_defer`` topics whose reads were costly, from the ends the lanes
         ``reported`` where they saw them move: see ``kafka_ends.latest_offsets_of``)."""
         from flowctl.adapters import kafka_ends, kafka_log
 
-        read = functools.partial(
-            kafka_ends.latest_offsets_of,
-            known=self._known,
-            bounds_suffice=bounds_suffice,
-            defer_tails=self.costly(may_defer),
-            on_fetch=self._fetched,
-            reported=reported,
-        )
+        def read(**timeout: float) -> Ends:
+            client = self._open()
+            started = time.monotonic()
+
+            def fetched(topics: Collection[str], _fetch_ms: float) -> None:
+                # the read's time so far, its ListOffsets request and fetch round
+                self._fetched(topics, (time.monotonic() - started) * 1000.0)
+
+            return kafka_ends.latest_offsets_of(
+                client,
+                topics,
+                known=self._known,
+                bounds_suffice=bounds_suffice,
+                defer_tails=self.costly(may_defer),
+                on_fetch=fetched,
+                reported=reported,
+                **timeout,
+            )
+
         if self.patient:
-            return read(self._open(), topics)
+            return read()
         try:
-            return read(self._open(), topics, timeout_s=QUICK_READ_TIMEOUT_S)
+            return read(timeout_s=QUICK_READ_TIMEOUT_S)
         except kafka_log.KafkaReadTimeout as exc:
             log.info(
                 "log ends: %s; the broker answers no fetch held %d ms (Tansu on S3?): "
@@ -152,14 +170,15 @@ class KafkaEnds:
             )
             self.close()
             self.patient = True
-            return read(self._open(), topics)
+            return read()
 
     def costly(self, topics: Collection[str]) -> list[str]:
-        """Those of ``topics`` whose exact ends are costly to fetch (``DEFER_TAIL_AFTER_MS``)."""
+        """Those of ``topics`` whose exact ends are costly to read (``DEFER_TAIL_AFTER_MS``)."""
         return [t for t in topics if t in self.deferring]
 
     def _fetched(self, topics: Collection[str], ms: float) -> None:
-        """Turn on :attr:`deferring` for a topic whose recent fetches were costly."""
+        """A read that fetched ``topics``' exact ends took ``ms``: turn on :attr:`deferring`
+        for a topic whose recent reads were costly."""
         if not self._fetched_before:
             self._fetched_before = True
             return
@@ -173,7 +192,7 @@ class KafkaEnds:
             if (typical := statistics.median(costs)) > DEFER_TAIL_AFTER_MS:
                 self.deferring.add(topic)
                 log.info(
-                    "log ends: fetches of %s's exact ends took %.1f ms (median of the last "
+                    "log ends: reads of %s's exact ends took %.1f ms (median of the last "
                     "%d): its appended tails wait a batch from now on",
                     topic,
                     typical,
