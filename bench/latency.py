@@ -9,9 +9,10 @@ clears a small warm-up (its 4-7 s first micro-batch is not measured), then the
 same number of lines at the same rate is produced for it.
 
     flock /tmp/flowctl-heavy.lock .venv/bin/python -m bench.latency \
-        [--rate 2000] [--seconds 40] [--lanes 2]
+        [--rate 2000] [--seconds 40] [--lanes 2] [--set flow.reader='"librdkafka"'] \
+        [--name latency]
 
-Writes bench/results/latency.json and latency.png; exits 1 if a target is missed
+Writes bench/results/<name>.json and <name>.png; exits 1 if a target is missed
 (issue 27: flow p99 <= 300 ms, flow p50 <= 150 ms, flow p99 <= 0.5x the baseline's;
 issue 13's were 1.0 s and 0.5 s).
 """
@@ -233,6 +234,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("baseline", "flow"),
         help="run one job and print its figures (trying settings; no result is written)",
     )
+    p.add_argument("--name", default="latency", help="result files: bench/results/<name>.*")
     return p
 
 
@@ -269,7 +271,8 @@ def _run(args: argparse.Namespace) -> int:
     summary = {
         "metric": "end-to-end latency p99 (send -> offset durable in the database)",
         "unit": "ms",
-        "candidate": "flow-controlled topology (shipped settings)",
+        "candidate": "flow-controlled topology (shipped settings"
+        + (f"; {', '.join(args.set)})" if args.set else ")"),
         "baseline": "plain Structured Streaming, direct writes (wordcount_baseline.py)",
         "candidate_value": flow["p99_ms"],
         "baseline_value": base["p99_ms"],
@@ -291,8 +294,8 @@ def _run(args: argparse.Namespace) -> int:
         "params": vars(args),
         "runs": for_json(runs),
     }
-    write_result("latency", summary)
-    plot_latency(RESULTS / "latency.png", runs, f"Word count at {args.rate:.0f} records/s")
+    write_result("latency", summary, name=args.name)
+    plot_latency(RESULTS / f"{args.name}.png", runs, f"Word count at {args.rate:.0f} records/s")
     print(f"p99 flow {flow['p99_ms']} ms vs baseline {base['p99_ms']} ms: ratio {p99_ratio}")
     return 0 if summary["meets_target"] else 1
 
