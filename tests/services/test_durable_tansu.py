@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from flowctl.adapters import kafka_ends, kafka_log
+from flowctl.adapters import kafka_ends, kafka_log, kafka_read_rdkafka
 from flowctl.config import Settings
 from flowctl.services import manager, s3
 from flowctl.services.base import UP
@@ -84,6 +84,13 @@ def test_records_survive_a_tansu_restart(durable_settings: Settings) -> None:
     manager.up(durable_settings, only="tansu")
 
     assert _read_all(bootstrap, "durable", len(sent)) == sent
+    # The lanes' librdkafka reader, whose fetch hold is 10 ms, reads them from S3 too.
+    consumer = kafka_read_rdkafka.new_consumer(bootstrap)
+    try:
+        read = kafka_read_rdkafka.read_range(consumer, "durable", 0, 0, len(sent), timeout_s=10)
+        assert [r.value for r in read] == sent
+    finally:
+        consumer.close()
 
 
 def test_the_planners_log_ends_stay_exact_on_tansu_with_s3(

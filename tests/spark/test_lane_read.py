@@ -1,6 +1,7 @@
 """A lane's reads (``flowctl.spark.flow.lane_read.prefetch``) over both readers against the
 real broker (Tansu): contiguous tuples read as one span and split back by offset, tuples
-over transaction markers, a tuple of markers only, and a read that fails its span only."""
+over transaction markers, a tuple of markers only, a read that fails its span only, and
+librdkafka's consumer left unassigned after a task's reads."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def test_prefetch_splits_spans_into_tuples_exactly_over_gaps(
     first = got[TupleRange(topic, 0, 0, 6).id]
     assert not isinstance(first, Exception)
     assert [(r.value, r.key) for r in first] == [(f"tx {i}".encode(), b"k") for i in range(5)]
+    if lane_reader.rdkafka:  # idle between tasks: its fetcher asks the broker nothing
+        assert lane_reader.cached(kafka_bootstrap).assignment() == []
 
 
 def test_a_span_that_cannot_be_read_fails_its_tuples_only(

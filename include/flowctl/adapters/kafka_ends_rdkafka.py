@@ -45,6 +45,10 @@ PARTITIONS_MAX_AGE_S = 30.0
 #: one is queued; the rest queued is taken without a wait).
 POLL_S = 0.02
 
+#: The fetch hold of the planner's patient reader (``flowctl.spark.flow.log_ends``: a broker
+#: that answered no fetch within the short hold), kafka-python's ``fetch_max_wait_ms``.
+PATIENT_FETCH_WAIT_MS = 100
+
 #: Kafka's ListOffsets timestamps of a partition's end and start.
 LATEST, EARLIEST = -1, -2
 
@@ -57,15 +61,16 @@ class RdkafkaEnds:
     """:class:`~flowctl.adapters.kafka_ends.EndsClient` on a librdkafka consumer.
     ``fetch_wait_ms``: how long the broker may hold a fetch at the log's end
     (the planner's :data:`~flowctl.adapters.kafka_ends.PLANNER_FETCH_WAIT_MS`; ``None``:
-    the lanes' reader's hold, which Tansu on S3 needs)."""
+    :data:`PATIENT_FETCH_WAIT_MS`, the planner's patient reader's)."""
 
     def __init__(
         self, bootstrap: str, *, fetch_wait_ms: int | None = None, request_timeout_s: float = 10.0
     ) -> None:
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, **CONSUMER_CONFIG}
         config["group.id"] = "flowctl-planner"
-        if fetch_wait_ms is not None:
-            config["fetch.wait.max.ms"] = fetch_wait_ms
+        config["fetch.wait.max.ms"] = (
+            PATIENT_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
+        )
         self.bootstrap = bootstrap
         self.consumer = Consumer(config)
         self.request_timeout_s = request_timeout_s

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from flowctl.adapters.kafka_log import ISOLATION_LEVEL, KafkaReadTimeout
-from flowctl.adapters.process_cache import cached, forget
+from flowctl.adapters.process_cache import cached, entries, forget
 from flowctl.core.record import Record
 
 try:
@@ -77,9 +77,13 @@ CONSUMER_CONFIG: dict[str, Any] = {
     # The end of the log is reported with the offset reached: a range whose last offsets
     # are transaction markers is read to its end by that report.
     "enable.partition.eof": True,
-    # As long as the broker may hold a fetch (kafka-python's fetch_max_wait_ms; Tansu on
-    # S3 answers a fetch of old data only within this time).
-    "fetch.wait.max.ms": 100,
+    # How long the broker may hold a fetch at the log's end. librdkafka keeps one fetch in
+    # flight per broker, and its fetcher asks again as soon as an answer comes: a read of
+    # another partition (the next span, the next task) waits for a fetch held at the end
+    # of the last one. At 100 ms (kafka-python's fetch_max_wait_ms) four spans at the log's
+    # end took 386 ms to read, at 10 ms 43 ms (a one-off timing on Tansu); librdkafka reads
+    # old data from Tansu on S3 at 10 ms too (where kafka-python never progressed).
+    "fetch.wait.max.ms": 10,
     "socket.timeout.ms": 30_000,
     # How far librdkafka fetches ahead of the application (default 100,000 records): what
     # lies past a range's end is parsed and then dropped by the next assign, so a short
@@ -102,6 +106,15 @@ def cached_consumer(bootstrap: str) -> Consumer:
     (:mod:`flowctl.adapters.process_cache`). Created in the worker itself, never before a fork
     (librdkafka's threads do not survive one)."""
     return cached(_CACHE, bootstrap, lambda: new_consumer(bootstrap))
+
+
+def idle(bootstrap: str) -> None:
+    """Unassign the worker's cached consumer, if any, after a task's reads: assigned at the
+    log's end, its fetcher would ask the broker again every ``fetch.wait.max.ms`` until the
+    worker's next task."""
+    consumer = entries(_CACHE).get(bootstrap)
+    if consumer is not None:
+        consumer.unassign()
 
 
 def drop_cached_consumer(bootstrap: str) -> None:

@@ -65,6 +65,8 @@ def prefetch(
             end = _highwater(reader, bootstrap, *tp)
             if end is not None and end > ends.get(tp, -1):
                 ends[tp] = end
+    if reader == LIBRDKAFKA:
+        _idle(bootstrap)
     return out
 
 
@@ -139,6 +141,16 @@ def _highwater(reader: str, bootstrap: str, topic: str, partition: int) -> int |
     from flowctl.adapters import kafka_ends, kafka_log
 
     return kafka_ends.highwater(kafka_log.cached_consumer(bootstrap), topic, partition)
+
+
+def _idle(bootstrap: str) -> None:
+    """Unassign the worker's cached librdkafka consumer: nothing is fetched until the
+    worker's next task (:func:`flowctl.adapters.kafka_read_rdkafka.idle`)."""
+    try:
+        from flowctl.adapters import kafka_read_rdkafka as rdkafka
+    except ImportError:  # confluent-kafka missing: every read failed, no consumer was made
+        return
+    rdkafka.idle(bootstrap)
 
 
 def _drop_consumer(bootstrap: str, reader: str) -> None:
