@@ -19,6 +19,7 @@ from bench._experiment import RESULTS
 EXPERIMENTS = (
     "throughput",
     "latency",
+    "latency_librdkafka",
     "latency_parts",
     "persistence",
     "heterogeneous",

@@ -4,9 +4,9 @@ Under ``[flow] reader = "librdkafka"`` the planner reads the log's exact ends
 (:func:`flowctl.adapters.kafka_ends.latest_offsets_of`, which decides what to ask) with
 :class:`RdkafkaEnds`, as the lanes read their ranges with
 :mod:`flowctl.adapters.kafka_read_rdkafka`: the fetch round's fetching and parsing then
-run in C, off the planner's Python (at 64 partitions a read took 9.9 ms p50 against
-kafka-python's 34.7, its client CPU 4.8 ms against 29.9: bench/README.md, "The ends'
-read on librdkafka"). What it asks is kafka-python's read, request for request:
+run in C, off the planner's Python (at 64 partitions a read took 8.4 ms p50 against
+kafka-python's 23.3, its client CPU 2.8 ms against 18.4: bench/README.md, "The planner's
+own client"). What it asks is kafka-python's read, request for request:
 
 - ListOffsets for the bounds (latest, with the consumer's committed isolation) and the
   log starts (earliest), through the consumer's ``offsets_for_times`` with Kafka's

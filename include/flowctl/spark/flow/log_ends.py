@@ -12,15 +12,14 @@ partition's record batches, so their cost grows with the log
 (bench/results/archive/soak_af1b7e3.json: the planning of a stream at 34k records/s grew
 from 45 to 223 ms over an hour). Once Eden's reads of exact ends (both requests: what the
 planner waits on) take longer than ``DEFER_TAIL_AFTER_MS`` (the median of the last few),
-from then on Eden's
-partitions that are being appended to are planned up to their ``end_offsets()`` (on
-Tansu the start of their last record batch, the record before the bound): that batch
-waits for the next micro-batch, and the exact end is fetched again once a partition
-goes quiet (``kafka_ends.latest_offsets_of``,
-``defer_tails``). Where the lanes' own fetches reported a partition's end moving past the
-last answer (their high watermark, carried in their feedback), that end is taken instead
-and the partition is left out of the ListOffsets request too, which also walks the log:
-a stream being appended to then asks the broker nothing for Eden. On such a log the
+from then on Eden's partitions that are being appended to are planned up to their
+``end_offsets()`` (on Tansu the start of their last record batch, the record before the
+bound): that batch waits for the next micro-batch, and the exact end is fetched again
+once a partition goes quiet (``kafka_ends.latest_offsets_of``, ``defer_tails``). Where
+the lanes' own fetches reported a partition's end moving past the last answer (their high
+watermark, carried in their feedback), that end is taken instead and the partition is left
+out of the ListOffsets request too, which also walks the log: a stream being appended to
+then asks the broker nothing for Eden. On such a log the
 planner also reads the next batch's ends as soon as it has planned this one, while the
 batch runs (``planner_ends.EndsPlanning``), so what the read costs is off the planning's
 path; records appended while it runs wait one batch more. Until the reads cost that much
