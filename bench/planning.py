@@ -170,7 +170,7 @@ def run_planner(
     batches: int,
     *,
     tail_records: int | None = None,
-    reader: str = "kafka-python",
+    reader: str = KAFKA_PYTHON,
 ) -> dict[str, Any]:
     """One planner over ``topic`` for ``batches`` micro-batches (``tail_records``: the
     ``tail`` regime, that many new records per partition before each batch), its

@@ -71,7 +71,6 @@ class RdkafkaEnds:
         config["fetch.wait.max.ms"] = (
             PATIENT_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
         )
-        self.bootstrap = bootstrap
         self.consumer = Consumer(config)
         self.request_timeout_s = request_timeout_s
         self._partitions: dict[str, tuple[list[int], float]] = {}

@@ -120,7 +120,7 @@ class KafkaEnds:
         self.deferring: set[str] = set()
         #: The latest reads' costs per topic, ms (their median turns the switch).
         self._costs: dict[str, deque[float]] = {}
-        #: Whether this consumer fetched before: its first fetch also opens connections
+        #: Whether this client fetched before: its first fetch also opens connections
         #: (75 ms on a new topology's empty log), which says nothing of the log's cost.
         self._fetched_before = False
 
