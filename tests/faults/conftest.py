@@ -282,18 +282,10 @@ def check(run: FaultRun, fault: str, spark: Any, tallies: list[Tally]) -> Tally:
 @pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
     """One local Spark session for the suite's reconcile batches."""
-    import os
+    from tests.local_spark import local_session
 
-    from flowctl.spark.job import build_session
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
-    session = build_session("flowctl-faults-reconcile")
-    session.sparkContext.setLogLevel("WARN")
-    try:
+    with local_session("flowctl-faults-reconcile") as session:
         yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="package")

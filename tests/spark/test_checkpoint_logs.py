@@ -20,11 +20,8 @@ from typing import Any
 
 import pytest
 
-from flowctl.spark.topology_job import (
-    CHECKPOINT_FILE_MANAGER,
-    CHECKPOINT_FILE_MANAGER_KEY,
-    build_session,
-)
+from flowctl.spark.topology_job import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
+from tests.local_spark import local_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -76,14 +73,8 @@ class ChildWatch:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
-    session = build_session("flowctl-test-checkpoint-logs")
-    session.sparkContext.setLogLevel("WARN")
-    try:
+    with local_session("flowctl-test-checkpoint-logs") as session:
         yield session
-    finally:
-        session.stop()
 
 
 def _run_batches(spark: Any, checkpoint: Path) -> list[int]:

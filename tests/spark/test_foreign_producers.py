@@ -29,6 +29,7 @@ from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS, LIBRDKAFKA
 from flowctl.pipelines.wordcount import count_values
 from tests.librdkafka import CODECS, Rec, produce
+from tests.local_spark import local_session
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
@@ -41,17 +42,8 @@ NAMES = {KAFKA_PYTHON: "foreign", LIBRDKAFKA: "foreignrd"}
 def _spark() -> Iterator[Any]:
     """A local Spark session for the reconcile batch, started once the topology has
     stopped (two JVMs at once would share the machine's two cores)."""
-    import os
-
-    from flowctl.spark.job import build_session
-
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
-    session = build_session("flowctl-test-foreign-reconcile")
-    session.sparkContext.setLogLevel("WARN")
-    try:
+    with local_session("flowctl-test-foreign-reconcile") as session:
         yield session
-    finally:
-        session.stop()
 
 
 def _tag(n: int) -> str:

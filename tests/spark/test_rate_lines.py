@@ -8,7 +8,6 @@ ceiling would measure something else than the other rows.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ from flowctl.adapters.control_plane import ControlPlane
 from flowctl.pipelines.wordcount import count_values
 from flowctl.spark.wordcount_sink import write_batch
 from flowctl.textgen import vocabulary
+from tests.local_spark import local_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -30,16 +30,8 @@ PARTITIONS = 3
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from flowctl.spark.job import build_session
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
-    session = build_session("flowctl-test-rate-lines")
-    session.sparkContext.setLogLevel("WARN")
-    try:
+    with local_session("flowctl-test-rate-lines") as session:
         yield session
-    finally:
-        session.stop()
 
 
 def _batch(spark: Any, start: int, end: int) -> Any:
