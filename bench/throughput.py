@@ -375,7 +375,10 @@ def _readers_summary(
     if LIBRDKAFKA not in readers:
         return {}
     per_lanes = {c["lanes"]: c["librdkafka_flow_vs_base"] for c in cases}
-    on_target_base = bool(base) and READER_TARGET_BASE.startswith(base or "-")
+    # the target's tree, named by a short or a full hash
+    on_target_base = bool(base) and (
+        READER_TARGET_BASE.startswith(base or "") or (base or "").startswith(READER_TARGET_BASE)
+    )
     return {
         "flow_librdkafka_per_lanes": {c["lanes"]: c["flow_librdkafka"] for c in cases},
         "flow_kafka_python_per_lanes": {c["lanes"]: c["flow"] for c in cases},
