@@ -100,9 +100,14 @@ def _run_batches(spark: Any, checkpoint: Path) -> list[int]:
 
 
 def _jvm_pid() -> int:
-    """The local session's JVM: this process's ``java`` child (pyspark starts it)."""
-    javas = [pid for pid, name in _children_of(os.getpid()).items() if name == "java"]
-    assert len(javas) == 1, f"expected one java child of the test process, found {javas}"
+    """The local session's JVM: the ``java`` child of this process that pyspark started
+    (its arguments end in ``pyspark-shell``; a job another test submitted has a script)."""
+    javas = [
+        pid
+        for pid, name in _children_of(os.getpid()).items()
+        if name == "java" and b"pyspark-shell" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    assert len(javas) == 1, f"expected one pyspark-shell JVM child of the test process: {javas}"
     return javas[0]
 
 
