@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded Tansu + memcached per session, fresh databases per test.
+"""Shared fixtures: one embedded Apache Kafka broker + memcached per session, fresh databases
+per test.
 
 Fixtures are lazy: a test that asks for neither ``kafka_bootstrap`` nor
 ``memcached_address`` (nor ``flowctl_settings``) starts nothing. Ports are
@@ -48,6 +49,13 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.heavy)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test of Tansu's quirks (marked ``tansu``) runs on a Tansu broker only: in the suite
+    ``FLOWCTL_BROKER=tansu pytest -m tansu`` that ``scripts/test`` runs."""
+    if item.get_closest_marker("tansu") and os.environ.get("FLOWCTL_BROKER") != "tansu":
+        pytest.skip("a test of the Tansu broker's quirks: run it with FLOWCTL_BROKER=tansu")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """kafka-python's network thread is a daemon that outlives the session; what it logs
     then (brokers the tests stopped) would be written to streams pytest has closed."""
@@ -71,7 +79,12 @@ class _SessionServices:
 
     def __init__(self, home: Path) -> None:
         self.settings = Settings(
-            home=home, kafka_port=free_port(), memcached_port=free_port(), memcached_memory_mb=64
+            home=home,
+            kafka_port=free_port(),
+            kafka_controller_port=free_port(),
+            memcached_port=free_port(),
+            memcached_memory_mb=64,
+            broker=os.environ.get("FLOWCTL_BROKER") or "kafka",
         )
 
     def start(self, service: str, port_field: str) -> None:
@@ -95,9 +108,11 @@ def _session_services(tmp_path_factory: pytest.TempPathFactory) -> _SessionServi
 
 
 @pytest.fixture(scope="session")
-def _session_tansu(_session_services: _SessionServices) -> Iterator[None]:
-    """Tansu for the whole session, started on first use, stopped at the end."""
-    _session_services.start("tansu", "kafka_port")
+def _session_broker(_session_services: _SessionServices) -> Iterator[None]:
+    """The broker for the whole session (Apache Kafka; Tansu's own suite sets
+    ``FLOWCTL_BROKER=tansu``), started on first use, stopped at the end."""
+    broker = _session_services.settings.broker
+    _session_services.start(broker, "kafka_port")
     try:
         yield
     finally:
@@ -105,7 +120,7 @@ def _session_tansu(_session_services: _SessionServices) -> Iterator[None]:
         # log errors into closed streams at interpreter exit.
         for reader in LANE_READERS:
             LaneReader(reader).drop_cached(_session_services.settings.kafka_bootstrap)
-        _session_services.stop("tansu")
+        _session_services.stop(broker)
 
 
 @pytest.fixture(scope="session")
@@ -120,9 +135,9 @@ def _session_memcached(_session_services: _SessionServices) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def flowctl_settings(
-    _session_services: _SessionServices, _session_tansu: None, _session_memcached: None
+    _session_services: _SessionServices, _session_broker: None, _session_memcached: None
 ) -> Settings:
-    """Settings with a tmp home and free ports; Tansu and memcached run for the session.
+    """Settings with a tmp home and free ports; the broker and memcached run for the session.
 
     Its ``database_url`` is empty, i.e. a SQLite file in the home;
     ``settings.to_env()`` hands the same settings to a child process.
@@ -131,14 +146,14 @@ def flowctl_settings(
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(_session_services: _SessionServices, _session_tansu: None) -> str:
-    """``"127.0.0.1:<port>"`` of the session's Tansu broker (memcached is not started)."""
+def kafka_bootstrap(_session_services: _SessionServices, _session_broker: None) -> str:
+    """``"127.0.0.1:<port>"`` of the session's broker (memcached is not started)."""
     return _session_services.settings.kafka_bootstrap
 
 
 @pytest.fixture(scope="session")
 def memcached_address(_session_services: _SessionServices, _session_memcached: None) -> str:
-    """``"127.0.0.1:<port>"`` of the session's memcached (Tansu is not started)."""
+    """``"127.0.0.1:<port>"`` of the session's memcached (the broker is not started)."""
     return _session_services.settings.memcached_address
 
 

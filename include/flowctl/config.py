@@ -47,6 +47,13 @@ class Settings:
     home: Path = field(default_factory=lambda: PROJECT_ROOT / ".flowctl")
     host: str = "127.0.0.1"
     kafka_port: int = 9092
+    #: The embedded broker: ``kafka`` (Apache Kafka, :mod:`flowctl.services.kafka`) or
+    #: ``tansu`` (the former stand-in, :mod:`flowctl.services.tansu`).
+    broker: str = "kafka"
+    kafka_controller_port: int = 9093  # the embedded Apache Kafka's KRaft controller
+    kafka_heap: str = "512m"  # its JVM heap, fixed at start
+    kafka_retention_hours: int = 168  # its log's retention by time (Kafka's default)
+    kafka_retention_mb: int = 1024  # and by size, per partition
     tansu_storage: str = "memory"  # "memory" or "s3"
     #: The variable that chose ``tansu_storage``, named in errors and in ``status`` (the
     #: process cluster's is ``FLOWCTL_CLUSTER_TANSU_STORAGE``).
@@ -58,7 +65,7 @@ class Settings:
     database_url: str = ""  # empty: SQLite file in ``home``
     spark_master: str = "local[2]"
     airflow_port: int = 8080
-    kafka_bootstrap_servers: str = ""  # empty: the embedded Tansu at host:kafka_port
+    kafka_bootstrap_servers: str = ""  # empty: the embedded broker at host:kafka_port
     memcached_server: str = ""  # empty: the embedded memcached at host:memcached_port
     metrics_raw_hours: int = 24  # metrics windows older than this are rolled up hourly
     #: Whether Spark drivers map the class-data sharing archive once it is built
@@ -74,14 +81,18 @@ class Settings:
 
         ``FLOWCTL_HOME`` (state dir: pid files, logs, SQLite file; default
         ``<project>/.flowctl``), ``FLOWCTL_HOST`` (bind address, default
-        127.0.0.1), ``FLOWCTL_KAFKA_PORT`` (9092), ``FLOWCTL_TANSU_STORAGE``
+        127.0.0.1), ``FLOWCTL_KAFKA_PORT`` (9092), ``FLOWCTL_BROKER`` (``kafka``, the
+        embedded Apache Kafka, or ``tansu``), ``FLOWCTL_KAFKA_CONTROLLER_PORT`` (9093),
+        ``FLOWCTL_KAFKA_HEAP`` (``512m``, the embedded broker's heap, a JVM size),
+        ``FLOWCTL_KAFKA_RETENTION_HOURS`` (168) and ``FLOWCTL_KAFKA_RETENTION_MB`` (1024 per
+        partition): the embedded broker's retention, ``FLOWCTL_TANSU_STORAGE``
         (``memory`` or ``s3``), ``FLOWCTL_TANSU_S3_URL`` (``s3://tansu/``),
         ``FLOWCTL_S3_PORT`` (9000; the local moto S3 server of Tansu's S3 mode),
         ``FLOWCTL_MEMCACHED_PORT`` (11211), ``FLOWCTL_MEMCACHED_MEMORY_MB``
         (256), ``FLOWCTL_DATABASE_URL`` (any SQLAlchemy URL; default a SQLite
         file in the home), ``FLOWCTL_SPARK_MASTER`` (``local[2]``),
         ``FLOWCTL_AIRFLOW_PORT`` (8080), ``FLOWCTL_KAFKA_BOOTSTRAP`` (an
-        external Kafka's bootstrap servers; default the embedded Tansu),
+        external Kafka's bootstrap servers; default the embedded broker),
         ``FLOWCTL_MEMCACHED`` (an external memcached ``host:port``; default
         the embedded one), ``FLOWCTL_METRICS_RAW_HOURS`` (24, 1..8760: how long
         ``metrics_windows`` keeps each window; older ones are replaced by one rollup
@@ -100,6 +111,15 @@ class Settings:
         storage = env.get("FLOWCTL_TANSU_STORAGE", "memory") or "memory"
         if storage not in ("memory", "s3"):
             raise ConfigError(f"FLOWCTL_TANSU_STORAGE={storage!r} must be 'memory' or 's3'")
+        broker = env.get("FLOWCTL_BROKER", "kafka") or "kafka"
+        if broker not in ("kafka", "tansu"):
+            raise ConfigError(f"FLOWCTL_BROKER={broker!r} must be 'kafka' or 'tansu'")
+        kafka_heap = env.get("FLOWCTL_KAFKA_HEAP", "512m") or "512m"
+        if not _JVM_SIZE.fullmatch(kafka_heap):
+            raise ConfigError(
+                f"FLOWCTL_KAFKA_HEAP={kafka_heap!r} is not a JVM heap size "
+                "(a whole number and a unit, k, m or g: e.g. 512m, 1g)"
+            )
         archive = env.get("FLOWCTL_SPARK_CLASS_ARCHIVE", "on") or "on"
         if archive not in ("on", "off"):
             raise ConfigError(f"FLOWCTL_SPARK_CLASS_ARCHIVE={archive!r} must be 'on' or 'off'")
@@ -113,6 +133,11 @@ class Settings:
             home=home,
             host=env.get("FLOWCTL_HOST", "127.0.0.1") or "127.0.0.1",
             kafka_port=_int(env, "FLOWCTL_KAFKA_PORT", 9092),
+            broker=broker,
+            kafka_controller_port=_int(env, "FLOWCTL_KAFKA_CONTROLLER_PORT", 9093),
+            kafka_heap=kafka_heap.lower(),
+            kafka_retention_hours=_int(env, "FLOWCTL_KAFKA_RETENTION_HOURS", 168, hi=876000),
+            kafka_retention_mb=_int(env, "FLOWCTL_KAFKA_RETENTION_MB", 1024, lo=8, hi=10**7),
             tansu_storage=storage,
             tansu_s3_url=env.get("FLOWCTL_TANSU_S3_URL", "s3://tansu/") or "s3://tansu/",
             s3_port=_int(env, "FLOWCTL_S3_PORT", 9000),
@@ -144,6 +169,11 @@ class Settings:
             "FLOWCTL_HOME": str(self.home),
             "FLOWCTL_HOST": self.host,
             "FLOWCTL_KAFKA_PORT": str(self.kafka_port),
+            "FLOWCTL_BROKER": self.broker,
+            "FLOWCTL_KAFKA_CONTROLLER_PORT": str(self.kafka_controller_port),
+            "FLOWCTL_KAFKA_HEAP": self.kafka_heap,
+            "FLOWCTL_KAFKA_RETENTION_HOURS": str(self.kafka_retention_hours),
+            "FLOWCTL_KAFKA_RETENTION_MB": str(self.kafka_retention_mb),
             "FLOWCTL_TANSU_STORAGE": self.tansu_storage,
             "FLOWCTL_TANSU_S3_URL": self.tansu_s3_url,
             "FLOWCTL_S3_PORT": str(self.s3_port),

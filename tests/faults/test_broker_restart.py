@@ -1,10 +1,11 @@
-"""The broker restarted: Tansu in S3 mode, its log in a local (moto) S3 (survives a broker
-restart, not a restart of moto)."""
+"""The broker killed: the embedded Apache Kafka SIGKILLed mid-stream and started again on
+its log on disk. Nothing it acknowledged is lost, and the stream resumes by itself."""
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from flowctl.config import Settings
-from flowctl.services import manager
+from flowctl.services import kafka, manager
 from flowctl.services.ports import free_port
 from tests.faults.conftest import FaultRun, Tally, check
 from tests.spark.flow_harness import wait_for
@@ -27,44 +28,41 @@ pytestmark = [
 
 
 @pytest.fixture
-def durable_settings(
-    flowctl_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Settings]:
-    """A private Tansu on S3 (log in a local moto S3) beside the session's memcached."""
-    pytest.importorskip("moto.server", reason="moto[server] not installed (Tansu's S3 mode)")
-    for name in ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(name, raising=False)
+def own_broker(flowctl_settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """An Apache Kafka broker of this test's own (its log in the test's home) beside the
+    session's memcached, so that killing it disturbs no other test."""
     settings = dataclasses.replace(
         flowctl_settings,
-        home=tmp_path / "durable-home",
+        home=tmp_path / "broker-home",
+        broker="kafka",
         kafka_port=free_port(),
-        s3_port=free_port(),
-        tansu_storage="s3",
-        tansu_s3_url=f"s3://flowctl-{secrets.token_hex(3)}/",
+        kafka_controller_port=free_port(),
     )
-    manager.up(settings, only="tansu")  # pulls in the local S3 store
+    manager.up(settings, only="kafka")
     try:
         yield settings
     finally:
-        manager.down(settings, only=["tansu", "s3"])
+        manager.down(settings, only="kafka", purge=True)
 
 
-def test_broker_restarted_durable_tansu_on_s3(
+def test_the_embedded_broker_killed_mid_stream_loses_nothing(
     fault_run: Callable[..., FaultRun],
     spark: Any,
     tallies: list[Tally],
-    durable_settings: Settings,
+    own_broker: Settings,
 ) -> None:
-    run = fault_run("faulttansu", seed=404, settings=durable_settings, partitions=2)
+    run = fault_run("faultbroker", seed=404, settings=own_broker, partitions=2)
     run.produce(1_500)
-    job = run.submit("faulttansu-blue-1", 2)
+    job = run.submit("faultbroker-blue-1", 2)
     with run.feeding():
         wait_for(lambda: run.counted() > 0, timeout_s=180, job=job, what="the first results")
-    assert run.counted() < len(run.produced), "the restart came after the stream's end"
-    manager.down(durable_settings, only="tansu")
-    time.sleep(2.0)
-    manager.up(durable_settings, only="tansu")
+    assert run.counted() < len(run.produced), "the kill came after the stream's end"
+    record = kafka.daemon(own_broker).running()
+    assert record is not None, "the test's broker is not running"
+    os.kill(record.pid, signal.SIGKILL)
+    time.sleep(2.0)  # the stream meets a dead broker: its reads and the flusher's retry
+    manager.up(own_broker, only="kafka")  # the same log on disk: recovered, not recreated
     with run.feeding():
         time.sleep(3.0)
-    run.settle(job, "faulttansu-blue-1")
-    check(run, "broker restarted (Tansu on a local moto S3)", spark, tallies)
+    run.settle(job, "faultbroker-blue-1")
+    check(run, "the embedded Apache Kafka SIGKILLed and restarted", spark, tallies)

@@ -18,6 +18,7 @@ def fresh_settings(tmp_path: Path) -> Iterator[Settings]:
     settings = Settings(
         home=tmp_path / "home",
         kafka_port=free_port(),
+        kafka_controller_port=free_port(),
         memcached_port=free_port(),
         memcached_memory_mb=16,
     )

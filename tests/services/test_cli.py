@@ -28,6 +28,7 @@ def _env(home: Path, kafka_port: int, memcached_port: int) -> dict[str, str]:
         FLOWCTL_HOME=str(home),
         FLOWCTL_KAFKA_PORT=str(kafka_port),
         FLOWCTL_MEMCACHED_PORT=str(memcached_port),
+        FLOWCTL_KAFKA_CONTROLLER_PORT=str(free_port()),
         FLOWCTL_MEMCACHED_MEMORY_MB="16",
     )
     return env
@@ -50,7 +51,7 @@ def test_console_script_up_status_down(tmp_path: Path) -> None:
     try:
         up = _flowctl(env, "services", "up")
         assert up.returncode == 0, up.stderr
-        assert "tansu up (pid" in up.stdout and f"127.0.0.1:{kport}" in up.stdout
+        assert "kafka up (pid" in up.stdout and f"127.0.0.1:{kport}" in up.stdout
 
         status = _flowctl(env, "services", "status", "--json", "--check")
         assert status.returncode == 0, status.stderr
@@ -58,9 +59,9 @@ def test_console_script_up_status_down(tmp_path: Path) -> None:
         assert {name: row["state"] for name, row in rows.items()} == {
             "db": "up",
             "memcached": "up",
-            "tansu": "up",
+            "kafka": "up",
         }
-        pids = [rows["tansu"]["pid"], rows["memcached"]["pid"]]
+        pids = [rows["kafka"]["pid"], rows["memcached"]["pid"]]
 
         table = _flowctl(env, "services", "status")
         assert table.stdout.splitlines()[0].split() == [
@@ -70,8 +71,8 @@ def test_console_script_up_status_down(tmp_path: Path) -> None:
             "address",
             "detail",
         ]
-        assert f"{rows['tansu']['pid']}" in table.stdout
-        assert "log: in Tansu's memory, NOT durable" in table.stdout.splitlines()[-1]
+        assert f"{rows['kafka']['pid']}" in table.stdout
+        assert "log: on disk in " in table.stdout.splitlines()[-1]
 
         down = _flowctl(env, "services", "down")
         assert down.returncode == 0, down.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.config import ConfigError, Settings
-from flowctl.services import manager, memcached, s3, tansu
+from flowctl.services import kafka, manager, memcached, s3, tansu
 from flowctl.services.base import EXTERNAL, UNREACHABLE, ServiceError
 from flowctl.services.ports import free_port
 
@@ -42,7 +42,7 @@ def test_s3_storage_without_endpoint_or_moto_says_what_to_set(
         monkeypatch.delenv(name, raising=False)
     # moto is installed here; simulate a machine without it.
     monkeypatch.setattr(s3, "moto_available", lambda: False)
-    settings = Settings(home=tmp_path, kafka_port=free_port(), tansu_storage="s3")
+    settings = Settings(home=tmp_path, kafka_port=free_port(), broker="tansu", tansu_storage="s3")
     with pytest.raises(ServiceError, match=r"set AWS_ENDPOINT, AWS_ACCESS_KEY_ID.*moto\[server\]"):
         manager.up(settings, only="tansu")
     assert tansu.TansuService().status(settings).pid is None
@@ -86,7 +86,7 @@ def test_external_services_are_checked_not_started(
     assert any("using external Kafka" in m for m in messages)
     assert any("using external memcached" in m for m in messages)
     states = {s.name: s.state for s in manager.status(settings)}
-    assert states["tansu"] == EXTERNAL and states["memcached"] == EXTERNAL
+    assert states["kafka"] == EXTERNAL and states["memcached"] == EXTERNAL
     assert not (tmp_path / "run").exists()  # nothing was started here
     manager.down(settings)
     assert {s.name: s.state for s in manager.status(settings)} == states
@@ -94,14 +94,15 @@ def test_external_services_are_checked_not_started(
 
 def test_unreachable_external_kafka_is_reported(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, kafka_bootstrap_servers=f"127.0.0.1:{free_port()}")
-    row = tansu.TansuService().status(settings)
+    row = kafka.KafkaService().status(settings)
     assert row.state == UNREACHABLE and "no Kafka broker answers" in row.detail
     with pytest.raises(ServiceError, match=r"127\.0\.0\.1:\d+"):
-        manager.up(settings, only="tansu")
+        manager.up(settings, only="kafka")
 
 
 def test_unknown_service_name_is_named() -> None:
     with pytest.raises(
-        ServiceError, match=r"unknown service\(s\) kafka; known: db, memcached, s3, tansu"
+        ServiceError,
+        match=r"unknown service\(s\) zookeeper; known: db, memcached, kafka, s3, tansu",
     ):
-        manager.status(Settings(), only="kafka")
+        manager.status(Settings(), only="zookeeper")

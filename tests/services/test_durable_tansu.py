@@ -22,7 +22,7 @@ from tests.lane_readers import LaneReader
 
 from .helpers import pid_gone
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.tansu, pytest.mark.integration]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def test_session_services_are_up_on_the_advertised_addresses(
     assert memcached_address == f"127.0.0.1:{flowctl_settings.memcached_port}"
     assert flowctl_settings.kafka_port not in (9092,) and flowctl_settings.memcached_port != 11211
     states = {s.name: s.state for s in manager.status(flowctl_settings)}
-    assert states == {"db": UP, "memcached": UP, "tansu": UP}
+    assert states == {"db": UP, "memcached": UP, flowctl_settings.broker: UP}
 
 
 def test_a_port_taken_before_start_is_replaced(tmp_path: Path) -> None:
@@ -33,13 +33,13 @@ def test_a_port_taken_before_start_is_replaced(tmp_path: Path) -> None:
         blocker.bind(("127.0.0.1", taken))
         blocker.listen()
         try:
-            services.start("tansu", "kafka_port")
+            services.start("kafka", "kafka_port")
             assert services.settings.kafka_port != taken
-            row = manager.status(services.settings, only="tansu")[0]
+            row = manager.status(services.settings, only="kafka")[0]
             assert row.state == UP and row.address == f"127.0.0.1:{services.settings.kafka_port}"
         finally:
-            services.stop("tansu")
-    assert manager.status(services.settings, only="tansu")[0].pid is None
+            services.stop("kafka")
+    assert manager.status(services.settings, only="kafka")[0].pid is None
 
 
 def test_postgres_url_is_a_fresh_empty_database(postgres_url: str) -> None:

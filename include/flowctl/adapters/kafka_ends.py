@@ -1,13 +1,20 @@
-"""The Kafka log's exact end offsets, read where ``end_offsets()`` is only a bound.
+"""The Kafka log's exact end offsets: ``end_offsets()`` on Apache Kafka; read where that is
+only a bound (the former stand-in, Tansu).
 
-On the embedded Tansu broker ``end_offsets()`` (ListOffsets) under-reports: it lies one
-record into a partition's last record batch. :func:`latest_offsets` therefore fetches
-from that bound and trusts the fetch's high watermark, leaving the fetched batch
-undecoded; a caller that asks every micro-batch (the planner) keeps what it learnt per
-partition (:data:`KnownEnds`) so an unmoved partition costs no fetch, may accept the
-bounds where they serve (``bounds_suffice``), and may let a moving tail wait a batch on a
-log whose exact ends are costly (``defer_tails``, ``reported``). On Apache Kafka
-``end_offsets()`` is exact and the same reads stay correct.
+On Apache Kafka (the default, :func:`exact_log_ends`) ``end_offsets()`` is
+one ListOffsets request whose answer is exact: at ``read_committed`` it is the last stable
+offset, below any open transaction, which is what a plan may cut up to. The read is that
+request and nothing else: no fetch, and no high watermark (which lies past an open
+transaction) stands in for an end.
+
+On the Tansu broker (``FLOWCTL_BROKER=tansu``) ``end_offsets()`` (ListOffsets)
+under-reports: it lies one record into a partition's last record batch.
+:func:`latest_offsets` therefore fetches from that bound and trusts the fetch's high
+watermark, leaving the fetched batch undecoded; a caller that asks every micro-batch (the
+planner) keeps what it learnt per partition (:data:`KnownEnds`) so an unmoved partition
+costs no fetch, may accept the bounds where they serve (``bounds_suffice``), and may let a
+moving tail wait a batch on a log whose exact ends are costly (``defer_tails``,
+``reported``).
 
 The read is made of three requests of one client (:class:`EndsClient`): the partitions,
 ListOffsets and a fetch round. This module decides which partitions need which, the same
@@ -20,6 +27,7 @@ kafka-python parses in Python). Topics, range reads and the consumers' configura
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
@@ -43,6 +51,17 @@ END_POLL_MS = 20
 #: the connection (the next batch's ListOffsets) waits behind it. At 100 ms that wait was
 #: most of the planner's per-batch cost (bench/README.md, latency).
 PLANNER_FETCH_WAIT_MS = 10
+
+
+def exact_log_ends(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the broker's ``end_offsets()`` are the log's exact ends (Apache Kafka, any
+    Kafka the platform is pointed at) or only bounds (the Tansu stand-in,
+    ``FLOWCTL_BROKER=tansu``, whose bound lies one record into a partition's last batch).
+    Read from the environment: the Spark driver's planner and the CLI see the
+    ``FLOWCTL_BROKER`` the platform's settings hand every process they start."""
+    env = os.environ if env is None else env
+    return (env.get("FLOWCTL_BROKER") or "kafka") != "tansu"
+
 
 #: A topic partition, ``(topic, partition)`` (kafka-python's ``TopicPartition`` is one).
 Key = tuple[str, int]
@@ -197,8 +216,13 @@ def latest_offsets_of(
     defer_tails: Collection[str] = (),
     on_fetch: Callable[[Collection[str], float], None] | None = None,
     reported: Mapping[Key, int] | None = None,
+    exact_bounds: bool | None = None,
 ) -> dict[str, dict[int, int]]:
     """:func:`latest_offsets` of several topics at once: ``{topic: {partition: end}}``.
+
+    ``exact_bounds`` (default: :func:`exact_log_ends`, True but on Tansu):
+    the broker's ``end_offsets()`` are the ends (Apache Kafka): one ListOffsets request
+    answers, and every argument below is moot.
 
     One ListOffsets request and at most one fetch round cover every topic, where a
     read per topic pays a round trip each (the planner reads Eden and both replay
@@ -232,6 +256,8 @@ def latest_offsets_of(
     else:
         client = source
     try:
+        if exact_log_ends() if exact_bounds is None else exact_bounds:
+            return _bounds_of(client, topics)
         return _latest_offsets(
             client,
             topics,
@@ -246,6 +272,15 @@ def latest_offsets_of(
     finally:
         if isinstance(source, str):
             client.close()
+
+
+def _bounds_of(client: EndsClient, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+    """Every partition's ``end_offsets()``, in one ListOffsets request."""
+    bounds = client.bounds([(t, p) for t in topics for p in client.partitions(t)])
+    out: dict[str, dict[int, int]] = {t: {} for t in topics}
+    for (topic, partition), end in sorted(bounds.items()):
+        out[topic][partition] = end
+    return out
 
 
 def _latest_offsets(

@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -121,6 +121,8 @@ class FlusherService:
     :param sleep: how :meth:`flush` and :meth:`flush_all` wait between retries.
     :param gap_grace_s: how long a missing item may be missing before it is a gap.
     :param max_batch: items per transaction (default ``policy.max_length``).
+    :param on_checkpoint: told ``{(topic, partition): next offset}`` after every flush that
+        moved the durable checkpoint (it must not block; an error it raises is logged).
     :param coalesce_every_s: seconds between two merges of the ``applied_ranges`` rows
         below the checkpoint (the pipeline's ``[flow] coalesce_every_s``; 0: every flush;
         ``None``: never), timed by ``clock``.
@@ -147,6 +149,7 @@ class FlusherService:
         max_batch: int | None = None,
         poll_interval_s: float = 0.05,
         coalesce_every_s: float | None = None,
+        on_checkpoint: Callable[[Mapping[tuple[str, int], int]], None] | None = None,
     ) -> None:
         if not isinstance(pipeline, str) or not pipeline:
             raise ValueError(f"pipeline={pipeline!r} must be a non-empty string")
@@ -164,6 +167,7 @@ class FlusherService:
         self.clock = clock if clock is not None else MonotonicClock()
         self.namespace = namespace if namespace is not None else mrwq_namespace(pipeline)
         self.on_gap = on_gap
+        self.on_checkpoint = on_checkpoint
         self.retry_policy = retry_policy if retry_policy is not None else FlumeBackoff(0.25, 4.0)
         self._sleep = sleep
         self.poll_interval_s = float(poll_interval_s)
@@ -330,6 +334,12 @@ class FlusherService:
                 return None
             report = FlushReport(result, self._sink.last or FlushStats(), time.perf_counter() - t0)
             self._account(report)
+            if report.stats.checkpoint and self.on_checkpoint is not None:
+                try:
+                    moved = report.stats.checkpoint
+                    self.on_checkpoint({(tp.topic, tp.partition): n for tp, n in moved.items()})
+                except Exception:
+                    log.exception("MRWQ %s: on_checkpoint failed", self.namespace)
             if result.gap is not None and result.gap != self._reported:
                 self._on_gap(result.gap, sleep)
             return report

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from flowctl.cli_settings import add_settings_arguments, settings_from_args
 from flowctl.services import manager
 from flowctl.services.base import ServiceStatus
-from flowctl.services.s3 import durability
+from flowctl.services.kafka import durability
 
 COLUMNS = ("service", "state", "pid", "address", "detail")
 
@@ -18,8 +18,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``services`` and its sub-commands to the ``flowctl`` parser."""
     parser = subparsers.add_parser(
         "services",
-        help="start, stop and inspect Tansu, memcached and the database",
-        description="Start, stop and inspect the embedded services (db, memcached, tansu).",
+        help="start, stop and inspect the broker, memcached and the database",
+        description="Start, stop and inspect the embedded services (db, memcached, and the "
+        "broker: kafka, or tansu with FLOWCTL_BROKER=tansu).",
     )
     commands = parser.add_subparsers(dest="services_command", required=True, metavar="ACTION")
     for name, func, text in (
@@ -35,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help="act on this service only (repeatable)",
         )
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "down":
+            sub.add_argument(
+                "--purge",
+                action="store_true",
+                help="then delete the embedded broker's log (every topic and record)",
+            )
         if name == "status":
             sub.add_argument(
                 "--check", action="store_true", help="exit 1 unless every service is up"
@@ -74,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    messages = manager.down(settings, only=args.only)
+    messages = manager.down(settings, only=args.only, purge=args.purge)
     _emit(args, messages, manager.status(settings, only=args.only) if args.json else [])
     return 0
 

@@ -2,9 +2,8 @@
 
 What runs (see :mod:`flowctl.services.cluster_layout` for ports and commands):
 
-- the embedded services of ``flowctl services`` (Tansu on its memory engine, not
-  durable, or with ``FLOWCTL_CLUSTER_TANSU_STORAGE=s3`` on an S3 store: a local moto
-  server, in memory too, unless ``AWS_ENDPOINT`` names a real S3; memcached) and
+- the embedded services of ``flowctl services`` (Apache Kafka, its log on disk in the
+  cluster's home; memcached) and
   PostgreSQL databases of their own on the local server (results and control plane;
   Airflow's metadata);
 - Redis, the Celery broker: the one answering at the layout's URL, else a
@@ -43,9 +42,9 @@ from flowctl.services import manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
+from flowctl.services.kafka import durability
 from flowctl.services.ports import check_tcp
 from flowctl.services.process import Daemon, PidRecord, stop_tree
-from flowctl.services.s3 import durability
 
 log = logging.getLogger(__name__)
 

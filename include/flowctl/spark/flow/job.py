@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from flowctl.adapters.handovers import HandoverLog
+    from flowctl.adapters.kafka_group_offsets import GroupCheckpoint
     from flowctl.adapters.mrwq_flusher import FlusherService
 
 log = logging.getLogger("flowctl.job")
@@ -94,6 +95,7 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
         self._flusher_stop = threading.Event()
         self._flusher_thread: threading.Thread | None = None
         self._flusher_lock = threading.Lock()
+        self._group_checkpoint: GroupCheckpoint | None = None
         self._last_row_end = 0.0
         self._last_row: MetricsRow | None = None
         self.driver_health = DriverHealth(

@@ -15,9 +15,11 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flowctl.adapters.kafka_group_offsets import GroupCheckpoint
     from flowctl.adapters.memcached_store import MemcachedStore
     from flowctl.adapters.mrwq_flusher import FlusherService
     from flowctl.adapters.mrwq_reports import GapReport
+    from flowctl.config import Settings
     from flowctl.pipelines.config import PipelineConfig
     from flowctl.pipelines.config_sections import FlowConfig
     from flowctl.pipelines.sinks import ResultStore
@@ -39,6 +41,9 @@ class FlusherThread:
     results: ResultStore
     rebuild_no: int
     flusher: FlusherService | None
+    settings: Settings
+    #: The durable checkpoint's copy in the pipeline's consumer group (Kafka's lag tools).
+    _group_checkpoint: GroupCheckpoint | None
     _flusher_stop: threading.Event
     _flusher_thread: threading.Thread | None
     _flusher_lock: threading.Lock
@@ -50,12 +55,16 @@ class FlusherThread:
 
     def _start_flusher(self) -> None:
         """A fresh flusher (its position from the database), the MRWQ flushed, its thread."""
+        from flowctl.adapters.kafka_group_offsets import GroupCheckpoint
         from flowctl.adapters.mrwq_flusher import FlusherService
         from flowctl.core.flusher import FlushPolicy
 
         with self._flusher_lock:
             if self._flusher_thread is not None:
                 return
+            group = GroupCheckpoint(
+                self.settings.kafka_bootstrap, self.config.name, self.config.eden_topic
+            )
             service = FlusherService(
                 self.store,
                 self.database_url,
@@ -69,7 +78,9 @@ class FlusherThread:
                 gap_grace_s=self.flow.gap_grace_s,
                 poll_interval_s=self.flow.flush_poll_s,
                 coalesce_every_s=self.flow.coalesce_every_s,
+                on_checkpoint=group.offer,
             )
+            self._group_checkpoint = group
             service.on_gap = lambda report: self._on_gap(service, report)
             service.start()
             drained = service.flush_all(FLUSH_ALL_TIMEOUT_S)
@@ -114,6 +125,9 @@ class FlusherThread:
                         self.topology_id,
                         exc,
                     )
+            group, self._group_checkpoint = self._group_checkpoint, None
+            if group is not None:
+                group.close()
 
     def _on_gap(self, service: FlusherService, report: GapReport) -> bool:
         """MRWQ items were lost: resync now, then have the planner rebuild from the database.

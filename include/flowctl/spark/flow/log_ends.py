@@ -137,7 +137,7 @@ class KafkaEnds:
         ``reported`` where they saw them move: see ``kafka_ends.latest_offsets_of``)."""
         from flowctl.adapters import kafka_ends, kafka_log
 
-        def read(**timeout: float) -> Ends:
+        def read(timeout_s: float = 10.0) -> Ends:
             client = self._open()
             started = time.monotonic()
 
@@ -153,7 +153,7 @@ class KafkaEnds:
                 defer_tails=self.costly(may_defer),
                 on_fetch=fetched,
                 reported=reported,
-                **timeout,
+                timeout_s=timeout_s,
             )
 
         if self.patient:
