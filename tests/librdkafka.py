@@ -36,12 +36,16 @@ def produce(
     idempotent: bool = False,
     transactional_id: str | None = None,
     per_transaction: int = 0,
+    abort_every: int = 0,
 ) -> int:
     """Produce ``records`` and wait for every delivery; returns how many were delivered.
 
     With ``transactional_id``, the records go in committed transactions of
     ``per_transaction`` records each (every commit writes one marker per partition it
-    touched: an offset no consumer is handed). A failed delivery raises naming it.
+    touched: an offset no consumer is handed). ``abort_every`` k: every k-th transaction
+    (the k-th, 2k-th, ...) is aborted instead, its records written and never committed
+    (:func:`committed_of` says which records a reader gets). A failed delivery raises
+    naming it.
     """
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
@@ -80,11 +84,25 @@ def produce(
     else:
         producer.init_transactions(30)
         size = per_transaction or len(records) or 1
-        for start in range(0, len(records), size):
+        for number, start in enumerate(range(0, len(records), size), start=1):
             producer.begin_transaction()
             send(records[start : start + size])
-            producer.commit_transaction(30)
+            if abort_every and number % abort_every == 0:
+                producer.flush(30)  # written to the log, then aborted
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
     left = producer.flush(30)
     if left or errors:
         raise KafkaException(f"{left} record(s) undelivered, errors {errors[:3]} to {topic!r}")
     return delivered
+
+
+def committed_of(records: Sequence[Rec], per_transaction: int, abort_every: int) -> list[Rec]:
+    """The records of :func:`produce` with those arguments that a read_committed reader gets."""
+    size = per_transaction or len(records) or 1
+    kept: list[Rec] = []
+    for number, start in enumerate(range(0, len(records), size), start=1):
+        if not (abort_every and number % abort_every == 0):
+            kept.extend(records[start : start + size])
+    return kept

@@ -124,7 +124,7 @@ def test_bad_arguments_exit_2(
     assert exit_info.value.code == 2
     assert "--kafka-port: 70000 is out of range" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        _main(monkeypatch, tmp_path, "services", "up", "--only", "kafka")
+        _main(monkeypatch, tmp_path, "services", "up", "--only", "zookeeper")
     assert exit_info.value.code == 2
 
 

@@ -1,4 +1,5 @@
-"""When the planner does with ``end_offsets()`` (lower bounds on Tansu) instead of exact ends."""
+"""When the planner does with ``end_offsets()`` (lower bounds on Tansu) instead of exact ends
+(on Apache Kafka ``end_offsets()`` are the exact ends: tests/adapters/test_kafka_ends_exact.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from flowctl.spark.flow.log_ends import (
 )
 
 EDEN = "demo.eden"
+
+
+@pytest.fixture(autouse=True)
+def _tansu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These are the reads of a broker whose ``end_offsets()`` are bounds (Tansu)."""
+    monkeypatch.setenv("FLOWCTL_BROKER", "tansu")
 
 
 def test_bounds_do_while_eden_holds_more_below_them_than_the_windows_take() -> None:
