@@ -193,8 +193,9 @@ def _format(settings: Settings, properties: Path) -> None:
     if (log_dir(settings) / "meta.properties").exists():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    # ``--cluster-id=<id>``: an id may begin with "-", which a separate argument would not be
     argv = [java(), "-cp", classpath(), "kafka.tools.StorageTool", "format",
-            "-t", cluster_id, "-c", str(properties)]  # fmt: skip
+            f"--cluster-id={cluster_id}", "-c", str(properties)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         reason = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
