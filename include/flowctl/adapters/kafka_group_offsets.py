@@ -36,7 +36,7 @@ def group_of(pipeline: str) -> str:
     return f"flowctl.{pipeline}"
 
 
-def group_consumer(bootstrap: str, group: str, timeout_s: float = 10.0) -> KafkaConsumer:
+def group_consumer(bootstrap: str, group: str, timeout_s: float = 5.0) -> KafkaConsumer:
     """A consumer that only commits for ``group``: it never subscribes nor joins, so its
     commits are a "simple consumer"'s (generation -1), which the group coordinator accepts
     while no member has joined the group."""
@@ -45,17 +45,21 @@ def group_consumer(bootstrap: str, group: str, timeout_s: float = 10.0) -> Kafka
         group_id=group,
         enable_auto_commit=False,
         request_timeout_ms=int(timeout_s * 1000),
+        bootstrap_timeout_ms=int(timeout_s * 1000),
         client_id=f"{group}-checkpoint",
     )
 
 
-def commit_offsets(consumer: KafkaConsumer, topic: str, offsets: Mapping[int, int]) -> None:
+def commit_offsets(
+    consumer: KafkaConsumer, topic: str, offsets: Mapping[int, int], timeout_s: float = 10.0
+) -> None:
     """Commit ``{partition: next offset}`` of ``topic`` to the consumer's group, once."""
     consumer.commit(
         {
             TopicPartition(topic, p): OffsetAndMetadata(n, "flowctl durable checkpoint", -1)
             for p, n in offsets.items()
-        }
+        },
+        timeout_ms=int(timeout_s * 1000),
     )
 
 
