@@ -71,6 +71,10 @@ class KafkaReadTimeout(TimeoutError):
         )
 
 
+#: A new topic's replication factor: the broker's ``default.replication.factor`` (KIP-464).
+DEFAULT_REPLICATION = -1
+
+
 class KafkaUnavailable(ConnectionError):
     """A health check found no Kafka broker answering, or a failed metadata request."""
 
@@ -181,7 +185,9 @@ def ensure_topics(
             if topic in existing:
                 continue
             try:
-                admin.create_topics([NewTopic(topic, partitions, 1)])
+                # Replication -1: the broker's default.replication.factor (1 on the
+                # embedded broker, 3 on the cluster's, with its min.insync.replicas).
+                admin.create_topics([NewTopic(topic, partitions, DEFAULT_REPLICATION)])
                 log.info("created topic %s with %d partitions", topic, partitions)
             except TopicAlreadyExistsError:  # created concurrently: fine
                 pass

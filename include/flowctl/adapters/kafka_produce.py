@@ -77,13 +77,13 @@ def produce(
     producer = retry_call(
         lambda: KafkaProducer(
             bootstrap_servers=bootstrap,
-            acks=1,
-            # Idempotence needs acks=all; said explicitly, kafka-python does not warn
-            # "Idempotence will be disabled" at every producer.
-            enable_idempotence=False,
-            # Few, large record batches: the embedded Tansu's ListOffsets and fetch cost
-            # grow with a partition's batch count (bench/broker_cost.py). Every chunk ends
-            # with a flush, so the linger only waits while a chunk is still being sent.
+            # Acknowledged means in every in-sync replica (min.insync.replicas of the
+            # cluster's brokers), and a retried send is never written twice.
+            acks="all",
+            enable_idempotence=True,
+            # Few, large record batches: fewer requests, and the Tansu broker's ListOffsets
+            # and fetch cost grow with a partition's batch count (bench/broker_cost.py).
+            # Every chunk ends with a flush, so the linger only waits while a chunk is sent.
             linger_ms=LINGER_MS,
             batch_size=BATCH_BYTES,
             max_request_size=2 * BATCH_BYTES,
