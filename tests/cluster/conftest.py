@@ -84,8 +84,8 @@ def _drop(layout: ClusterLayout) -> None:
 def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """``cluster.up`` on free ports, once for the tests of this package; after them ``down``,
     which must leave no process (an idle cluster left up would share the 2 cores with every
-    later test). Tansu's engine is the cluster's default unless
-    ``FLOWCTL_CLUSTER_TANSU_STORAGE`` names one (``=s3`` runs these tests on moto)."""
+    later test). The broker is the cluster's three Apache Kafka nodes unless
+    ``FLOWCTL_BROKER=tansu`` (then Tansu's engine from ``FLOWCTL_CLUSTER_TANSU_STORAGE``)."""
     home = tmp_path_factory.mktemp("cluster_home")
     pipelines = home / "pipelines"
     write_config(pipelines)
@@ -93,6 +93,7 @@ def process_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
     layout = ClusterLayout.private(
         home,
         f"c_{tag}",
+        broker=ClusterLayout.from_env(home).broker,
         tansu_storage=ClusterLayout.from_env(home).tansu_storage,
         postgres_url=_admin_url(),
         extra_env={

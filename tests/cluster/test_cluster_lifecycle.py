@@ -18,14 +18,17 @@ def test_every_process_is_up_and_up_again_is_a_no_op(process_cluster: Cluster) -
     layout = process_cluster.layout
     rows = {r.name: r for r in cluster.status(layout)}
     expected = {
-        "db", "memcached", "tansu", "redis", "spark-master", "spark-worker-1",
+        "db", "memcached", "redis", "spark-master", "spark-worker-1",
         "spark-worker-2", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
         "airflow-api-server", "airflow-worker-1", "airflow-worker-2",
     }  # fmt: skip
-    if layout.tansu_storage == "s3":
-        expected.add("s3")  # Tansu's store: moto, or the external S3 of AWS_ENDPOINT
+    if layout.broker == "kafka":
+        expected |= {"kafka-1", "kafka-2", "kafka-3"}  # the quorum of three
+        assert "tansu" not in rows and "s3" not in rows
     else:
-        assert "s3" not in rows, rows["s3"]  # the memory engine starts no moto
+        expected.add("tansu")
+        if layout.tansu_storage == "s3":
+            expected.add("s3")  # Tansu's store: moto, or the external S3 of AWS_ENDPOINT
     assert expected <= set(rows), sorted(rows)
     bad = {name: (r.state, r.detail) for name, r in rows.items() if not r.ok}
     assert not bad, bad

@@ -29,7 +29,8 @@ def test_layout_settings_point_at_the_cluster(tmp_path: Path) -> None:
     layout = ClusterLayout(home=tmp_path, spark_master_port=20001, flowctl_db="f1")
     settings = layout.settings
     assert settings.spark_master == "spark://127.0.0.1:20001"
-    assert settings.tansu_storage == "memory"
+    assert settings.broker == "kafka"
+    assert settings.kafka_bootstrap == "127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"
     assert settings.resolved_database_url.endswith("/f1")
     env = layout.airflow_env()
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
@@ -44,7 +45,7 @@ def test_tansu_runs_on_its_memory_engine_unless_the_clusters_own_variable_says_s
 ) -> None:
     from flowctl.services.s3 import durability
 
-    layout = ClusterLayout.from_env(tmp_path, {})
+    layout = ClusterLayout.from_env(tmp_path, {"FLOWCTL_BROKER": "tansu"})
     assert layout.settings.tansu_storage == "memory"
     line = durability(layout.settings)
     assert "NOT durable" in line and "FLOWCTL_CLUSTER_TANSU_STORAGE=s3" in line
@@ -53,9 +54,13 @@ def test_tansu_runs_on_its_memory_engine_unless_the_clusters_own_variable_says_s
 
     assert "FLOWCTL_CLUSTER_TANSU_STORAGE=memory" in S3Service().up(layout.settings)
     # the embedded platform's variable does not switch the cluster
-    embedded = ClusterLayout.from_env(tmp_path, {"FLOWCTL_TANSU_STORAGE": "s3"})
+    embedded = ClusterLayout.from_env(
+        tmp_path, {"FLOWCTL_BROKER": "tansu", "FLOWCTL_TANSU_STORAGE": "s3"}
+    )
     assert embedded.tansu_storage == "memory"
-    on_s3 = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "s3"})
+    on_s3 = ClusterLayout.from_env(
+        tmp_path, {"FLOWCTL_BROKER": "tansu", "FLOWCTL_CLUSTER_TANSU_STORAGE": "s3"}
+    )
     assert on_s3.settings.tansu_storage == "s3"
     named = ClusterLayout.from_env(tmp_path, {"FLOWCTL_CLUSTER_TANSU_STORAGE": "memory"})
     assert named.tansu_storage == "memory"
@@ -72,6 +77,44 @@ def test_a_layout_saved_before_it_recorded_tansus_engine_is_read_as_s3(tmp_path:
     path.write_text(json.dumps(data))
     loaded = ClusterLayout.load(tmp_path)
     assert loaded is not None and loaded.tansu_storage == "s3"
+
+
+def test_a_layout_saved_while_tansu_was_the_broker_still_names_it(tmp_path: Path) -> None:
+    """A cluster started before Apache Kafka ran here recorded one ``kafka_port``: it is
+    read as Tansu's, so that ``cluster down`` stops what runs."""
+    ClusterLayout(home=tmp_path).save()
+    path = tmp_path / "cluster.json"
+    data = json.loads(path.read_text())
+    for key in ("kafka_ports", "kafka_controller_ports", "broker"):
+        del data[key]
+    data["kafka_port"] = 29092
+    path.write_text(json.dumps(data))
+    loaded = ClusterLayout.load(tmp_path)
+    assert loaded is not None and loaded.broker == "tansu"
+    assert loaded.settings.kafka_bootstrap == "127.0.0.1:29092"
+
+
+def test_the_clusters_brokers_are_a_quorum_of_three_replicating_every_topic(
+    tmp_path: Path,
+) -> None:
+    from flowctl.services import cluster_kafka
+
+    layout = ClusterLayout.private(tmp_path, "q")
+    brokers = cluster_kafka.quorum(layout)
+    assert [n.node_id for n in brokers.nodes] == [1, 2, 3]
+    props = dict(
+        line.split("=", 1) for line in brokers.server_properties(brokers.nodes[1]).splitlines()
+    )
+    voters = ",".join(
+        f"{i}@127.0.0.1:{p}" for i, p in enumerate(layout.kafka_controller_ports, start=1)
+    )
+    assert props["node.id"] == "2" and props["controller.quorum.voters"] == voters
+    assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
+    assert props["transaction.state.log.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert props["log.dirs"] == str(tmp_path / "kafka-2" / "log")
+    assert props["auto.create.topics.enable"] == "false"
+    assert cluster_kafka.cluster_id(layout) == cluster_kafka.cluster_id(layout)  # kept
 
 
 def test_a_bad_tansu_engine_is_refused_by_name(tmp_path: Path) -> None:

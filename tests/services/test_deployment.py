@@ -18,7 +18,8 @@ PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
 def _cluster_home(home: Path, marker: str | None = "spark-master.pid", **layout: object) -> None:
     """What ``cluster up`` leaves in a home: the saved layout and (while up) PID files."""
-    ClusterLayout(home=home, kafka_port=19092, **layout).save()  # type: ignore[arg-type]
+    ports = {"kafka_ports": (19092, 19192, 19292), "kafka_controller_ports": (19093, 19193, 19293)}
+    ClusterLayout(home=home, **{**ports, **layout}).save()  # type: ignore[arg-type]
     if marker:
         (home / "run").mkdir(parents=True, exist_ok=True)
         (home / "run" / marker).write_text("123 0\n")
@@ -41,7 +42,7 @@ def test_a_saved_layout_without_pid_files_is_a_cluster_that_is_down(tmp_path: Pa
 @pytest.mark.parametrize("marker", ["spark-master.pid", "airflow-scheduler.pid"])
 def test_a_running_cluster_supplies_database_and_broker(tmp_path: Path, marker: str) -> None:
     # S3, not the embedded platform's default engine: the assertion tells whose was taken
-    _cluster_home(tmp_path, marker, tansu_storage="s3")
+    _cluster_home(tmp_path, marker, broker="tansu", tansu_storage="s3")
     chosen = choose(Settings(home=tmp_path))
     assert chosen.name == "cluster"
     assert chosen.settings.resolved_database_url.endswith("/flowctl_cluster")
@@ -53,8 +54,16 @@ def test_a_running_cluster_supplies_database_and_broker(tmp_path: Path, marker: 
     assert "flowctl_cluster" in chosen.describe()
 
 
+def test_a_running_cluster_supplies_its_three_brokers(tmp_path: Path) -> None:
+    _cluster_home(tmp_path)
+    chosen = choose(Settings(home=tmp_path))
+    assert chosen.settings.broker == "kafka"
+    assert chosen.settings.kafka_bootstrap == "127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292"
+    assert "broker 127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292" in chosen.describe()
+
+
 def test_explicit_settings_win_over_the_clusters(tmp_path: Path) -> None:
-    _cluster_home(tmp_path, tansu_storage="s3")  # not the embedded default: see below
+    _cluster_home(tmp_path, broker="tansu", tansu_storage="s3")  # not the embedded default
     mine = Settings(home=tmp_path, database_url="sqlite:///x.db", kafka_port=9999)
     explicit = explicit_fields({"database_url", "home"}, env={"FLOWCTL_KAFKA_PORT": "9999"})
     assert explicit == {"database_url", "kafka_port"}

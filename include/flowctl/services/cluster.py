@@ -204,6 +204,34 @@ def _daemon(
     )
 
 
+def kafka_daemons(layout: ClusterLayout, for_start: bool = False) -> list[ClusterDaemon]:
+    """The three Apache Kafka nodes (:mod:`flowctl.services.cluster_kafka`); none when the
+    layout's broker is Tansu (a service of ``manager``). ``for_start``: their config
+    written and their logs formatted."""
+    if layout.broker != "kafka":
+        return []
+    from flowctl.services import cluster_kafka
+    from flowctl.services.kafka import kafka_health
+
+    brokers = cluster_kafka.quorum(layout)
+    if for_start:
+        formatted_with = cluster_kafka.cluster_id(layout)
+        for node in brokers.nodes:
+            brokers.prepare(node, formatted_with)
+    return [
+        _daemon(
+            layout,
+            f"kafka-{node.node_id}",
+            brokers.argv(node, for_start),
+            node.port,
+            functools.partial(kafka_health, node.address),
+            {},
+            start_timeout=180.0,  # three JVMs at once, and a quorum to elect
+        )
+        for node in brokers.nodes
+    ]
+
+
 def redis_daemon(layout: ClusterLayout) -> ClusterDaemon:
     """Our own ``redis-server`` (no persistence) when none answers at the layout's URL."""
     port = urlsplit(layout.redis_url).port or 6379
@@ -368,6 +396,8 @@ def up(layout: ClusterLayout) -> list[str]:
             messages += _start_all([redis_daemon(layout)], started)
         else:
             messages.append(f"redis: using the one at {layout.redis_url}")
+        # All three at once: a node answers only once a quorum of them has formed.
+        messages += _start_all(kafka_daemons(layout, for_start=True), started)
         messages += manager.up(settings)
         messages.append(ship_code(layout))
         spark = spark_daemons(layout)
@@ -389,7 +419,12 @@ def up(layout: ClusterLayout) -> list[str]:
 
 def all_daemons(layout: ClusterLayout) -> list[ClusterDaemon]:
     """Every process of the cluster in start order (services of ``manager`` aside)."""
-    return [redis_daemon(layout), *spark_daemons(layout), *airflow_daemons(layout)]
+    return [
+        redis_daemon(layout),
+        *kafka_daemons(layout),
+        *spark_daemons(layout),
+        *airflow_daemons(layout),
+    ]
 
 
 #: Seconds ``down`` gives the scheduler to close the runs of cleanly stopped topologies.
@@ -430,7 +465,13 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     messages: list[str] = []
     stop_topologies(layout.settings, messages.append, timeout=60.0)
     close_open_runs(layout, messages.append)
-    messages += [d.down() for d in reversed(all_daemons(layout))]
+    brokers = kafka_daemons(layout)
+    names = {d.name for d in brokers}
+    messages += [d.down() for d in reversed(all_daemons(layout)) if d.name not in names]
+    # The brokers together: the last ones of a quorum stopped one by one wait for a
+    # controller that is gone before they give up their controlled shutdown.
+    with ThreadPoolExecutor(max_workers=len(brokers) or 1) as pool:
+        messages += list(pool.map(lambda d: d.down(), brokers))
     # after Airflow: no task is left to submit a driver again
     end_detached_drivers(layout.settings, messages.append)
     messages += manager.down(layout.settings)
@@ -447,7 +488,11 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
 
 def status(layout: ClusterLayout) -> list[ServiceStatus]:
     """One row per process, plus the services of ``manager`` and the broker."""
-    rows = manager.status(layout.settings)
+    rows = [
+        row
+        for row in manager.status(layout.settings)
+        if not (row.name == "kafka" and layout.broker == "kafka")  # the kafka-<n> rows say it
+    ]
     redis = redis_daemon(layout)
     if redis.running() is None:
         try:
@@ -464,7 +509,14 @@ def status(layout: ClusterLayout) -> list[ServiceStatus]:
 def log_durability(layout: ClusterLayout) -> str:
     """Where the cluster's broker log lives and whether it is durable: ``up`` ends with it
     (an ``AWS_ENDPOINT`` alone does not move the log to S3) and so does ``status``."""
-    return durability(layout.settings)
+    if layout.broker != "kafka":
+        return durability(layout.settings)
+    dirs = ", ".join(str(layout.home / f"kafka-{i}" / "log") for i in range(1, 4))
+    return (
+        f"log: on disk in {dirs}, each record on 3 brokers (acknowledged once on 2: "
+        "min.insync.replicas); it survives a broker's kill or restart and `cluster down`; "
+        "`cluster down --purge` deletes it"
+    )
 
 
 def healthy(layout: ClusterLayout) -> bool:

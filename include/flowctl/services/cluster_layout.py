@@ -29,7 +29,7 @@ from flowctl.core.slot_plan import DEFAULT_PLAN
 
 #: docker-compose.yaml service -> the process cluster's component that plays its part.
 COMPOSE_SERVICES: dict[str, str] = {
-    "kafka": "kafka",
+    "kafka": "kafka-1",
     "memcached": "memcached",
     "postgres": "db",
     "redis": "redis",
@@ -88,9 +88,12 @@ class ClusterLayout:
 
     home: Path
     host: str = "127.0.0.1"
-    kafka_port: int = 9092
-    kafka_controller_port: int = 9093
-    #: The broker (``FLOWCTL_BROKER``): ``kafka``, Apache Kafka with its log on disk in the
+    #: The brokers' client and KRaft controller ports: three Apache Kafka nodes, each broker
+    #: and controller (flowctl.services.cluster_kafka); with ``broker`` ``tansu``, the
+    #: first port is Tansu's.
+    kafka_ports: tuple[int, ...] = (9092, 9192, 9292)
+    kafka_controller_ports: tuple[int, ...] = (9093, 9193, 9293)
+    #: The broker (``FLOWCTL_BROKER``): ``kafka``, Apache Kafka with its logs on disk in the
     #: cluster's home, or ``tansu``, the former stand-in (:attr:`tansu_storage`).
     broker: str = "kafka"
     s3_port: int = 9000
@@ -122,6 +125,11 @@ class ClusterLayout:
     tansu_storage: str = DEFAULT_TANSU_STORAGE
 
     def __post_init__(self) -> None:
+        if len(self.kafka_ports) != len(self.kafka_controller_ports) or not self.kafka_ports:
+            raise ValueError(
+                f"kafka_ports={self.kafka_ports!r} and kafka_controller_ports="
+                f"{self.kafka_controller_ports!r} must name the same number of brokers"
+            )
         if self.tansu_storage not in TANSU_STORAGES:
             raise ValueError(
                 f"tansu_storage={self.tansu_storage!r} must be one of {', '.join(TANSU_STORAGES)}"
@@ -131,6 +139,11 @@ class ClusterLayout:
     @property
     def spark_master_url(self) -> str:
         return f"spark://{self.host}:{self.spark_master_port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The bootstrap servers of the cluster's brokers (all of them: any may be down)."""
+        return ",".join(f"{self.host}:{p}" for p in self.kafka_ports)
 
     @property
     def queue(self) -> str:
@@ -150,8 +163,11 @@ class ClusterLayout:
         return Settings(
             home=self.home,
             host=self.host,
-            kafka_port=self.kafka_port,
-            kafka_controller_port=self.kafka_controller_port,
+            kafka_port=self.kafka_ports[0],
+            kafka_controller_port=self.kafka_controller_ports[0],
+            # Apache Kafka's three brokers run as the cluster's own processes: to the
+            # platform's services they are a Kafka it checks and does not start.
+            kafka_bootstrap_servers=self.kafka_bootstrap if self.broker == "kafka" else "",
             broker=self.broker,
             tansu_storage=self.tansu_storage,
             tansu_storage_variable=STORAGE_VARIABLE,
@@ -299,8 +315,6 @@ class ClusterLayout:
         ports: dict[str, Any] = {
             name: free_port()
             for name in (
-                "kafka_port",
-                "kafka_controller_port",
                 "s3_port",
                 "memcached_port",
                 "airflow_port",
@@ -311,6 +325,8 @@ class ClusterLayout:
             )
         }
         ports["spark_worker_ui_ports"] = (free_port(), free_port())
+        ports["kafka_ports"] = (free_port(), free_port(), free_port())
+        ports["kafka_controller_ports"] = (free_port(), free_port(), free_port())
         ports["celery_log_ports"] = (free_port(), free_port())
         databases = {"flowctl_db": f"flowctl_{tag}", "airflow_db": f"airflow_{tag}"}
         return cls(home=home, **{**ports, **databases, **overrides})
@@ -324,8 +340,12 @@ class ClusterLayout:
             return None
         data["home"] = Path(data["home"])
         data.setdefault("tansu_storage", UNRECORDED_TANSU_STORAGE)
-        data.setdefault("broker", "tansu")  # a layout saved before Apache Kafka ran here
-        for key in ("spark_worker_ui_ports", "celery_log_ports"):
+        if "kafka_port" in data:  # a layout saved while Tansu was the cluster's broker
+            data["broker"] = "tansu"
+            data["kafka_ports"] = (data.pop("kafka_port"),)
+            data["kafka_controller_ports"] = (0,)
+        for key in ("spark_worker_ui_ports", "celery_log_ports", "kafka_ports",
+                    "kafka_controller_ports"):  # fmt: skip
             data[key] = tuple(data[key])
         return cls(**data)
 
@@ -344,8 +364,8 @@ class ClusterLayout:
         return cls(
             home=s.home,
             host=s.host,
-            kafka_port=s.kafka_port,
-            kafka_controller_port=s.kafka_controller_port,
+            kafka_ports=tuple(s.kafka_port + 100 * i for i in range(3)),
+            kafka_controller_ports=tuple(s.kafka_controller_port + 100 * i for i in range(3)),
             broker=s.broker,
             s3_port=s.s3_port,
             memcached_port=s.memcached_port,

@@ -32,6 +32,9 @@ def state_paths(layout: ClusterLayout) -> list[Path]:
         layout.home / "dist",
         layout.spark_conf_dir,
         layout.path,
+        # the brokers' logs and their cluster id (flowctl.services.cluster_kafka)
+        *(layout.home / f"kafka-{i}" for i in range(1, len(layout.kafka_ports) + 1)),
+        layout.home / "kafka-cluster-id",
     ]
 
 

@@ -27,6 +27,8 @@ CLUSTER_MARKERS = ("spark-master.pid", "airflow-scheduler.pid")
 CLUSTER_FIELDS = {
     "database_url": "FLOWCTL_DATABASE_URL",
     "kafka_port": "FLOWCTL_KAFKA_PORT",
+    "kafka_bootstrap_servers": "FLOWCTL_KAFKA_BOOTSTRAP",
+    "broker": "FLOWCTL_BROKER",
     "tansu_storage": "FLOWCTL_TANSU_STORAGE",
     "s3_port": "FLOWCTL_S3_PORT",
     "memcached_port": "FLOWCTL_MEMCACHED_PORT",
@@ -77,8 +79,12 @@ def choose(settings: Settings, explicit: Collection[str] = ()) -> Deployment:
     if layout is None:
         return Deployment("embedded", settings)
     cluster = layout.settings
+    if "kafka_port" in explicit:  # one broker named by its port: not the cluster's three
+        explicit = {*explicit, "kafka_bootstrap_servers"}
     taken = {f: getattr(cluster, f) for f in CLUSTER_FIELDS if f not in explicit}
     if "tansu_storage" in taken:  # and the variable that chose it, for its messages
         taken["tansu_storage_variable"] = cluster.tansu_storage_variable
-    kept = tuple(sorted(f for f in CLUSTER_FIELDS if f in explicit))
+    kept = tuple(
+        sorted(f for f in CLUSTER_FIELDS if f in explicit and f != "kafka_bootstrap_servers")
+    )
     return Deployment("cluster", dataclasses.replace(settings, **taken), kept)
