@@ -27,8 +27,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
 
+BROKERS = ("kafka-1", "kafka-2", "kafka-3")
 INFRA_SERVICES = (
-    "kafka",
+    *BROKERS,
     "memcached",
     "postgres",
     "spark-master",
@@ -273,7 +274,7 @@ def test_platform_connections_and_settings_agree(rendered: dict, name: str) -> N
     kafka = json.loads(env["AIRFLOW_CONN_FLOWCTL_KAFKA"])
     assert kafka["conn_type"] == "kafka"
     bootstrap = kafka["extra"]["bootstrap.servers"]
-    assert bootstrap == "kafka:9092"
+    assert bootstrap == "kafka-1:9092,kafka-2:9092,kafka-3:9092"  # any of three may be down
 
     memcached = json.loads(env["AIRFLOW_CONN_FLOWCTL_MEMCACHED"])
     assert memcached == {"conn_type": "generic", "host": "memcached", "port": 11211}
@@ -292,7 +293,7 @@ def test_platform_connections_and_settings_agree(rendered: dict, name: str) -> N
     assert str(settings.home).startswith(AIRFLOW_HOME)
 
     # Every host named in them is a service of this file.
-    for host in ("kafka", "memcached", "postgres", "spark-master"):
+    for host in (*BROKERS, "memcached", "postgres", "spark-master"):
         assert host in services
 
 
@@ -320,15 +321,16 @@ def test_postgres_holds_both_databases(rendered: dict) -> None:
     assert airflow_url.rsplit("/", 1)[1] != flowctl_url.rsplit("/", 1)[1]
 
 
-def test_kafka_listeners_reach_containers_and_host(rendered: dict) -> None:
-    kafka = rendered["services"]["kafka"]
+@pytest.mark.parametrize("name", BROKERS)
+def test_kafka_listeners_reach_containers_and_host(rendered: dict, name: str) -> None:
+    kafka = rendered["services"][name]
     env = _env(kafka)
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
     assert kafka["image"].startswith("apache/kafka:")
     advertised = dict(
         reversed(item.split("://", 1)) for item in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
     )
-    assert advertised["kafka:9092"] == "PLAINTEXT"
+    assert advertised[f"{name}:9092"] == "PLAINTEXT"
     listeners = {
         name: int(address.rsplit(":", 1)[1])
         for name, address in (item.split("://", 1) for item in env["KAFKA_LISTENERS"].split(","))
@@ -345,6 +347,26 @@ def test_kafka_listeners_reach_containers_and_host(rendered: dict) -> None:
     )
     assert set(listeners) <= set(protocols)
     assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] in listeners
+
+
+def test_the_brokers_are_a_quorum_of_three_at_the_pinned_version(rendered: dict) -> None:
+    """Three KRaft nodes voting together, every topic on three of them and acknowledged on
+    two, at the Kafka version the embedded broker and `flowctl cluster` run."""
+    from flowctl.services.kafka_node import version
+
+    services = rendered["services"]
+    envs = [_env(services[name]) for name in BROKERS]
+    assert sorted(env["KAFKA_NODE_ID"] for env in envs) == ["1", "2", "3"]
+    voters = {env["KAFKA_CONTROLLER_QUORUM_VOTERS"] for env in envs}
+    assert voters == {"1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"}
+    for env in envs:
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert {services[name]["image"] for name in BROKERS} == {f"apache/kafka:{version()}"}
+    published = [_published(services[name], 9094) for name in BROKERS]
+    assert len(set(published)) == 3, published
 
 
 def test_every_long_running_service_has_a_healthcheck(rendered: dict) -> None:
@@ -384,7 +406,7 @@ def test_dependencies_wait_on_health_or_completion(rendered: dict) -> None:
 def test_named_volumes_hold_the_state(rendered: dict) -> None:
     declared = set(rendered.get("volumes") or {})
     expected = {
-        "kafka": "/var/lib/kafka/data",
+        "kafka-1": "/var/lib/kafka/data",
         "postgres": "/var/lib/postgresql/data",
         "airflow-scheduler": f"{AIRFLOW_HOME}/logs",
     }

@@ -29,7 +29,9 @@ from flowctl.core.slot_plan import DEFAULT_PLAN
 
 #: docker-compose.yaml service -> the process cluster's component that plays its part.
 COMPOSE_SERVICES: dict[str, str] = {
-    "kafka": "kafka-1",
+    "kafka-1": "kafka-1",
+    "kafka-2": "kafka-2",
+    "kafka-3": "kafka-3",
     "memcached": "memcached",
     "postgres": "db",
     "redis": "redis",
