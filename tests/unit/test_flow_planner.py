@@ -10,6 +10,7 @@ import pytest
 
 from flowctl.adapters.memcached_store import LaneFeedback as FeedbackStore
 from flowctl.core.clock import FakeClock
+from flowctl.core.persistence import create_queue, mrwq_namespace
 from flowctl.core.spout_contract import LaneResult, Outcome
 from flowctl.core.tuples import TopicPartition
 from flowctl.spark.flow import channels
@@ -30,6 +31,7 @@ def _planner(
     planner = FlowPlanner(
         settings, store=store, ends=FakeEnds({EDEN: ends}), state=state, clock=FakeClock()
     )
+    create_queue(store, mrwq_namespace("demo"), "epoch-1")  # as the driver's flusher does
     return planner, store, state
 
 
@@ -141,6 +143,32 @@ def test_the_control_key_holds_admission_and_a_new_rebuild_rebuilds_the_spout(
     end = planner.latest_offset(start)
     assert decode_plan(end, EDEN, "demo") and state.builds == 2
     assert _state(planner, store).rebuild == 1
+
+
+def test_a_rebuild_waits_until_what_was_queued_is_flushed_and_admits_nothing_meanwhile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gap's rebuild reads applied_ranges: results still queued (a retried task's, after
+    the resync) must be in the database first, or the spout cuts their ranges again."""
+    planner, store, state = _planner(tmp_path, {0: 30})
+    ctl = channels.control_key(planner.settings.ns)
+    ns = mrwq_namespace("demo")
+    store.set_json(ctl, Control(admit=True, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    store.incr(f"{ns}:tail", 3)  # three results queued, not flushed (head stays 1)
+    store.set_json(ctl, Control(admit=True, rebuild=1).encode())
+    with caplog.at_level(logging.WARNING, "flowctl.spark.flow.planner"):
+        assert planner.latest_offset(start) == start  # no batch while the rebuild waits
+        assert planner.latest_offset(start) == start
+    assert state.builds == 1 and planner.rebuild_pending
+    waits = [r for r in caplog.records if "rebuild 1 waits" in r.getMessage()]
+    assert len(waits) == 1 and "flushed up to item 3" in waits[0].getMessage()
+    store.incr(f"{ns}:tail", 2)  # queued after the request: not waited for
+    store.set_many({f"{ns}:head": b"4"})  # the flusher reached past item 3
+    end = planner.latest_offset(start)
+    assert state.builds == 2 and not planner.rebuild_pending
+    assert decode_plan(end, EDEN, "demo")  # admitting again, from the rebuilt spout
 
 
 def test_lanes_given_at_activation_are_planned_from_the_rebuild_on(tmp_path: Path) -> None:

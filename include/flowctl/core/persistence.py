@@ -153,14 +153,55 @@ def item_key(ns: str, seq: int) -> str:
     return f"{ns}:item:{seq}"
 
 
-def queue_length(store: Store, ns: str) -> int | None:
-    """Items appended and not flushed, by the counters in the store (``None``: unknown)."""
+def queue_counters(store: Store, ns: str) -> tuple[int | None, int | None]:
+    """``(tail, head)``: the last sequence number appended, and the next one to flush (the
+    flusher stores it once the items before it are in the database, or skipped by a
+    resync); ``None`` where the store does not know it."""
     _, tail_key, head = control_keys(ns)
     tail = store.incr(tail_key, 0)
-    flushed_to = decode_counter(store.get_many([head]).get(head))
+    return tail, decode_counter(store.get_many([head]).get(head))
+
+
+def queue_length(store: Store, ns: str) -> int | None:
+    """Items appended and not flushed, by the counters in the store (``None``: unknown)."""
+    tail, flushed_to = queue_counters(store, ns)
     if tail is None or flushed_to is None:
         return None
     return max(0, tail - flushed_to + 1)
+
+
+class FlushBarrier:
+    """Holds a rebuild of the spout until the MRWQ is flushed past what was queued when the
+    rebuild was asked for.
+
+    A rebuild (after a gap) cuts everything not durable again from the database's
+    ``applied_ranges``. Results of tuples still in flight at the gap's repair (a Spark
+    task retried after an executor was lost, the rest of the batch) reach the queue after
+    the resync and are flushed normally; read before they are flushed, the database says
+    their ranges are not applied, the rebuilt spout cuts them again, and where the first
+    cut had stopped at the log's end then (``[53872, 54000)``) the new one does not
+    (``[53500, 54000)``): a range that partially overlaps an applied one, which the sink
+    refuses (docs/flow-control.md, "A rebuild waits for the queue"). Past the barrier, every
+    result queued before the rebuild was asked for is in the database (or skipped by a
+    resync, and so dispatched again): the rebuilt spout cuts around what is applied.
+    """
+
+    def __init__(self) -> None:
+        #: The tail when the rebuild was first asked for (``None``: no rebuild waiting).
+        self.upto: int | None = None
+
+    def passed(self, tail: int | None, head: int | None) -> bool:
+        """Whether the queue is flushed past the tail seen at the first call (counters
+        from :func:`queue_counters`; unknown ones never pass)."""
+        if self.upto is None:
+            if tail is None:
+                return False
+            self.upto = tail
+        return head is not None and head > self.upto
+
+    def clear(self) -> None:
+        """The rebuild is done: the next one takes a new tail."""
+        self.upto = None
 
 
 def mrwq_result(

@@ -48,6 +48,7 @@ class HandoverPlanning:
     if TYPE_CHECKING:  # FlowPlanner's
 
         def state(self) -> FlowState: ...
+        def _flushed_for_rebuild(self, rebuild: int) -> bool: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
     def build_spout(
@@ -111,6 +112,10 @@ class HandoverPlanning:
         rebuild = ctl.rebuild
         if rebuild is not None and rebuild != self.rebuild_seen:
             if self.rebuild_seen is not None and self.spout is not None:
+                # From the database (not from blue's frontier, above which blue cut
+                # nothing): only once what was in flight is flushed (FlushBarrier).
+                if not overlap and not self._flushed_for_rebuild(rebuild):
+                    return  # asked again next batch; nothing is admitted meanwhile
                 log.warning(
                     "flow %s: rebuild %s requested (%s): dispatching everything not durable again",
                     self.settings.topology_id,
