@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import secrets
 import shutil
 import signal
@@ -41,7 +42,7 @@ from flowctl.services.ports import free_port
 
 @dataclasses.dataclass
 class Platform:
-    """Private services (Tansu, memcached) and a SQLite database under a tmp home (or the
+    """Private services (the broker, memcached) and a SQLite database under a tmp home (or the
     SQLAlchemy URL ``database``: another deployment's database)."""
 
     settings: Settings
@@ -82,7 +83,8 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 @contextlib.contextmanager
 def platform_up(keep: bool = False, memcached_memory_mb: int = 128) -> Iterator[Platform]:
-    """Tansu + memcached on free ports in a tmp home; stopped (and the home removed) on exit.
+    """The broker (Apache Kafka; Tansu with ``FLOWCTL_BROKER=tansu``) + memcached on free
+    ports in a tmp home; stopped (and the home removed) on exit.
 
     ``memcached_memory_mb``: 128 for the short experiments; a soak passes the platform's
     default (:class:`flowctl.config.Settings`).
@@ -95,13 +97,15 @@ def platform_up(keep: bool = False, memcached_memory_mb: int = 128) -> Iterator[
     settings = Settings(
         home=home,
         kafka_port=free_port(),
+        kafka_controller_port=free_port(),
         memcached_port=free_port(),
         memcached_memory_mb=memcached_memory_mb,
+        broker=os.environ.get("FLOWCTL_BROKER") or "kafka",
     )
     started: list[str] = []
     try:
-        settings = _start(settings, "tansu", "kafka_port")
-        started.append("tansu")
+        settings = _start(settings, settings.broker, "kafka_port")
+        started.append(settings.broker)
         settings = _start(settings, "memcached", "memcached_port")
         started.append("memcached")
         plat = Platform(settings, home)
