@@ -43,7 +43,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, nested: bool = False
     group = parser.add_argument_group("settings (override FLOWCTL_* variables)")
     group.add_argument("--home", type=Path, default=default, help="state dir (FLOWCTL_HOME)")
     group.add_argument(
-        "--kafka-port", type=_port, default=default, help="Tansu port (FLOWCTL_KAFKA_PORT)"
+        "--kafka-port", type=_port, default=default, help="the embedded broker's port (FLOWCTL_KAFKA_PORT)"
     )
     group.add_argument(
         "--memcached-port",
@@ -60,7 +60,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, nested: bool = False
         "--tansu-storage",
         choices=("memory", "s3"),
         default=default,
-        help="Tansu storage engine (FLOWCTL_TANSU_STORAGE)",
+        help="Tansu's storage engine, with FLOWCTL_BROKER=tansu (FLOWCTL_TANSU_STORAGE)",
     )
 
 
