@@ -43,7 +43,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser, nested: bool = False
     group = parser.add_argument_group("settings (override FLOWCTL_* variables)")
     group.add_argument("--home", type=Path, default=default, help="state dir (FLOWCTL_HOME)")
     group.add_argument(
-        "--kafka-port", type=_port, default=default, help="the embedded broker's port (FLOWCTL_KAFKA_PORT)"
+        "--kafka-port",
+        type=_port,
+        default=default,
+        help="the embedded broker's port (FLOWCTL_KAFKA_PORT)",
     )
     group.add_argument(
         "--memcached-port",
