@@ -43,6 +43,7 @@ CPU_ROLES: tuple[tuple[str, str], ...] = (
     ("SparkSubmit", "driver (JVM)"),  # before the script's path, which its command line holds
     ("spark_jobs/", "driver (Python)"),
     ("bench/jobs/", "driver (Python)"),  # the baseline job
+    ("kafka.Kafka", "broker (Apache Kafka)"),
     ("tansu", "broker (Tansu)"),
     ("memcached", "memcached"),
     ("py-spy", "profiler"),

@@ -100,6 +100,7 @@ CLUSTER_ROLES: tuple[tuple[str, str], ...] = (
         "this bench (sampling, the exact check)",
     ),  # first: its flags say tansu
     ("moto.server", "S3 (moto)"),
+    ("kafka.Kafka", "brokers (Apache Kafka)"),
     ("tansu", "broker (Tansu)"),
     ("memcached", "memcached"),
     ("pyspark.daemon", "Spark Python workers"),
