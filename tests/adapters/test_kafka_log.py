@@ -1,4 +1,4 @@
-"""kafka_log against the real embedded broker (Tansu): topics, exact offsets, range reads
+"""kafka_log against the real embedded broker (Apache Kafka): topics, exact offsets, range reads
 (the range reads over both of the lanes' readers, kafka-python and librdkafka)."""
 
 from __future__ import annotations

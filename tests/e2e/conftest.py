@@ -1,4 +1,4 @@
-"""End-to-end tests: the real Airflow (``dag.test()``), Spark local, Tansu, SQLite."""
+"""End-to-end tests: the real Airflow (``dag.test()``), Spark local, Apache Kafka, SQLite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reconcile DAG end to end: a real PySpark batch (spark-submit), Tansu and SQLite.
+"""The reconcile DAG end to end: a real PySpark batch (spark-submit), Apache Kafka and SQLite.
 
 The database is brought into the states a running stream leaves behind, through the
 real sink and applied-ranges adapters: a prefix of every partition applied under the

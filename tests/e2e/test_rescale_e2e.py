@@ -1,4 +1,4 @@
-"""Blue-green replacement end to end: real Airflow, Spark topologies, Tansu and SQLite.
+"""Blue-green replacement end to end: real Airflow, Spark topologies, Apache Kafka and SQLite.
 
 1. blue runs at 2 lanes and is overloaded (every tuple takes ``SLOW_S``, as the paper's
    experiment slowed its bolts, and text arrives faster than two lanes count it);

@@ -1,7 +1,7 @@
 """A stream task whose task runner is SIGKILLed: its retry reattaches to the running topology.
 
 The embedded platform as ``flowctl demo up`` runs it (``airflow standalone``: scheduler,
-LocalExecutor, api-server; Spark local; Tansu and memcached of the session), in a home of
+LocalExecutor, api-server; Spark local; Apache Kafka and memcached of the session), in a home of
 its own. A stream run counts text while a feeder keeps producing; the test SIGKILLs the
 task's runner process (the process executing the operator, not the driver). The topology
 keeps counting while no task follows it; Airflow retries the task, and the retry

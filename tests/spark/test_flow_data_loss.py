@@ -1,13 +1,13 @@
-"""Data loss and read errors under a running flow-controlled topology (spark-submit, Tansu).
+"""Data loss and read errors under a running flow-controlled topology (spark-submit,
+Apache Kafka).
 
 One topology run per setting of ``[topics] on_data_loss``: Eden deleted and recreated
 under it (a reset log). Under ``fail`` and under ``skip`` alike the topology stops FAILED,
 the range named per partition in the task log and stored as its cause for the metrics
-page; nothing is skipped, nothing of the new log is counted. Tansu has no DeleteRecords
-and no retention, so the log-start case (a start past the checkpoint, where ``skip``
-records the range and goes on) is covered by the planner's unit tests, and a topic
-deleted for good cannot be had either: the clients' metadata requests create it again
-(a reset log). Persistent read errors: tests/unit/test_flow_planner_guard.py.
+page; nothing is skipped, nothing of the new log is counted. The log-start case (a start
+moved past the checkpoint by DeleteRecords or retention, where ``skip`` records the range
+and goes on): tests/spark/test_flow_log_start.py. Persistent read errors:
+tests/unit/test_flow_planner_guard.py.
 
 The two topologies (one per setting, each with its own pipeline and database) are
 started together by one module fixture, so their start-ups overlap instead of adding up;

@@ -208,9 +208,9 @@ def test_a_paused_broker_stalls_the_topology_and_resuming_heals_it(
         job=job,
         what="the first durable records",
     )
-    (tansu,) = manager.status(flow.settings, only="tansu")
-    assert tansu.pid is not None
-    os.kill(tansu.pid, signal.SIGSTOP)
+    (broker,) = manager.status(flow.settings, only=flow.settings.broker)
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGSTOP)
     try:
         wait_for(
             lambda: (_health(flow, tid) or ("",))[0] == "STALLED",
@@ -219,7 +219,7 @@ def test_a_paused_broker_stalls_the_topology_and_resuming_heals_it(
             what="the topology STALLED while the broker is paused",
         )
     finally:
-        os.kill(tansu.pid, signal.SIGCONT)
+        os.kill(broker.pid, signal.SIGCONT)
     _, cause = _health(flow, tid)  # type: ignore[misc]
     assert cause is not None and "nothing durable for" in cause
     wait_for(

@@ -1,5 +1,5 @@
 """A lane's reads (``flowctl.spark.flow.lane_read.prefetch``) over both readers against the
-real broker (Tansu): contiguous tuples read as one span and split back by offset, tuples
+real broker (Apache Kafka): contiguous tuples read as one span and split back by offset, tuples
 over transaction markers, a tuple of markers only, a read that fails its span only, and
 librdkafka's consumer left unassigned after a task's reads."""
 

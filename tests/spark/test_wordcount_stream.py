@@ -1,4 +1,4 @@
-"""The word-count stream job (flow-controlled) end to end: spark-submit, Tansu, memcached,
+"""The word-count stream job (flow-controlled) end to end: spark-submit, Apache Kafka, memcached,
 SQLite, stop signal, rerun.
 
 One test, two spark-submit runs (one Spark at a time). The pipeline config is
