@@ -1,4 +1,4 @@
-"""The baseline job: its command line and, end to end, spark-submit, Apache Kafka, SQLite, stop signal.
+"""The baseline job: its command line and, end to end, spark-submit, Kafka, SQLite, stop signal.
 
 One Spark run. The pipeline config is a copy of the shipped word count under
 a unique name, so its topic and results do not mix with other tests sharing

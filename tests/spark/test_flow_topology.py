@@ -1,4 +1,4 @@
-"""The flow-controlled topology end to end: spark-submit, Apache Kafka, memcached, SQLite/PostgreSQL.
+"""The flow-controlled topology end to end: spark-submit, Kafka, memcached, SQLite/PostgreSQL.
 
 Every test runs one topology at a time (two cores for the whole machine) on a pipeline
 of its own (a renamed copy of a shipped config), so its topics never meet another
