@@ -3,8 +3,9 @@
 One topology run (two cores: one run covers every case). Before it starts (backlog) and
 while it runs (live), librdkafka (confluent-kafka) writes into the wordcount copy's Eden:
 every codec (none, gzip, snappy, lz4, zstd), idempotent and not, keyed records with
-headers, tombstones and empty values among them, and committed transactions, whose
-markers are offsets without a record inside tuples and at the end of the log. The
+headers, tombstones and empty values among them, and transactions, a third of them
+aborted, whose markers and aborted records are offsets a read_committed reader is never
+handed, inside tuples and at the end of the log. The
 counts must be exact, the checkpoint must reach the log's end over the markers, and
 reconcile must find no difference, counting every record and naming the markers gaps.
 The run is made once per reader (``[flow] reader``: kafka-python, librdkafka, for the lanes'
@@ -28,7 +29,7 @@ import pytest
 from flowctl.adapters import kafka_ends, kafka_log
 from flowctl.pipelines.config_sections import KAFKA_PYTHON, LANE_READERS, LIBRDKAFKA
 from flowctl.pipelines.wordcount import count_values
-from tests.librdkafka import CODECS, Rec, produce
+from tests.librdkafka import CODECS, Rec, committed_of, produce
 from tests.local_spark import local_session
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
@@ -69,7 +70,8 @@ def _records(n: int, seed: int) -> list[Rec]:
 
 
 def _write_round(bootstrap: str, eden: str, seed: int) -> list[Rec]:
-    """Every codec, idempotent and not, then committed transactions of 15 records."""
+    """Every codec, idempotent and not, then transactions of 15 records, a third of them
+    aborted; returns the records a read_committed reader gets."""
     written: list[Rec] = []
     for c, codec in enumerate(CODECS):
         for idempotent in (False, True):
@@ -84,8 +86,9 @@ def _write_round(bootstrap: str, eden: str, seed: int) -> list[Rec]:
         compression="zstd",
         transactional_id=f"flowctl-test-{secrets.token_hex(4)}",
         per_transaction=15,
+        abort_every=3,  # a third aborted: read_committed never hands them over
     )
-    return written + txn
+    return written + committed_of(txn, per_transaction=15, abort_every=3)
 
 
 @pytest.mark.parametrize("reader", LANE_READERS)
