@@ -12,7 +12,7 @@ import pytest
 
 from flowctl.adapters import kafka_log
 from flowctl.adapters.kafka_group_offsets import GroupCheckpoint, group_of
-from flowctl.services import kafka
+from flowctl.services import kafka_node
 from flowctl.services.ports import free_port
 from tests.librdkafka import Rec, produce
 
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.integration
 def _describe(bootstrap: str, group: str) -> dict[int, tuple[int, int, int]]:
     """``{partition: (current offset, log end, lag)}`` from ``kafka-consumer-groups``."""
     argv = [
-        kafka.java(),
+        kafka_node.java(),
         "-cp",
-        kafka.classpath(),
+        kafka_node.classpath(),
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
         "--bootstrap-server",
         bootstrap,
