@@ -496,3 +496,29 @@ def test_latest_offsets_read_after_read_is_exact_on_every_partition(
         assert all(entry[3] for entry in known.values())  # Tansu's bounds under-report
     finally:
         client.close()
+
+
+def test_a_read_below_the_log_start_raises_and_never_reads_as_empty(
+    kafka_bootstrap: str, lane_reader: LaneReader
+) -> None:
+    """Records deleted before they were read (DeleteRecords; retention alike): reading their
+    range fails, so no tuple of them is acked as empty and the planner's guard names the
+    loss (a reset to the log's start would pass them silently)."""
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic = _topic(1, kafka_bootstrap)
+    kafka_log.produce(kafka_bootstrap, topic, [f"r{i}" for i in range(100)])
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, 0): 50})
+    finally:
+        admin.close()
+    consumer = lane_reader.consumer(kafka_bootstrap)
+    try:
+        with pytest.raises(Exception, match=r"(?i)out of range|offset"):
+            list(lane_reader.read(consumer, topic, 0, 10, 20, timeout_s=10))
+        kept = list(lane_reader.read(consumer, topic, 0, 50, 60, timeout_s=10))
+    finally:
+        lane_reader.close(consumer)
+    assert [r.offset for r in kept] == list(range(50, 60))

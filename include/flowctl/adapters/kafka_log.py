@@ -93,7 +93,11 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "bootstrap_servers": bootstrap,
         "group_id": None,
         "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
+        # A read below the log's start (retention or DeleteRecords took records the
+        # stream had not read) raises, never resets to the start: a silent reset would
+        # read a range as empty and let the checkpoint pass records lost unread. The
+        # planner's guard then names the loss and applies on_data_loss.
+        "auto_offset_reset": "none",
         "isolation_level": ISOLATION_LEVEL,
         # A corrupted record batch is refused (CorruptRecordError), never counted; the
         # crc32c C extension (a dependency) keeps the check cheap (bench/crc.py).

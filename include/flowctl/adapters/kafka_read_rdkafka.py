@@ -70,7 +70,8 @@ CONSUMER_CONFIG: dict[str, Any] = {
     "group.id": "flowctl-lanes",
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
-    "auto.offset.reset": "earliest",
+    # A read below the log's start raises (kafka_log's reader says why), never resets.
+    "auto.offset.reset": "error",
     "isolation.level": ISOLATION_LEVEL,
     # A corrupted record batch is refused, never counted (kafka-python's check_crcs).
     "check.crcs": True,
