@@ -27,11 +27,11 @@ from typing import Any
 
 from bench._common import _terminate, random_lines, read_loop, unique_name
 from bench._experiment import experiment_parser, ratio, run_experiment, write_result
+from bench.lib.probe import descendants, rss_kb
 from flowctl.adapters import kafka_log
 from flowctl.config import Settings
 from flowctl.services import kafka, manager
 from flowctl.services.ports import free_port
-from flowctl.services.process import process_tree
 
 BROKERS = ("kafka", "tansu")
 PARTITIONS = 4
@@ -39,16 +39,7 @@ PARTITIONS = 4
 
 def rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and its descendants, MB."""
-    total = 0
-    for p in process_tree(pid):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except OSError:
-            continue
-        total += next(
-            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0
-        )
-    return round(total / 1024, 1)
+    return round(sum(rss_kb(p) for p in descendants(pid)) / 1024, 1)
 
 
 def measure(broker: str, records: int, rounds: int, seed: int) -> dict[str, Any]:

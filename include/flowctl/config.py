@@ -40,6 +40,16 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int = 1, hi: int =
     return value
 
 
+def _jvm_size(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(name, default) or default
+    if not _JVM_SIZE.fullmatch(raw):
+        raise ConfigError(
+            f"{name}={raw!r} is not a JVM heap size "
+            "(a whole number and a unit, k, m or g: e.g. 768m, 1g)"
+        )
+    return raw
+
+
 @dataclass(frozen=True)
 class Settings:
     """The embedded platform's settings; see :meth:`from_env` for the variables."""
@@ -114,21 +124,11 @@ class Settings:
         broker = env.get("FLOWCTL_BROKER", "kafka") or "kafka"
         if broker not in ("kafka", "tansu"):
             raise ConfigError(f"FLOWCTL_BROKER={broker!r} must be 'kafka' or 'tansu'")
-        kafka_heap = env.get("FLOWCTL_KAFKA_HEAP", "512m") or "512m"
-        if not _JVM_SIZE.fullmatch(kafka_heap):
-            raise ConfigError(
-                f"FLOWCTL_KAFKA_HEAP={kafka_heap!r} is not a JVM heap size "
-                "(a whole number and a unit, k, m or g: e.g. 512m, 1g)"
-            )
+        kafka_heap = _jvm_size(env, "FLOWCTL_KAFKA_HEAP", "512m")
         archive = env.get("FLOWCTL_SPARK_CLASS_ARCHIVE", "on") or "on"
         if archive not in ("on", "off"):
             raise ConfigError(f"FLOWCTL_SPARK_CLASS_ARCHIVE={archive!r} must be 'on' or 'off'")
-        driver_memory = env.get("FLOWCTL_SPARK_DRIVER_MEMORY", "1g") or "1g"
-        if not _JVM_SIZE.fullmatch(driver_memory):
-            raise ConfigError(
-                f"FLOWCTL_SPARK_DRIVER_MEMORY={driver_memory!r} is not a JVM heap size "
-                "(a whole number and a unit, k, m or g: e.g. 768m, 1g)"
-            )
+        driver_memory = _jvm_size(env, "FLOWCTL_SPARK_DRIVER_MEMORY", "1g")
         return cls(
             home=home,
             host=env.get("FLOWCTL_HOST", "127.0.0.1") or "127.0.0.1",

@@ -130,10 +130,10 @@ def daemon(settings: Settings, for_start: bool = False) -> Daemon:
     )
 
 
-class KafkaService(EmbeddedService):
-    """The embedded Apache Kafka broker, or a health check of an external Kafka."""
+class KafkaBroker(EmbeddedService):
+    """A Kafka broker we run, or, when ``FLOWCTL_KAFKA_BOOTSTRAP`` names another, a health
+    check of that Kafka: what Apache Kafka's service and Tansu's share."""
 
-    name = NAME
     kind = "Kafka"
 
     def is_external(self, settings: Settings) -> bool:
@@ -144,6 +144,12 @@ class KafkaService(EmbeddedService):
 
     def health(self, address: str, timeout: float) -> None:
         kafka_health(address, timeout)
+
+
+class KafkaService(KafkaBroker):
+    """The embedded Apache Kafka broker, or a health check of an external Kafka."""
+
+    name = NAME
 
     def daemon(self, settings: Settings, for_start: bool = False) -> Daemon:
         return daemon(settings, for_start)

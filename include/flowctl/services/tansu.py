@@ -20,8 +20,8 @@ from pathlib import Path
 from flowctl.config import Settings
 from flowctl.services import s3
 from flowctl.services.base import ServiceError
-from flowctl.services.kafka import is_external, kafka_health
-from flowctl.services.process import Daemon, EmbeddedService
+from flowctl.services.kafka import KafkaBroker, kafka_health
+from flowctl.services.process import Daemon
 
 NAME = "tansu"
 S3_ENV = ("AWS_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
@@ -100,20 +100,10 @@ def daemon(settings: Settings, for_start: bool = False) -> Daemon:
     )
 
 
-class TansuService(EmbeddedService):
-    """The embedded broker, or a health check of an external Kafka."""
+class TansuService(KafkaBroker):
+    """The former embedded broker, or a health check of an external Kafka."""
 
     name = NAME
-    kind = "Kafka"
-
-    def is_external(self, settings: Settings) -> bool:
-        return is_external(settings)
-
-    def address(self, settings: Settings) -> str:
-        return settings.kafka_bootstrap
-
-    def health(self, address: str, timeout: float) -> None:
-        kafka_health(address, timeout)
 
     def daemon(self, settings: Settings, for_start: bool = False) -> Daemon:
         return daemon(settings, for_start)
