@@ -177,3 +177,22 @@ def test_a_skip_the_database_refuses_is_declared_again_at_the_next_start_read(
     clock.advance(STARTS_EVERY_S)
     planner.latest_offset(start)
     assert [(r.first, r.end) for _, r in state.skipped] == [(100, 250)]
+
+
+def test_a_broker_that_stops_answering_shows_stalled_while_it_lasts(tmp_path: Path) -> None:
+    """The ends cannot be read: no batch, but health is judged and the metrics windows
+    closed on the ends last read, so a window STALLED (the read's error as its cause) is
+    published during the outage, not after it."""
+    planner, _, _, fake, clock = _planner(
+        tmp_path, {0: 500}, {}, flow="stall_after_s = 5.0\nread_error_timeout_s = 300.0"
+    )
+    start = planner.initial_offset()
+    assert _tuples(planner.latest_offset(start))  # a backlog, in flight
+    fake.error = ConnectionError("broker 127.0.0.1:9 unreachable")
+    for _ in range(6):
+        clock.advance(3)
+        assert planner.latest_offset(start) == start  # nothing planned
+    stalled = [r for r in planner.metrics.rows if r.health == "STALLED"]
+    assert stalled, [r.health for r in planner.metrics.rows]
+    assert "reading the end offsets" in (stalled[-1].health_cause or "")
+    assert "broker 127.0.0.1:9 unreachable" in (stalled[-1].health_cause or "")

@@ -272,11 +272,13 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             self._durability()
         with timed("log_ends"):
             latest = self._read_ends(reading)
-        if latest is None:  # a read error within read_error_timeout_s: no batch, retried
-            return dict(start)
-        if not self._guard_log(latest):  # an end below the position, not yet confirmed
-            return dict(start)
-        self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
+        # No batch on a failed read (within read_error_timeout_s: retried) or on an end below
+        # the position not yet confirmed; health and the metrics window go on all the same,
+        # on the ends last read, so an outage of the broker shows while it lasts (STALLED,
+        # the read's error as the cause), not only once it is over.
+        plannable = latest is not None and self._guard_log(latest)
+        if latest is not None and plannable:
+            self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
         with timed("backpressure"):
             persist_len = self._mrwq_length()
             levels = self._backpressure(persist_len)
@@ -287,7 +289,11 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         health = self.health.observe(backlog, self.timings.slowest())  # HALTED: admit nothing
         with timed("admit"):
             admitting = (
-                self.admit and self._marked and not self.health.halted and not self.rebuild_pending
+                plannable
+                and self.admit
+                and self._marked
+                and not self.health.halted
+                and not self.rebuild_pending
             )
             dispatches = self._admit() if admitting else []
         with timed("metrics"):
@@ -301,6 +307,8 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
                 health=health,
             )
             self._publish_state(persist_len, levels, with_rows=rolled)
+        if not plannable:
+            return dict(start)
         if not dispatches:
             warmup = self._warmup_plan() if not self.activated else None
             return dict(start) if warmup is None else warmup
