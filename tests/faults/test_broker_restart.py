@@ -1,5 +1,6 @@
 """The broker killed: the embedded Apache Kafka SIGKILLed mid-stream and started again on
-its log on disk. Nothing it acknowledged is lost, and the stream resumes by itself."""
+its log on disk. While it is down the topology shows STALLED with the broker as the cause;
+nothing it acknowledged is lost, and the stream resumes by itself."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ pytestmark = [
 ]
 
 
+def _health(run: FaultRun, topology_id: str) -> tuple[str, str | None]:
+    windows = run.flow.plane.metrics_windows(topology_id, limit=1)
+    return (windows[0].health, windows[0].health_cause) if windows else ("", None)
+
+
 @pytest.fixture
 def own_broker(flowctl_settings: Settings, tmp_path: Path) -> Iterator[Settings]:
     """An Apache Kafka broker of this test's own (its log in the test's home) beside the
@@ -51,7 +57,9 @@ def test_the_embedded_broker_killed_mid_stream_loses_nothing(
     tallies: list[Tally],
     own_broker: Settings,
 ) -> None:
-    run = fault_run("faultbroker", seed=404, settings=own_broker, partitions=2)
+    run = fault_run(
+        "faultbroker", seed=404, settings=own_broker, partitions=2, flow={"stall_after_s": 5.0}
+    )
     run.produce(1_500)
     job = run.submit("faultbroker-blue-1", 2)
     with run.feeding():
@@ -60,7 +68,15 @@ def test_the_embedded_broker_killed_mid_stream_loses_nothing(
     record = kafka.daemon(own_broker).running()
     assert record is not None, "the test's broker is not running"
     os.kill(record.pid, signal.SIGKILL)
-    time.sleep(2.0)  # the stream meets a dead broker: its reads and the flusher's retry
+    # While the broker is down the topology says so: STALLED, the failed read as the cause.
+    wait_for(
+        lambda: _health(run, "faultbroker-blue-1")[0] == "STALLED",
+        timeout_s=90,
+        job=job,
+        what="STALLED while the broker is down",
+    )
+    cause = _health(run, "faultbroker-blue-1")[1] or ""
+    assert "end offsets" in cause and own_broker.kafka_bootstrap in cause, cause
     manager.up(own_broker, only="kafka")  # the same log on disk: recovered, not recreated
     with run.feeding():
         time.sleep(3.0)

@@ -98,12 +98,14 @@ class EndsPlanning:
         try:
             ends = reading.result()
         except Exception as exc:
-            self._warn(f"reading the end offsets of {eden}, {', '.join(replays)} together", exc)
+            broker = f"Kafka at {self.settings.bootstrap}"
+            topics = f"{eden}, {', '.join(replays)}"
+            self._warn(f"reading the end offsets of {topics} together from {broker}", exc)
             self._replay = {}
             try:
                 eden_ends = self.ends.read([eden])[eden]  # Eden alone
             except Exception as again:
-                self._warn(f"reading the end offsets of {eden}", again)
+                self._warn(f"reading the end offsets of {eden} from {broker}", again)
                 self.guard.ends_failed(again)  # raises past read_error_timeout_s
                 return None
             self.guard.ends_read()
