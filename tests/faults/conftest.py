@@ -107,22 +107,54 @@ class FaultRun:
     def eden(self) -> str:
         return f"{self.name}.eden"
 
+    #: Lines written in transactions that were aborted (:meth:`produce_transactions`).
+    aborted: int = 0
+
     def produce(self, n: int) -> None:
         with self.lock:
             batch = [next(self.source) for _ in range(n)]
             kafka_log.produce(self.bootstrap, self.eden, batch)
             self.produced.extend(batch)
 
+    def produce_transactions(self, n: int, per_transaction: int = 10) -> None:
+        """``n`` lines from librdkafka in transactions, every third aborted: only the
+        committed ones are input (``produced``); the rest, and the markers, are gaps."""
+        from tests.librdkafka import Rec, committed_of
+        from tests.librdkafka import produce as produce_foreign
+
+        with self.lock:
+            lines = [next(self.source) for _ in range(n)]
+            records = [Rec(line.encode()) for line in lines]
+            produce_foreign(
+                self.bootstrap,
+                self.eden,
+                records,
+                transactional_id=f"{self.name}-txn",
+                per_transaction=per_transaction,
+                abort_every=3,
+            )
+            kept = committed_of(records, per_transaction, 3)
+            self.produced.extend(r.value.decode() for r in kept if r.value is not None)
+            self.aborted += len(records) - len(kept)
+
     @contextlib.contextmanager
-    def feeding(self, per_tick: int = 50, tick_s: float = 0.5) -> Iterator[None]:
-        """Produce ``per_tick`` lines every ``tick_s`` seconds while the block runs."""
+    def feeding(
+        self, per_tick: int = 50, tick_s: float = 0.5, transactions: bool = False
+    ) -> Iterator[None]:
+        """Produce ``per_tick`` lines every ``tick_s`` seconds while the block runs
+        (``transactions``: every other tick's in transactions, a third of them aborted)."""
         stop = threading.Event()
         errors: list[BaseException] = []
 
         def feed() -> None:
+            tick = 0
             while not stop.wait(tick_s):
+                tick += 1
                 try:
-                    self.produce(per_tick)
+                    if transactions and tick % 2:
+                        self.produce_transactions(per_tick)
+                    else:
+                        self.produce(per_tick)
                 except Exception as exc:  # reported by the test below
                     errors.append(exc)
                     return
@@ -190,7 +222,7 @@ class FaultRun:
 
     def reconcile(self, spark: Any) -> Any:
         """The reconcile job's comparison over the whole Eden topic; it must find no difference."""
-        from flowctl.spark.reconcile import COUNTED, DLQ, describe, reconcile
+        from flowctl.spark.reconcile import COUNTED, DLQ, GAP, describe, reconcile
 
         report = reconcile(
             spark,
@@ -202,9 +234,14 @@ class FaultRun:
         text = describe(report)
         print(text)
         assert report.ok, text
-        # the whole Eden input was durable: every record counted or dead-lettered
-        assert set(report.records) <= {COUNTED, DLQ}, text
-        assert sum(report.records.values()) == len(self.produced), text
+        # the whole Eden input was durable: every record counted or dead-lettered, and
+        # the offsets of aborted transactions and markers gaps, never records
+        assert set(report.records) <= {COUNTED, DLQ, GAP}, text
+        offsets = sum(kafka_ends.latest_offsets(self.bootstrap, self.eden).values())
+        assert report.records.get(GAP, 0) == offsets - len(self.produced), text
+        assert report.records.get(COUNTED, 0) + report.records.get(DLQ, 0) == len(self.produced), (
+            text
+        )
         return report
 
     def tally(self, fault: str, report: Any) -> Tally:
