@@ -172,6 +172,11 @@ class KafkaQuorum:
             "num.partitions": "1",
             "default.replication.factor": rf,
             "min.insync.replicas": isr,
+            # The internal topics take 50 partitions by default, each a log per replica,
+            # created at the first group commit or transaction: far more than a platform's
+            # few groups (the checkpoints' copies) and producers need. Five each.
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.num.partitions": "5",
             "offsets.topic.replication.factor": rf,
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": isr,
