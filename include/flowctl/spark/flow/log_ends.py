@@ -225,17 +225,29 @@ class KafkaEnds:
         self._fetched_before = False
 
 
+#: How long one request of the planner's read of the ends may wait for the broker. A
+#: broker that does not answer fails the read within it: the planner plans no batch and
+#: its health names the read and the broker (STALLED while the outage lasts), where the
+#: clients' default (30 s) would leave it blocked, with no cause but its silence.
+ENDS_REQUEST_TIMEOUT_S = 5.0
+
+
 def open_client(bootstrap: str, reader: str, fetch_wait_ms: int | None) -> EndsClient:
     """A client of ``reader`` for the exact-ends read; ``fetch_wait_ms``: how long the
     broker may hold its fetch at the log's end (``None``: the client's default hold)."""
     if reader == LIBRDKAFKA:
         from flowctl.adapters.kafka_ends_rdkafka import RdkafkaEnds
 
-        return RdkafkaEnds(bootstrap, fetch_wait_ms=fetch_wait_ms)
+        return RdkafkaEnds(
+            bootstrap, fetch_wait_ms=fetch_wait_ms, request_timeout_s=ENDS_REQUEST_TIMEOUT_S
+        )
     from flowctl.adapters import kafka_ends, kafka_log
 
     hold = {} if fetch_wait_ms is None else {"fetch_max_wait_ms": fetch_wait_ms}
-    return kafka_ends.KafkaPythonEnds(kafka_log.new_consumer(bootstrap, **hold))
+    timeout_ms = int(ENDS_REQUEST_TIMEOUT_S * 1000)
+    return kafka_ends.KafkaPythonEnds(
+        kafka_log.new_consumer(bootstrap, request_timeout_ms=timeout_ms, **hold)
+    )
 
 
 class BackgroundEnds:
