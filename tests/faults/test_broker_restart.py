@@ -57,9 +57,10 @@ def test_the_embedded_broker_killed_mid_stream_loses_nothing(
     tallies: list[Tally],
     own_broker: Settings,
 ) -> None:
-    run = fault_run(
-        "faultbroker", seed=404, settings=own_broker, partitions=2, flow={"stall_after_s": 5.0}
-    )
+    # STALLED 5 s into the outage; the outage (until STALLED is seen, then the restart) may
+    # outlast the default read_error_timeout_s, past which the topology would rightly fail.
+    flow = {"stall_after_s": 5.0, "read_error_timeout_s": 300.0}
+    run = fault_run("faultbroker", seed=404, settings=own_broker, partitions=2, flow=flow)
     run.produce(1_500)
     job = run.submit("faultbroker-blue-1", 2)
     with run.feeding():
