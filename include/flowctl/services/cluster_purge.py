@@ -57,7 +57,7 @@ def purge(layout: ClusterLayout) -> list[str]:
         else:
             continue
         messages.append(f"purge: deleted {path}")
-    if layout.tansu_storage == "s3" and s3.external_endpoint():
+    if layout.broker == "tansu" and layout.tansu_storage == "s3" and s3.external_endpoint():
         messages.append(
             f"purge: the Tansu log in the S3 store at {s3.external_endpoint()} is kept "
             "(not the cluster's to delete)"
