@@ -43,6 +43,8 @@ def _layout_with_own_databases(
         postgres_url=_server_url(),
         flowctl_db=f"flowctl_p_{tag}",
         airflow_db=f"airflow_p_{tag}",
+        # Tansu's engine matters only where Tansu is the broker
+        broker="tansu" if tansu_storage != DEFAULT_TANSU_STORAGE else "kafka",
         tansu_storage=tansu_storage,
     )
 
