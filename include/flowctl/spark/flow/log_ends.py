@@ -145,16 +145,26 @@ class KafkaEnds:
                 # the read's time so far, its ListOffsets request and fetch round
                 self._fetched(topics, (time.monotonic() - started) * 1000.0)
 
-            return kafka_ends.latest_offsets_of(
-                client,
-                topics,
-                known=self._known,
-                bounds_suffice=bounds_suffice,
-                defer_tails=self.costly(may_defer),
-                on_fetch=fetched,
-                reported=reported,
-                timeout_s=timeout_s,
-            )
+            try:
+                return kafka_ends.latest_offsets_of(
+                    client,
+                    topics,
+                    known=self._known,
+                    bounds_suffice=bounds_suffice,
+                    defer_tails=self.costly(may_defer),
+                    on_fetch=fetched,
+                    reported=reported,
+                    timeout_s=timeout_s,
+                )
+            except kafka_log.KafkaReadTimeout:
+                raise  # the fetch hold's switch, below
+            except Exception:
+                # A failed request can leave a client's metadata and connections stale (a
+                # broker killed and started again, a leader moved): kafka-python's kept
+                # failing ListOffsets for a minute after a broker of three came back on the
+                # cluster. The next read opens a fresh client.
+                self.close()
+                raise
 
         if self.patient:
             return read()
