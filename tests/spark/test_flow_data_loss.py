@@ -30,7 +30,10 @@ from flowctl.config import Settings
 from flowctl.pipelines.wordcount import count_words
 from tests.spark.flow_harness import Flow, counted, flow_config, lines, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
+# deep: data loss end to end runs in tests/spark/test_flow_log_start.py (records deleted
+# past the checkpoint, both settings); a reset log's decision, both settings, in
+# tests/unit/test_flow_planner_guard.py. These reset the log under a running topology.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration, pytest.mark.deep]
 
 #: Pipeline name -> its ``[topics]`` keys beyond the partitions (the setting under test).
 SETTINGS: dict[str, dict[str, object]] = {
