@@ -37,7 +37,10 @@ pytestmark = [
     pytest.mark.integration,
 ]
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the first simulated arrival
+#: The first simulated arrival: a day ago, on an hour's boundary. Not a fixed date: the
+#: broker's time-based retention (168 h) deletes records stamped older than that, which the
+#: topology rightly reports as data lost before processing.
+T0 = (int(time.time() * 1000) // 3_600_000 - 24) * 3_600_000
 WINDOW_MS, LATENESS_MS = 60_000, 120_000  # the shipped [params]
 
 #: The documented per-window query (include/pipelines/clickstream.toml, docs/pipelines.md).
