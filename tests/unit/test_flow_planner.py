@@ -161,13 +161,13 @@ def test_a_rebuild_waits_until_what_was_queued_is_flushed_and_admits_nothing_mea
     with caplog.at_level(logging.WARNING, "flowctl.spark.flow.planner"):
         assert planner.latest_offset(start) == start  # no batch while the rebuild waits
         assert planner.latest_offset(start) == start
-    assert state.builds == 1 and planner.rebuild_pending
+    assert state.builds == 1 and planner.rebuild_wait.pending
     waits = [r for r in caplog.records if "rebuild 1 waits" in r.getMessage()]
     assert len(waits) == 1 and "flushed up to item 3" in waits[0].getMessage()
     store.incr(f"{ns}:tail", 2)  # queued after the request: not waited for
     store.set_many({f"{ns}:head": b"4"})  # the flusher reached past item 3
     end = planner.latest_offset(start)
-    assert state.builds == 2 and not planner.rebuild_pending
+    assert state.builds == 2 and not planner.rebuild_wait.pending
     assert decode_plan(end, EDEN, "demo")  # admitting again, from the rebuilt spout
 
 

@@ -24,7 +24,7 @@ from flowctl.core.clock import Clock, MonotonicClock
 from flowctl.core.handover import Frontier
 from flowctl.core.log_pacing import Tally
 from flowctl.core.metrics import MetricsWindow, SpoutMetrics
-from flowctl.core.persistence import FlushBarrier, mrwq_namespace, queue_counters, queue_length
+from flowctl.core.persistence import mrwq_namespace, queue_length
 from flowctl.core.replay import ReplaySnapshot, ReplayTopics
 from flowctl.core.spout import Spout
 from flowctl.core.spout_contract import Dispatch
@@ -45,6 +45,7 @@ from flowctl.spark.flow.planner_logs import (
     WINDOW_LOG_EVERY_S,
     PlannerLogs,
 )
+from flowctl.spark.flow.rebuild_wait import RebuildWait
 from flowctl.spark.flow.settings import FlowSettings, load_config
 from flowctl.spark.flow.window_log import WindowLog
 
@@ -127,10 +128,10 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self.warmups = 0
         self._last_warmup = -1e9
         self.rebuild_seen: int | None = None
-        #: A requested rebuild waits for the MRWQ to be flushed (:class:`FlushBarrier`);
-        #: meanwhile nothing is admitted.
-        self.barrier = FlushBarrier()
-        self.rebuild_pending = False
+        #: A requested rebuild waits for the MRWQ to be flushed; nothing is admitted meanwhile.
+        self.rebuild_wait = RebuildWait(
+            settings.topology_id, mrwq_namespace(self.config.name), self.store, self._warn
+        )
         #: An overlapped handover's green: blue's frontier (until the sweep), the sweep
         #: number acted on, and the flusher epoch seen (its change means lost MRWQ items).
         self.frontier: Frontier | None = None
@@ -272,10 +273,8 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             self._durability()
         with timed("log_ends"):
             latest = self._read_ends(reading)
-        # No batch on a failed read (within read_error_timeout_s: retried) or on an end below
-        # the position not yet confirmed; health and the metrics window go on all the same,
-        # on the ends last read, so an outage of the broker shows while it lasts (STALLED,
-        # the read's error as the cause), not only once it is over.
+        # No batch on a failed read (retried) or an unconfirmed end below the position; health
+        # and the metrics window go on, on the ends last read: an outage shows while it lasts.
         plannable = latest is not None and self._guard_log(latest)
         if latest is not None and plannable:
             self._latest = {TopicPartition(self.settings.topic, p): n for p, n in latest.items()}
@@ -288,13 +287,8 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         backlog = waiting + self.spout.in_flight
         health = self.health.observe(backlog, self.timings.slowest())  # HALTED: admit nothing
         with timed("admit"):
-            admitting = (
-                plannable
-                and self.admit
-                and self._marked
-                and not self.health.halted
-                and not self.rebuild_pending
-            )
+            held = self.health.halted or self.rebuild_wait.pending
+            admitting = plannable and self.admit and self._marked and not held
             dispatches = self._admit() if admitting else []
         with timed("metrics"):
             rolled = self.metrics.record(
@@ -421,33 +415,6 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
             self._persist_replay()
         except Exception as exc:
             self._warn("reading durable state from the database", exc)
-
-    def _flushed_for_rebuild(self, rebuild: int) -> bool:
-        """Whether the requested rebuild may read the database now (:class:`FlushBarrier`):
-        every result queued when it was asked for is flushed. Until then it waits (checked
-        every batch, admitting nothing), logged once at WARNING."""
-        try:
-            tail, head = queue_counters(self.store(), mrwq_namespace(self.config.name))
-        except Exception as exc:
-            self._warn("reading the MRWQ counters before a rebuild", exc)
-            tail, head = None, None
-        first = self.barrier.upto is None
-        if self.barrier.passed(tail, head):
-            self.barrier.clear()
-            self.rebuild_pending = False
-            return True
-        if first or not self.rebuild_pending:
-            log.warning(
-                "flow %s: rebuild %s waits until the MRWQ is flushed up to item %s (results "
-                "of tuples in flight when the gap was repaired; flushed up to %s): no "
-                "admission meanwhile",
-                self.settings.topology_id,
-                rebuild,
-                self.barrier.upto,
-                None if head is None else head - 1,
-            )
-        self.rebuild_pending = True
-        return False
 
     def _mrwq_length(self) -> int:
         try:

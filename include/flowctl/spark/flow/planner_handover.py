@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from flowctl.core.replay import ReplaySnapshot
     from flowctl.pipelines.config import PipelineConfig
     from flowctl.spark.flow.channels import Control
+    from flowctl.spark.flow.rebuild_wait import RebuildWait
     from flowctl.spark.flow.settings import FlowSettings
 
 log = logging.getLogger("flowctl.spark.flow.planner")
@@ -36,6 +37,7 @@ class HandoverPlanning:
     spout: Spout | None
     pending: dict[int, tuple[set[int], float]]
     rebuild_seen: int | None
+    rebuild_wait: RebuildWait
     frontier: Frontier | None
     sweep_seen: int | None
     _epoch: str | None
@@ -48,7 +50,6 @@ class HandoverPlanning:
     if TYPE_CHECKING:  # FlowPlanner's
 
         def state(self) -> FlowState: ...
-        def _flushed_for_rebuild(self, rebuild: int) -> bool: ...
         def _warn(self, what: str, exc: BaseException, every_s: float = 10.0) -> None: ...
 
     def build_spout(
@@ -114,7 +115,7 @@ class HandoverPlanning:
             if self.rebuild_seen is not None and self.spout is not None:
                 # From the database (not from blue's frontier, above which blue cut
                 # nothing): only once what was in flight is flushed (FlushBarrier).
-                if not overlap and not self._flushed_for_rebuild(rebuild):
+                if not overlap and not self.rebuild_wait.flushed(rebuild):
                     return  # asked again next batch; nothing is admitted meanwhile
                 log.warning(
                     "flow %s: rebuild %s requested (%s): dispatching everything not durable again",
