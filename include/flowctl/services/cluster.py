@@ -2,10 +2,8 @@
 
 What runs (see :mod:`flowctl.services.cluster_layout` for ports and commands):
 
-- the embedded services of ``flowctl services`` (Apache Kafka, its log on disk in the
-  cluster's home; memcached) and
-  PostgreSQL databases of their own on the local server (results and control plane;
-  Airflow's metadata);
+- three Apache Kafka brokers (:mod:`flowctl.services.cluster_kafka`), memcached, and
+  PostgreSQL databases of their own on the local server (results, control plane, Airflow);
 - Redis, the Celery broker: the one answering at the layout's URL, else a
   ``redis-server`` of our own;
 - a Spark standalone master and two workers (separate JVMs and work dirs);
@@ -205,30 +203,12 @@ def _daemon(
 
 
 def kafka_daemons(layout: ClusterLayout, for_start: bool = False) -> list[ClusterDaemon]:
-    """The three Apache Kafka nodes (:mod:`flowctl.services.cluster_kafka`); none when the
-    layout's broker is Tansu (a service of ``manager``). ``for_start``: their config
-    written and their logs formatted."""
-    if layout.broker != "kafka":
-        return []
+    """The three Apache Kafka nodes (:func:`flowctl.services.cluster_kafka.nodes`)."""
     from flowctl.services import cluster_kafka
-    from flowctl.services.kafka import kafka_health
 
-    brokers = cluster_kafka.quorum(layout)
-    if for_start:
-        formatted_with = cluster_kafka.cluster_id(layout)
-        for node in brokers.nodes:
-            brokers.prepare(node, formatted_with)
     return [
-        _daemon(
-            layout,
-            f"kafka-{node.node_id}",
-            brokers.argv(node, for_start),
-            node.port,
-            functools.partial(kafka_health, node.address),
-            {},
-            start_timeout=180.0,  # three JVMs at once, and a quorum to elect
-        )
-        for node in brokers.nodes
+        _daemon(layout, name, argv, port, health, {}, start_timeout=180.0)
+        for name, argv, port, health in cluster_kafka.nodes(layout, for_start)
     ]
 
 
@@ -468,8 +448,7 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     brokers = kafka_daemons(layout)
     names = {d.name for d in brokers}
     messages += [d.down() for d in reversed(all_daemons(layout)) if d.name not in names]
-    # The brokers together: the last ones of a quorum stopped one by one wait for a
-    # controller that is gone before they give up their controlled shutdown.
+    # The brokers together: stopped one by one, the last wait for a controller that is gone.
     with ThreadPoolExecutor(max_workers=len(brokers) or 1) as pool:
         messages += list(pool.map(lambda d: d.down(), brokers))
     # after Airflow: no task is left to submit a driver again
@@ -488,11 +467,8 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
 
 def status(layout: ClusterLayout) -> list[ServiceStatus]:
     """One row per process, plus the services of ``manager`` and the broker."""
-    rows = [
-        row
-        for row in manager.status(layout.settings)
-        if not (row.name == "kafka" and layout.broker == "kafka")  # the kafka-<n> rows say it
-    ]
+    ours = layout.broker == "kafka"  # the kafka-<n> rows stand for the manager's kafka row
+    rows = [r for r in manager.status(layout.settings) if not (ours and r.name == "kafka")]
     redis = redis_daemon(layout)
     if redis.running() is None:
         try:
@@ -509,14 +485,10 @@ def status(layout: ClusterLayout) -> list[ServiceStatus]:
 def log_durability(layout: ClusterLayout) -> str:
     """Where the cluster's broker log lives and whether it is durable: ``up`` ends with it
     (an ``AWS_ENDPOINT`` alone does not move the log to S3) and so does ``status``."""
-    if layout.broker != "kafka":
-        return durability(layout.settings)
-    dirs = ", ".join(str(layout.home / f"kafka-{i}" / "log") for i in range(1, 4))
-    return (
-        f"log: on disk in {dirs}, each record on 3 brokers (acknowledged once on 2: "
-        "min.insync.replicas); it survives a broker's kill or restart and `cluster down`; "
-        "`cluster down --purge` deletes it"
-    )
+    from flowctl.services import cluster_kafka
+
+    ours = layout.broker == "kafka"
+    return cluster_kafka.durability(layout) if ours else durability(layout.settings)
 
 
 def healthy(layout: ClusterLayout) -> bool:

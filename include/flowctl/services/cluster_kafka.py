@@ -10,7 +10,11 @@ broker loses nothing and stops nothing. Each node keeps its config and log in
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from flowctl.services.cluster_layout import ClusterLayout
+from flowctl.services.kafka import kafka_health
 from flowctl.services.kafka_node import KafkaNode, KafkaQuorum, new_cluster_id
 
 
@@ -33,3 +37,38 @@ def cluster_id(layout: ClusterLayout) -> str:
         layout.home.mkdir(parents=True, exist_ok=True)
         path.write_text(new_cluster_id())
     return path.read_text().strip()
+
+
+def nodes(
+    layout: ClusterLayout, for_start: bool = False
+) -> list[tuple[str, tuple[str, ...], int, Callable[[float], None]]]:
+    """``(name, argv, port, health check)`` of each broker (none when the layout's broker is
+    Tansu, a service of ``manager``); ``for_start``: their config written and their logs
+    formatted, all with the cluster's id. Started together: a node answers only once a
+    quorum of them has formed (three JVMs at once, and an election)."""
+    if layout.broker != "kafka":
+        return []
+    brokers = quorum(layout)
+    if for_start:
+        formatted_with = cluster_id(layout)
+        for node in brokers.nodes:
+            brokers.prepare(node, formatted_with)
+    return [
+        (
+            f"kafka-{node.node_id}",
+            brokers.argv(node, for_start),
+            node.port,
+            functools.partial(kafka_health, node.address),
+        )
+        for node in brokers.nodes
+    ]
+
+
+def durability(layout: ClusterLayout) -> str:
+    """Where the brokers' logs live and what survives: the last line of ``up`` and ``status``."""
+    dirs = ", ".join(str(n.log_dir) for n in quorum(layout).nodes)
+    return (
+        f"log: on disk in {dirs}, each record on 3 brokers (acknowledged once on 2: "
+        "min.insync.replicas); it survives a broker's kill or restart and `cluster down`; "
+        "`cluster down --purge` deletes it"
+    )
