@@ -108,6 +108,9 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         # end, asks for 10 ms (kafka_ends.PLANNER_FETCH_WAIT_MS).
         "fetch_max_wait_ms": 100,
         "request_timeout_ms": 30_000,
+        # kafka-python 3 backs off up to 30 s between reconnects to a broker it lost; the
+        # Java client's default is 1 s. A restarted broker is read again within a second.
+        "reconnect_backoff_max_ms": 1_000,
     }
     config.update(overrides)
     return config

@@ -255,8 +255,12 @@ def open_client(bootstrap: str, reader: str, fetch_wait_ms: int | None) -> EndsC
 
     hold = {} if fetch_wait_ms is None else {"fetch_max_wait_ms": fetch_wait_ms}
     timeout_ms = int(ENDS_REQUEST_TIMEOUT_S * 1000)
+    # The constructor bootstraps (30 s by default) before any request: bounded too, so a
+    # read while the broker is down fails within ENDS_REQUEST_TIMEOUT_S, client and all.
     return kafka_ends.KafkaPythonEnds(
-        kafka_log.new_consumer(bootstrap, request_timeout_ms=timeout_ms, **hold)
+        kafka_log.new_consumer(
+            bootstrap, request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms, **hold
+        )
     )
 
 
