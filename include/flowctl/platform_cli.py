@@ -151,7 +151,8 @@ def _register_stream(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "status",
         help="live topologies with their health (exit 3 when one is STALLED or HALTED)",
         description="Each live topology's state and its health at its last metrics window: "
-        "HEALTHY, STALLED or HALTED, and why. Exits 3 when a live topology is not HEALTHY.",
+        "HEALTHY, RECOVERING, STALLED or HALTED, and why, and the rebuilds after lost "
+        "MRWQ items. Exits 3 when a live topology is STALLED or HALTED.",
     )
     status.add_argument("--pipeline", default="wordcount")
     status.set_defaults(func=_stream_status)
@@ -315,6 +316,7 @@ NOT_HEALTHY_EXIT = 3
 def _stream_status(args: argparse.Namespace) -> int:
     """Live topologies, their health and its cause: the last metrics window's."""
     from flowctl.adapters.control_plane import TERMINAL_STATES
+    from flowctl.core.health import ALERT_STATES
 
     plane = _plane(args)
     live = [t for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES]
@@ -323,14 +325,19 @@ def _stream_status(args: argparse.Namespace) -> int:
     unhealthy = 0
     for topo in live:
         last = plane.metrics_windows(topo.topology_id, limit=1)
+        rebuilds = ""
         if not last:
             health = "health unknown (no metrics window yet)"
         else:
             w = last[0]
-            unhealthy += w.health != "HEALTHY"
+            unhealthy += w.health in ALERT_STATES
             cause = f": {w.health_cause}" if w.health_cause else ""
+            rebuilds = f" rebuilds={w.rebuilds}" if w.rebuilds else ""
             health = f"{w.health} at {w.window_end.isoformat(timespec='seconds')}{cause}"
-        _say(f"{topo.topology_id}  {topo.state:<9} parallelism={topo.parallelism}  {health}")
+        _say(
+            f"{topo.topology_id}  {topo.state:<9} parallelism={topo.parallelism}{rebuilds}  "
+            f"{health}"
+        )
     return NOT_HEALTHY_EXIT if unhealthy else 0
 
 

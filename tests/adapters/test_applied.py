@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.applied import (
     Claim,
     PartitionReplay,
@@ -40,7 +40,7 @@ def r(start: int, end: int, partition: int = 0) -> TupleRange:
 @pytest.fixture
 def engine(database_url: str) -> sa.Engine:
     engine = engine_for(database_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     return engine
 
 
@@ -204,7 +204,7 @@ def test_checkpoint_and_gaps_match_the_cumulative_ack_model(
     """Any arrival order, with duplicates, in any batching: the checkpoint is the core's
     ContiguousAck position and the unapplied gaps are exactly the tuples not yet claimed."""
     engine = engine_for(sqlite_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     pipeline = f"prop{secrets.token_hex(4)}"
     tuples = [r(5 * k, 5 * k + 5) for k in range(8)]
     arrivals = [tuples[k] for k in order[:split]] + [tuples[k] for k in repeats]
@@ -240,7 +240,7 @@ def test_the_tables_join_an_existing_version_1_database(sqlite_url: str) -> None
     )
     apply_records(engine, P, [("wc.eden", 0, 0, "a")])
     assert not mine & set(sa.inspect(engine).get_table_names())
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     assert mine <= set(sa.inspect(engine).get_table_names())
     assert claim_tx(engine, [r(0, 1), r(1, 2)]) == [False, True]
     assert advance_tx(engine) == {TP: 2}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.applied import (
     Claim,
     advance_checkpoint,
@@ -65,7 +65,7 @@ def classes(url: str, pipeline: str, end: int) -> list[str]:
 
 def test_a_merge_keeps_claims_gaps_and_the_reconcile_as_they_were(database_url: str) -> None:
     engine = engine_for(database_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     p = f"co{secrets.token_hex(3)}"
     history = [
         *(Claim(r(s, s + 5)) for s in (0, 5, 10, 15, 20)),

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.control_plane import AdmissionConflict, ControlPlane, UnknownTopology
 from flowctl.adapters.db import DatabaseUnavailable, in_transaction
 
@@ -33,7 +33,7 @@ def test_a_newer_schema_version_is_refused(plane: ControlPlane) -> None:
         conn.execute(schema.schema_version.update().values(version=schema.SCHEMA_VERSION + 1))
     version = schema.SCHEMA_VERSION
     with pytest.raises(
-        schema.SchemaVersionError,
+        schema_setup.SchemaVersionError,
         match=rf"schema version \[{version + 1}\].*knows version {version}",
     ):
         plane.ensure_schema()

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from flowctl.adapters import applied, schema
+from flowctl.adapters import applied, schema_setup
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.data_loss import record_cause, record_skip, skipped_ranges
 from flowctl.adapters.db import engine_for
@@ -24,7 +24,7 @@ def _lost(partition: int, first: int, end: int) -> LostRange:
 
 
 def test_a_skip_is_recorded_with_the_checkpoint_moved_over_it_once(database_url: str) -> None:
-    schema.ensure_schema(engine_for(database_url))
+    schema_setup.ensure_schema(engine_for(database_url))
     with engine_for(database_url).begin() as conn:
         applied.ensure_checkpoint(conn, "demo", EDEN, 0, 100)
     assert record_skip(database_url, "demo", "demo-blue-1", _lost(0, 100, 250)) == 250
@@ -54,7 +54,7 @@ def test_a_skip_is_recorded_with_the_checkpoint_moved_over_it_once(database_url:
 def test_a_skip_starts_at_the_checkpoint_the_flusher_reached_meanwhile(database_url: str) -> None:
     """The flusher made [100, 180) durable after the planner read 100: only the rest is
     skipped, under the checkpoint row's lock."""
-    schema.ensure_schema(engine_for(database_url))
+    schema_setup.ensure_schema(engine_for(database_url))
     with engine_for(database_url).begin() as conn:
         applied.ensure_checkpoint(conn, "demo", EDEN, 0, 180)
     record_skip(database_url, "demo", "demo-blue-1", _lost(0, 100, 250))
@@ -63,7 +63,7 @@ def test_a_skip_starts_at_the_checkpoint_the_flusher_reached_meanwhile(database_
 
 
 def test_concurrent_skips_of_one_loss_record_it_once(database_url: str) -> None:
-    schema.ensure_schema(engine_for(database_url))
+    schema_setup.ensure_schema(engine_for(database_url))
     done: list[int] = []
     threads = [
         threading.Thread(

@@ -71,6 +71,6 @@ def test_health_is_stored_with_the_window_and_checked(plane: ControlPlane) -> No
         "STALLED",
         "backlog 5, nothing durable for 60 s",
     )
-    with pytest.raises(ValueError, match=r"health='SICK' must be one of HEALTHY, STALLED"):
+    with pytest.raises(ValueError, match=r"health=.SICK. must be one of HEALTHY, RECOVERING"):
         _write(plane, 2, health="SICK")
     assert len(plane.metrics_windows("t")) == 2

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowctl import loggen
-from flowctl.adapters import kafka_ends, kafka_log, results, schema
+from flowctl.adapters import kafka_ends, kafka_log, results, schema, schema_setup
 from flowctl.adapters.db import engine_for
 from flowctl.ingest import IngestRequest, ingest
 from flowctl.pipelines import logetl
@@ -48,7 +48,7 @@ LOGETL = _routed("logetl")
 @pytest.fixture
 def engine(database_url: str) -> sa.Engine:
     engine = engine_for(database_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     return engine
 
 

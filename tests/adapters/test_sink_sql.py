@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowctl.adapters import schema, sink_sql
+from flowctl.adapters import schema_setup, sink_sql
 from flowctl.adapters.db import engine_for
 from flowctl.adapters.mrwq_sink import SqlSink
 from flowctl.core.persistence import QueueItem
@@ -39,7 +39,7 @@ UTC = dt.UTC
 @pytest.fixture
 def engine(database_url: str) -> sa.Engine:
     engine = engine_for(database_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     return engine
 
 

@@ -11,6 +11,7 @@ from flowctl.adapters.control_plane import ControlPlane
 from flowctl.adapters.db import engine_for
 from flowctl.cli import main
 from flowctl.config import Settings
+from flowctl.core.window_figures import WindowFigures
 from flowctl.pipelines.config import PIPELINES_DIR, load_pipeline_config
 from flowctl.pipelines.sinks import result_store
 from flowctl.pipelines.wordcount import count_words
@@ -99,6 +100,16 @@ def test_stream_status_says_each_live_topologys_health(
     )  # fmt: skip
     assert main(["stream", "status"]) == 3
     assert f"STALLED at 2026-01-01T12:00:20+00:00: {cause}" in capsys.readouterr().out
+    gap = "rebuild 2 after lost MRWQ items: gap at seq 412; rebuilding, backlog 40"
+    plane.write_metrics_window(
+        "wordcount-blue-s1", t0 + dt.timedelta(seconds=20), t0 + dt.timedelta(seconds=30),
+        health="RECOVERING", health_cause=gap, figures=WindowFigures(rebuilds=1),
+    )  # fmt: skip
+    assert main(["stream", "status"]) == 0  # a warning: it resolves itself, or stalls
+    assert (
+        "wordcount-blue-s1  ACTIVE    parallelism=2 rebuilds=1  "
+        f"RECOVERING at 2026-01-01T12:00:30+00:00: {gap}"
+    ) in capsys.readouterr().out
 
 
 def test_stream_stop_needs_exactly_one_target(

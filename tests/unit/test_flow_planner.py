@@ -171,6 +171,59 @@ def test_a_rebuild_waits_until_what_was_queued_is_flushed_and_admits_nothing_mea
     assert decode_plan(end, EDEN, "demo")  # admitting again, from the rebuilt spout
 
 
+def test_a_rebuild_after_lost_items_shows_recovering_until_durable_progress_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Health item 4 of the worker-loss issue: RECOVERING at once (not STALLED only after
+    stall_after_s), with the gap as its cause, counted on every window from then on."""
+    planner, store, state = _planner(tmp_path, {0: 30})
+    ctl = channels.control_key(planner.settings.ns)
+    ns = mrwq_namespace("demo")
+    store.set_json(ctl, Control(admit=True, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    assert planner.health.current.state == "HEALTHY"
+    store.incr(f"{ns}:tail", 3)  # queued before the gap's resync: waited for
+    gap = "rebuild 1 after lost MRWQ items: gap at seq 2 (item missing for 5.0 s)"
+    store.set_json(ctl, Control(admit=True, rebuild=1, gaps=1, gap=gap).encode())
+    with caplog.at_level(logging.INFO, "flowctl.spark.flow.planner"):
+        planner.latest_offset(start)
+        health = planner.health.current
+        assert health.state == "RECOVERING" and (health.cause or "").startswith(gap)
+        assert "rebuilding" in (health.cause or "")
+        store.set_many({f"{ns}:head": b"4"})
+        end = planner.latest_offset(start)  # rebuilt; no progress yet
+    assert state.builds == 2 and planner.health.current.state == "RECOVERING"
+    assert "dispatched again" in (planner.health.current.cause or "")
+    rebuilt = [r for r in caplog.records if "dispatching everything not durable" in r.getMessage()]
+    assert [r.levelno for r in rebuilt] == [logging.WARNING]
+    assert "after lost MRWQ items" in rebuilt[0].getMessage()
+    state.checkpoints[TopicPartition(EDEN, 0)] = 10  # durable progress after the rebuild
+    planner.latest_offset(end)
+    assert planner.health.current.state == "HEALTHY"
+    planner.clock.advance(planner.flow.metrics_window_s + 1)  # type: ignore[attr-defined]
+    planner.latest_offset(end)
+    assert planner.metrics.rows and planner.metrics.rows[-1].rebuilds == 1
+
+
+def test_an_activations_rebuild_is_routine_and_logged_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    planner, store, _ = _planner(tmp_path, {0: 30}, standby=True)
+    ctl = channels.control_key(planner.settings.ns)
+    store.set_json(ctl, Control(admit=False, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    store.set_json(ctl, Control(admit=True, rebuild=1).encode())
+    with caplog.at_level(logging.INFO, "flowctl.spark.flow.planner"):
+        planner.latest_offset(start)
+    rebuilt = [r for r in caplog.records if "dispatching everything not durable" in r.getMessage()]
+    assert [(r.levelno, "(activation)" in r.getMessage()) for r in rebuilt] == [
+        (logging.INFO, True)
+    ]
+    assert planner.health.current.state == "HEALTHY"
+
+
 def test_lanes_given_at_activation_are_planned_from_the_rebuild_on(tmp_path: Path) -> None:
     planner, store, state = _planner(tmp_path, {0: 200}, standby=True)
     ctl = channels.control_key(planner.settings.ns)

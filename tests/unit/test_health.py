@@ -53,6 +53,65 @@ def test_durable_progress_or_an_empty_backlog_is_healthy_again_at_once() -> None
     assert monitor.observe(backlog=0, durable=1) == Health()
 
 
+GAP = "rebuild 3 after lost MRWQ items: gap at seq 412 (item missing for 5.0 s (evicted or lost))"
+
+
+def test_a_rebuild_after_lost_items_shows_at_once_until_durable_progress_after_it() -> None:
+    clock = FakeClock()
+    monitor = HealthMonitor(clock, stall_after_s=60)
+    monitor.observe(backlog=900, durable=100)
+    monitor.recovering(GAP)
+    clock.advance(2)
+    health = monitor.observe(backlog=900, durable=100)
+    assert health == Health(
+        "RECOVERING", f"{GAP}; rebuilding, backlog 900, nothing durable for 2 s", 0.0
+    )
+    # Results queued before the rebuild still flush: progress, but not the recovery's end.
+    assert monitor.observe(backlog=800, durable=200).state == "RECOVERING"
+    monitor.rebuilt()
+    clock.advance(3)
+    health = monitor.observe(backlog=800, durable=200)
+    assert health.state == "RECOVERING" and "dispatched again, backlog 800" in (health.cause or "")
+    assert health.since == 0.0
+    assert monitor.observe(backlog=700, durable=300) == Health()  # progress after the rebuild
+
+
+def test_a_recovery_without_progress_becomes_a_stall_with_the_rebuild_as_its_cause() -> None:
+    clock = FakeClock()
+    monitor = HealthMonitor(clock, stall_after_s=10)
+    monitor.observe(backlog=50, durable=0)
+    monitor.recovering(GAP)
+    monitor.rebuilt()
+    clock.advance(10)
+    health = monitor.observe(backlog=50, durable=0)
+    assert health == Health("STALLED", f"backlog 50, nothing durable for 10 s; {GAP}", 10.0)
+    monitor.error("flushing the MRWQ to the database: OperationalError: gone")
+    assert monitor.observe(backlog=50, durable=0).cause == (
+        "backlog 50, nothing durable for 10 s; "
+        "flushing the MRWQ to the database: OperationalError: gone"
+    )  # the error seen is the nearer cause
+
+
+def test_a_second_gap_during_a_recovery_keeps_its_start_and_needs_its_own_rebuild() -> None:
+    clock = FakeClock()
+    monitor = HealthMonitor(clock, stall_after_s=60)
+    monitor.observe(backlog=5, durable=0)
+    monitor.recovering("rebuild 2 after lost MRWQ items: gap at seq 7")
+    monitor.rebuilt()
+    clock.advance(4)
+    monitor.recovering(GAP)
+    health = monitor.observe(backlog=5, durable=1)  # progress, but rebuild 3 is not done
+    assert (health.state, health.since) == ("RECOVERING", 0.0)
+    assert (health.cause or "").startswith(GAP)
+
+
+def test_an_empty_backlog_after_the_rebuild_ends_a_recovery() -> None:
+    monitor = HealthMonitor(FakeClock(), stall_after_s=60)
+    monitor.recovering(GAP)
+    monitor.rebuilt()
+    assert monitor.observe(backlog=0, durable=0) == Health()
+
+
 def test_a_window_of_one_exception_and_no_success_halts_once_and_stays_halted() -> None:
     clock = FakeClock(5.0)
     monitor = HealthMonitor(clock, stall_after_s=10)

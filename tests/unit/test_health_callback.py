@@ -29,7 +29,8 @@ HERE = f"{__name__}:record"
 def test_called_once_per_change_to_stalled_halted_or_failed() -> None:
     EVENTS.clear()
     alerts = HealthCallback("wc", "wc-blue-1", HERE)
-    for state in ("HEALTHY", "STALLED", "STALLED", "HEALTHY", "HALTED", "HALTED"):
+    states = ("HEALTHY", "RECOVERING", "STALLED", "STALLED", "HEALTHY", "HALTED", "HALTED")
+    for state in states:  # RECOVERING is a warning: it resolves itself, or stalls
         alerts.health(state, None if state == "HEALTHY" else f"{state} cause", 1_700_000_000.0)
     alerts.failed("the query ended", 1_700_000_010.0)
     assert [(e["state"], e["cause"]) for e in EVENTS] == [

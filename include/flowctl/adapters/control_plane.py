@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.checks import check_int, check_text
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.metrics_windows import MetricsWindow, MetricsWindowRows
@@ -141,7 +141,7 @@ class ControlPlane(MetricsWindowRows):
             lambda _conn: None,
             what="connecting to the control database",
         )
-        schema.ensure_schema(self.engine)
+        schema_setup.ensure_schema(self.engine)
 
     # -- topologies -------------------------------------------------------------------------
 

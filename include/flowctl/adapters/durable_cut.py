@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.db import engine_for
 
 #: ``{partition: [(start, end, outcome), ...]}`` of ``applied_ranges``.
@@ -33,7 +33,7 @@ def read_durable_cut(
     transaction; ``progressed_at``: when a checkpoint of ``topic`` last moved (``None``:
     no checkpoint yet)."""
     engine = engine_for(database_url)
-    schema.ensure_schema(engine)
+    schema_setup.ensure_schema(engine)
     o, a = schema.offsets, schema.applied_ranges
     with engine.connect() as raw:
         if engine.dialect.name == "sqlite":

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema_setup
 from flowctl.adapters.applied import (
     RangeConflict,
     replay_plan,
@@ -242,7 +242,9 @@ class FlusherService:
         with self._lock:
             if self._started:
                 return self.last_gap if self._flusher.gap is not None else None
-            self._retry(lambda: schema.ensure_schema(self.engine), "creating the schema", sleep)
+            self._retry(
+                lambda: schema_setup.ensure_schema(self.engine), "creating the schema", sleep
+            )
             snapshot = self._retry(self._read_state, "reading the flusher position", sleep)
             if snapshot is not None:
                 self._flusher.restore(snapshot)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from flowctl.adapters import schema
+from flowctl.adapters import schema, schema_setup
 from flowctl.adapters.checks import check_int, check_text, check_time
 from flowctl.adapters.db import engine_for, in_transaction, inserted_id
 from flowctl.adapters.schema import REPLACEMENT_OUTCOMES
@@ -165,7 +165,7 @@ class ReplacementLog:
 
     def ensure_schema(self) -> None:
         """Create missing tables; refuse a database with another schema version."""
-        schema.ensure_schema(self.engine)
+        schema_setup.ensure_schema(self.engine)
 
     def record_replacement(
         self,

@@ -1,8 +1,8 @@
 """The control and results schema: one SQLAlchemy MetaData for SQLite and PostgreSQL.
 
-``ensure_schema`` creates what is missing and records :data:`SCHEMA_VERSION`;
-a database written by a newer (or unknown) version of flowctl is refused with
-a clear error rather than half-used.
+:func:`flowctl.adapters.schema_setup.ensure_schema` creates what is missing, records
+:data:`SCHEMA_VERSION`, upgrades an older schema it can, and refuses one written by a
+newer (or unknown) version of flowctl with a clear error rather than half-using it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from flowctl.core.metrics_row import MetricsRow
 from flowctl.core.persistence import OUTCOMES
 from flowctl.core.window_figures import WindowFigures
 
-#: Bump when a table changes incompatibly; ``ensure_schema`` refuses other versions.
+#: Bump when a table changes; ``schema_setup.ensure_schema`` upgrades or refuses others.
 #: Adding a table is compatible (``create_all`` adds it to an existing database and older
 #: code never reads it), so ``replacement_events`` did not bump it.
 #: 2: ``metrics_windows`` has columns for the window figures (they were in ``lanes_json``).
 #: 3: ``metrics_windows`` has the topology's health (``health``, ``health_cause``).
 #: 4: ``metrics_windows`` has ``rolled_up`` (0 for a window, else an hourly rollup's count).
-SCHEMA_VERSION = 4
+#: 5: ``metrics_windows`` has ``rebuilds``; a version-4 database is upgraded in place
+#: (:mod:`flowctl.adapters.schema_setup`).
+SCHEMA_VERSION = 5
 
 #: Life of a topology (docs/flow-control.md, "Signals and states"): READY is warmed up but
 #: admitting nothing (a standby green), DRAINED has nothing in flight and its results flushed.
@@ -36,10 +38,6 @@ TOPOLOGY_STATES = ("STARTING", "READY", "ACTIVE", "DRAINING", "DRAINED", "STOPPE
 SIGNAL_KINDS = ("activate", "deactivate", "drain", "stop")
 #: ``running`` while a blue-green replacement is under way, then one of the final three.
 REPLACEMENT_OUTCOMES = ("running", "ok", "rolled_back", "failed")
-
-
-class SchemaVersionError(RuntimeError):
-    """The database carries a schema version this code does not know."""
 
 
 class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
@@ -375,31 +373,3 @@ def dialect_insert(conn: sa.Connection | sa.Engine) -> Callable[[sa.Table], Any]
     if name == "postgresql":
         return pg_insert
     raise ValueError(f"database dialect={name!r} is not supported (use sqlite or postgresql)")
-
-
-def ensure_schema(engine: sa.Engine) -> None:
-    """Create missing tables and check (or record) the schema version.
-
-    Safe to call from several processes at once: table creation is
-    ``checkfirst`` and the version row is inserted only if missing.
-    """
-    metadata.create_all(engine, checkfirst=True)
-    with engine.begin() as conn:
-        conn.execute(
-            dialect_insert(conn)(schema_version)
-            .values(id=1, version=SCHEMA_VERSION, updated_at=utcnow())
-            .on_conflict_do_nothing(index_elements=["id"])
-        )
-        found = conn.execute(sa.select(schema_version.c.version)).scalars().all()
-    if len(found) != 1 or found[0] != SCHEMA_VERSION:
-        older = len(found) == 1 and found[0] < SCHEMA_VERSION
-        advice = (
-            "this version does not migrate an older schema: use a new database (the "
-            "embedded platform's: `scripts/demo down`, then remove FLOWCTL_HOME's flowctl.db)"
-            if older
-            else "upgrade flowctl or use another database"
-        )
-        raise SchemaVersionError(
-            f"database {engine.url.render_as_string(hide_password=True)} has flowctl schema "
-            f"version {found}, this code knows version {SCHEMA_VERSION}: {advice}"
-        )

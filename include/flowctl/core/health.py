@@ -1,4 +1,5 @@
-"""A topology's health beside its state: HEALTHY, STALLED or HALTED (pure; time passed in).
+"""A topology's health beside its state: HEALTHY, RECOVERING, STALLED or HALTED (pure;
+time passed in).
 
 A topology can be ACTIVE and still do nothing useful. Two such cases must not pass
 silently:
@@ -7,6 +8,12 @@ silently:
   ``stall_after_s`` (the broker stopped answering, the database refuses the flush, a step
   hangs). The cause is the last read or flush error seen since the last progress, else
   the slowest step. Any durable progress makes the topology HEALTHY again, at once.
+- **RECOVERING**: results queued in the MRWQ were lost (a worker killed while writing
+  one, memcached evicting or restarting), and the topology rebuilds its spout from the
+  database to dispatch again what is not durable. The backlog and the missing durable
+  progress are expected meanwhile, and shown at once with the rebuild as the cause (a
+  warning, not yet a stall): it ends at the first durable progress after the rebuild,
+  and becomes STALLED like any other lack of progress after ``stall_after_s``.
 - **HALTED**: a code error. When, in one window, most tuples fail with the same
   exception type and none succeeds, the error is the pipeline's code, not its records:
   retrying and dead-lettering would only move the whole stream to the DLQ,
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 from .clock import Clock
 
 __all__ = [
+    "ALERT_STATES",
     "CODE_ERROR_ACTIONS",
     "HEALTH_STATES",
     "CodeError",
@@ -39,7 +47,10 @@ __all__ = [
     "code_error",
 ]
 
-HEALTH_STATES = ("HEALTHY", "STALLED", "HALTED")
+HEALTH_STATES = ("HEALTHY", "RECOVERING", "STALLED", "HALTED")
+#: States that need an operator (``flowctl stream status`` exits 3, the callback is
+#: called): RECOVERING resolves itself, or becomes STALLED.
+ALERT_STATES = ("STALLED", "HALTED")
 #: ``[flow] on_code_error``: what a code error does to the topology.
 CODE_ERROR_ACTIONS = ("halt", "dead_letter")
 #: Exception types that are a record's fault by contract, never the code's.
@@ -137,6 +148,19 @@ class HealthMonitor:
         self._error: str | None = None
         self._halted: Health | None = None
         self._stalled_since: float | None = None
+        self._recovery: _Recovery | None = None
+
+    def recovering(self, cause: str) -> None:
+        """A rebuild after lost MRWQ items was asked for (``cause``: which, and why):
+        RECOVERING until the first durable progress after :meth:`rebuilt`."""
+        since = self._recovery.since if self._recovery is not None else self._clock.now()
+        self._recovery = _Recovery(cause, since)
+
+    def rebuilt(self) -> None:
+        """The rebuild asked for by :meth:`recovering` is done: what was not durable is
+        dispatched again, and the next durable progress ends the recovery."""
+        if self._recovery is not None:
+            self._recovery.rebuilt = True
 
     @property
     def halted(self) -> bool:
@@ -167,14 +191,34 @@ class HealthMonitor:
         now = self._clock.now()
         if self._durable is None or durable > self._durable or backlog <= 0:
             self._progress_at, self._error, self._stalled_since = now, None, None
+            if self._recovery is not None and self._recovery.rebuilt:
+                self._recovery = None
         self._durable = durable if self._durable is None else max(self._durable, durable)
         if self._halted is not None:
             return self._halted
-        if now - self._progress_at < self.stall_after_s:
-            return Health()
+        idle = now - self._progress_at
+        recovery = self._recovery
+        if idle < self.stall_after_s:
+            if recovery is None:
+                return Health()
+            step = "dispatched again" if recovery.rebuilt else "rebuilding"
+            cause = f"{recovery.cause}; {step}, backlog {backlog}, nothing durable for {idle:.0f} s"
+            return Health("RECOVERING", cause, recovery.since)
         if self._stalled_since is None:
             self._stalled_since = now
-        idle = now - self._progress_at
-        why = self._error or (f"slowest step: {slowest_step}" if slowest_step else "unknown")
+        why = (
+            self._error
+            or (recovery.cause if recovery is not None else None)
+            or (f"slowest step: {slowest_step}" if slowest_step else "unknown")
+        )
         cause = f"backlog {backlog}, nothing durable for {idle:.0f} s; {why}"
         return Health("STALLED", cause, self._stalled_since)
+
+
+@dataclass
+class _Recovery:
+    """A rebuild after lost MRWQ items: why, since when, and whether it has happened."""
+
+    cause: str
+    since: float
+    rebuilt: bool = False

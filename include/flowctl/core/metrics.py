@@ -213,12 +213,14 @@ class SpoutMetrics:
         now: float,
         wall_offset: float,
         health: Health | None = None,
+        rebuilds: int | None = None,
     ) -> bool:
         """Count what the spout did since the last call; close the windows that ended.
         Returns whether any closed (:attr:`rows` changed): the planner republishes the rows
         only then, since encoding all ``keep`` of them every batch cost ~10 ms a batch.
 
-        ``health``: the topology's health now, stamped on every window closed now.
+        ``health``: the topology's health now, stamped on every window closed now;
+        ``rebuilds``: its rebuilds after lost MRWQ items so far (see :class:`WindowFigures`).
         """
         health = health or Health()
         self._count(spout, latest, levels)
@@ -238,6 +240,7 @@ class SpoutMetrics:
                     mrwq=mrwq,
                     health=health.state,
                     health_cause=health.cause,
+                    rebuilds=rebuilds,
                     **figures,
                 )
             )

@@ -15,7 +15,7 @@ How each field is aggregated (the one documented rule; docs/services.md repeats 
   window's length;
 - latencies (``latency_p50_s``, ``latency_p99_s``) and gauges (``backlog``,
   ``backpressure_level``, ``mrwq``, each stage of ``levels``) are the hour's maximum:
-  no window of the hour was worse;
+  no window of the hour was worse; so is ``rebuilds``, a count since the topology's start;
 - ``health`` and ``health_cause`` are the hour's last window's; ``lanes`` are not kept.
 
 A figure no window measured stays ``None``.
@@ -41,7 +41,7 @@ _MEANS = (
     "trigger_s",
     "saturation",
 )
-_MAXIMA = ("latency_p50_s", "latency_p99_s", "backlog", "backpressure_level", "mrwq")
+_MAXIMA = ("latency_p50_s", "latency_p99_s", "backlog", "backpressure_level", "mrwq", "rebuilds")
 
 
 def hour_of(row: MetricsRow) -> float:

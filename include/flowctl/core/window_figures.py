@@ -29,7 +29,8 @@ class WindowFigures:
     end; ``arrival_rate``: Eden's growth (records/s); ``lane_rate``: one lane's records/s;
     ``batch_duration_s``: mean time between batch completions; ``trigger_s``: the
     trigger interval; ``saturation``: mean share of the lanes' windows in flight;
-    ``levels``: backpressure level per stage.
+    ``levels``: backpressure level per stage; ``rebuilds``: the topology's rebuilds
+    after lost MRWQ items since it started (each re-dispatches what was not durable).
     """
 
     repeat_failures: int | None = None
@@ -41,6 +42,7 @@ class WindowFigures:
     trigger_s: float | None = None
     saturation: float | None = None
     levels: dict[str, int] | None = None
+    rebuilds: int | None = None
 
     def merged(self, other: WindowFigures) -> WindowFigures:
         """These figures, completed by ``other``'s where these are not measured."""

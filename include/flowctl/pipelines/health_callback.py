@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from flowctl.core.health import ALERT_STATES
 from flowctl.core.validation import InvalidValue
 
 log = logging.getLogger("flowctl.health")
@@ -58,7 +59,7 @@ class HealthCallback:
 
     def health(self, state: str, cause: str | None, at: float) -> None:
         """A metrics window's health (``at``: its end, epoch s)."""
-        if state != self._last and state != "HEALTHY":
+        if state != self._last and state in ALERT_STATES:  # RECOVERING resolves itself
             self._fire(state, cause, at)
         self._last = state
 

@@ -36,7 +36,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 
 from flowctl.adapters.db import DatabaseUnavailable
-from flowctl.adapters.schema import SchemaVersionError, ensure_schema
+from flowctl.adapters.schema_setup import SchemaVersionError, ensure_schema
 from flowctl_airflow.ui.queries import MetricsQuery, MetricsReader, UnknownPipeline
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"

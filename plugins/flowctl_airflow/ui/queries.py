@@ -225,9 +225,10 @@ class MetricsReader:
         ``rule_source`` says where A and C came from: ``query``, ``config`` (the
         pipeline's ``[scaling]``) or ``default`` (then ``rule_problem`` says why).
         ``health`` and ``health_cause``: the topology's health at the window's end
-        (HEALTHY, STALLED, HALTED; the autoscaler never scales a topology that is not
-        HEALTHY). ``latest`` holds, per live topology, its newest window with the
-        per-lane send windows and states; ``dlq_total`` counts every DLQ record ever.
+        (HEALTHY, RECOVERING, STALLED, HALTED; the autoscaler never scales a topology that
+        is not HEALTHY); ``rebuilds``: its rebuilds after lost MRWQ items so far.
+        ``latest`` holds, per live topology, its newest window with the per-lane send
+        windows and states; ``dlq_total`` counts every DLQ record ever.
         """
         self._require(pipeline)
         history, threshold_c, source, problem = scaling_rule(pipeline)
@@ -338,5 +339,6 @@ def _with_dispersion(
             "signal": paper_signal(fail_num, mean, s2, threshold_c),
             "health": row.health,
             "health_cause": row.health_cause,
+            "rebuilds": row.rebuilds,
             "lanes": None if row.lanes_json is None else lane_list(json.loads(row.lanes_json)),
         }

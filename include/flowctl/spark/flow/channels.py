@@ -88,7 +88,9 @@ class Control:
     it while ``sweep`` is unset) and, once blue is gone, a ``sweep`` number: its change
     makes the planner dispatch what blue left unapplied below the frontier. ``lanes`` is
     the topology's parallelism when an activation changed it (a warm standby takes the
-    replacement's): the planner's next rebuild plans that many lanes.
+    replacement's): the planner's next rebuild plans that many lanes. ``gaps`` counts
+    the rebuilds asked for because MRWQ items were lost, ``gap`` says why the last one
+    was (the planner shows the topology RECOVERING with it, and counts it on its windows).
     """
 
     admit: bool
@@ -96,6 +98,8 @@ class Control:
     frontier: dict[str, Any] | None = None
     sweep: int | None = None
     lanes: int | None = None
+    gaps: int = 0
+    gap: str | None = None
 
     def encode(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,8 @@ class Control:
             "frontier": self.frontier,
             "sweep": self.sweep,
             "lanes": self.lanes,
+            "gaps": self.gaps,
+            "gap": self.gap,
         }
 
     @classmethod
@@ -115,6 +121,8 @@ class Control:
             _optional("control", d, "frontier", dict),
             _optional("control", d, "sweep", int),
             _optional("control", d, "lanes", int),
+            _optional("control", d, "gaps", int) or 0,
+            _optional("control", d, "gap", str),
         )
 
 

@@ -112,12 +112,14 @@ class DriverHealth:
         if self.current.healthy or now - last.window_end < self.window_s:
             return None
         backlog = 0 if state is None else state.in_flight + state.buffered
-        # Nothing was measured in it: no figure carries over but the MRWQ's length.
+        # Nothing was measured in it: no figure carries over but the MRWQ's length and the
+        # rebuilds so far (a count since the start).
         # Keyword arguments by field name: mypy checks each value against every field.
         unmeasured: dict[str, Any] = dict.fromkeys(
             f.name for f in dataclasses.fields(WindowFigures)
         )
         unmeasured["mrwq"] = None if state is None else state.mrwq
+        unmeasured["rebuilds"] = last.rebuilds
         return dataclasses.replace(
             last,
             **unmeasured,

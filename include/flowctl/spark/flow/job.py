@@ -90,6 +90,9 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
         self.standby = args.standby
         self.admit = not args.standby
         self.rebuild_no = 0
+        #: Rebuilds asked for because MRWQ items were lost, and why the last one was.
+        self.gaps = 0
+        self.gap: str | None = None
         self.state = "STARTING"
         self.flusher: FlusherService | None = None
         self._flusher_stop = threading.Event()
@@ -218,7 +221,13 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
     def _write_ctl(self, *, required: bool = False) -> None:
         try:
             control = Control(
-                self.admit, self.rebuild_no, self.frontier, self.sweep_no, self.parallelism
+                self.admit,
+                self.rebuild_no,
+                self.frontier,
+                self.sweep_no,
+                self.parallelism,
+                gaps=self.gaps,
+                gap=self.gap,
             )
             # Rewritten every second; it expires like the planner's keys once nobody does.
             self.store.set_json(

@@ -40,6 +40,8 @@ class FlusherThread:
     database_url: str
     results: ResultStore
     rebuild_no: int
+    gaps: int
+    gap: str | None
     flusher: FlusherService | None
     settings: Settings
     #: The durable checkpoint's copy in the pipeline's consumer group (Kafka's lag tools).
@@ -138,6 +140,8 @@ class FlusherThread:
         """
         service.resync()
         self.rebuild_no += 1
+        self.gaps += 1
+        self.gap = f"rebuild {self.rebuild_no} after lost MRWQ items: {report.gap}"
         self._write_ctl()
         log.error(
             "topology %s: MRWQ gap repaired by re-dispatch (rebuild %d): %s",

@@ -128,6 +128,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self.warmups = 0
         self._last_warmup = -1e9
         self.rebuild_seen: int | None = None
+        self.gaps_seen = 0  # rebuilds after lost MRWQ items (Control.gaps), for health
         #: A requested rebuild waits for the MRWQ to be flushed; nothing is admitted meanwhile.
         self.rebuild_wait = RebuildWait(
             settings.topology_id, mrwq_namespace(self.config.name), self.store, self._warn
@@ -299,6 +300,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
                 now=self.clock.now(),
                 wall_offset=time.time() - self.clock.now(),
                 health=health,
+                rebuilds=self.gaps_seen,
             )
             self._publish_state(persist_len, levels, with_rows=rolled)
         if not plannable:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from flowctl.core.replay import ReplaySnapshot
     from flowctl.pipelines.config import PipelineConfig
     from flowctl.spark.flow.channels import Control
+    from flowctl.spark.flow.planner_health import PlannerHealth
     from flowctl.spark.flow.rebuild_wait import RebuildWait
     from flowctl.spark.flow.settings import FlowSettings
 
@@ -37,6 +38,8 @@ class HandoverPlanning:
     spout: Spout | None
     pending: dict[int, tuple[set[int], float]]
     rebuild_seen: int | None
+    gaps_seen: int
+    health: PlannerHealth
     rebuild_wait: RebuildWait
     frontier: Frontier | None
     sweep_seen: int | None
@@ -111,23 +114,34 @@ class HandoverPlanning:
         # Until the sweep, a rebuild of an overlapped green starts from blue's frontier.
         overlap = ctl.frontier is not None and ctl.sweep is None
         rebuild = ctl.rebuild
+        if ctl.gaps > self.gaps_seen:  # MRWQ items were lost: RECOVERING until progress
+            self.health.recovering(ctl.gap or f"rebuild {rebuild} after lost MRWQ items")
+            self.gaps_seen = ctl.gaps
         if rebuild is not None and rebuild != self.rebuild_seen:
             if self.rebuild_seen is not None and self.spout is not None:
                 # From the database (not from blue's frontier, above which blue cut
                 # nothing): only once what was in flight is flushed (FlushBarrier).
                 if not overlap and not self.rebuild_wait.flushed(rebuild):
                     return  # asked again next batch; nothing is admitted meanwhile
-                log.warning(
-                    "flow %s: rebuild %s requested (%s): dispatching everything not durable again",
+                # An activation's rebuild is routine (INFO); one after lost items, not.
+                gap = ctl.gap is not None and ctl.gap.startswith(f"rebuild {rebuild} ")
+                log.log(
+                    logging.WARNING if gap else logging.INFO,
+                    "flow %s: rebuild %s (%s): dispatching everything not durable again",
                     self.settings.topology_id,
                     rebuild,
-                    "from blue's frontier" if overlap else "gap repair or activation",
+                    "after lost MRWQ items"
+                    if gap
+                    else "from blue's frontier"
+                    if overlap
+                    else "activation",
                 )
                 try:
                     blue = None if ctl.frontier is None else Frontier.from_dict(ctl.frontier)
                     frontier = blue if overlap else None
                     self.spout = self.build_spout(frontier, windows_of=blue)
                     self.frontier = frontier
+                    self.health.rebuilt()
                 except Exception as exc:  # the database is away: keep going, retry next batch
                     self._warn("rebuilding the spout from the database", exc, every_s=0)
                     return

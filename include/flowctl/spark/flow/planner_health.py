@@ -83,6 +83,15 @@ class PlannerHealth:
         """A read or flush error of the planner: the cause of a stall, if one follows."""
         self.monitor.error(f"{what}: {type(exc).__name__}: {exc}")
 
+    def recovering(self, cause: str) -> None:
+        """A rebuild after lost MRWQ items was asked for: RECOVERING, with ``cause``."""
+        self.monitor.recovering(cause)
+
+    def rebuilt(self) -> None:
+        """The spout was rebuilt from the database (any rebuild: one after a gap ends
+        RECOVERING at the next durable progress)."""
+        self.monitor.rebuilt()
+
     def durable_at(self, checkpoints: Mapping[_Key, int]) -> None:
         """What the database says is durable: the sum of the Eden checkpoints."""
         self.durable = sum(checkpoints.values())
@@ -96,7 +105,7 @@ class PlannerHealth:
         if health.state != self.current.state:
             if health.healthy:
                 log.info("flow %s: HEALTHY again (was %s)", self.topology_id, self.current.state)
-            elif health.state == "STALLED":
-                log.warning("flow %s: STALLED: %s", self.topology_id, health.cause)
+            elif health.state in ("STALLED", "RECOVERING"):
+                log.warning("flow %s: %s: %s", self.topology_id, health.state, health.cause)
         self.current = health
         return health

@@ -267,8 +267,11 @@
 
   function drawCards(metrics, topologies) {
     const live = topologies.topologies.filter((t) => !t.ended_at);
-    const current = live[live.length - 1] || topologies.topologies[topologies.topologies.length - 1];
-    const last = metrics.windows[metrics.windows.length - 1];
+    // The ACTIVE topology is the one users mean: not a warm standby, not a STARTING green.
+    const active = live.filter((t) => t.state === "ACTIVE");
+    const current = active[active.length - 1] || live[live.length - 1] || topologies.topologies[topologies.topologies.length - 1];
+    const own = current ? metrics.windows.filter((w) => w.topology_id === current.topology_id) : [];
+    const last = own[own.length - 1] || metrics.windows[metrics.windows.length - 1];
     const now = (current && metrics.latest.find((t) => t.topology_id === current.topology_id)) || last;
     const health = now ? now.health || "HEALTHY" : null;
     const healthNote = health && health !== "HEALTHY" ? `${now.health_cause || "no cause recorded"}; the autoscaler does not scale a ${health} topology` : "";
@@ -277,7 +280,8 @@
       ["topology", current ? shortId(current.topology_id) : "–", "", current && shortId(current.topology_id) !== current.topology_id ? current.topology_id : ""],
       ["parallelism", current ? current.parallelism : "–", ""],
       ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
-      ["health", health || "–", health === "HALTED" ? "bad" : health === "STALLED" ? "warn" : "", healthNote],
+      ["health", health || "–", health === "HALTED" ? "bad" : health === "STALLED" || health === "RECOVERING" ? "warn" : "", healthNote],
+      ["rebuilds", now && now.rebuilds != null ? fmt(now.rebuilds) : "0", now && now.rebuilds ? "warn" : "", "rebuilds after lost MRWQ items (each dispatches again what was not durable)"],
       ["records/s", last ? fmt(last.records_per_s) : "–", ""],
       ["latency p99 ms", last ? fmt(last.latency_p99_ms) : "–", ""],
       ["DLQ size", fmt(metrics.dlq_total), metrics.dlq_total > 0 ? "warn" : ""],
