@@ -228,10 +228,11 @@ def test_items_flushed_twice_are_applied_once(
         store.set_many({f"{namespace}:item:{seq}": json.dumps(body).encode()})
     again = first.flush()
     assert (again.stats.items, again.stats.applied, again.stats.duplicates) == (2, 0, 2)
+    assert again.stats.duplicate_records == 10  # [0, 5) and [5, 10) processed twice
     # A batch Spark re-ran appends the same tuples once more: duplicates again.
     append(writer, (t(5, 10), {"x": 1, "y": 3}), (t(10, 12), {"z": 1}))
     third = first.flush()
-    assert (third.stats.applied, third.stats.duplicates) == (1, 1)
+    assert (third.stats.applied, third.stats.duplicates, third.stats.duplicate_records) == (1, 1, 5)
     assert counts(sqlite_url) == {"x": 2, "y": 3, "z": 1}
     assert [r for r, _ in applied_rows(sqlite_url, PIPELINE)] == [t(0, 5), t(5, 10), t(10, 12)]
 

@@ -37,14 +37,15 @@ class FlushLog:
         notable = s.duplicates or s.replayed or s.dlq
         log.log(
             logging.INFO if notable else logging.DEBUG,
-            "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate, %d replayed, "
-            "%d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
+            "MRWQ %s: flushed %d item(s) seq %d..%d (%d applied, %d duplicate of %d record(s), "
+            "%d replayed, %d dlq), %d record(s), %d row(s) in %.3f s; queue %d; trigger %s%s",
             self.namespace,
             s.items,
             r.first_seq,
             r.last_seq,
             s.applied,
             s.duplicates,
+            s.duplicate_records,
             s.replayed,
             s.dlq,
             s.records,

@@ -202,6 +202,7 @@ class FlusherService:
             "items": 0,
             "applied": 0,
             "duplicates": 0,
+            "duplicate_records": 0,
             "replayed": 0,
             "dlq": 0,
             "records": 0,
@@ -362,7 +363,15 @@ class FlusherService:
         if r.first_seq is None:
             return
         self.totals["flushes"] += 1
-        for name in ("items", "applied", "duplicates", "replayed", "dlq", "records"):
+        for name in (
+            "items",
+            "applied",
+            "duplicates",
+            "duplicate_records",
+            "replayed",
+            "dlq",
+            "records",
+        ):
             self.totals[name] += getattr(s, name)
         self.last_error = None
         self._flush_log.flushed(report)

@@ -43,6 +43,9 @@ class FlushStats:
     replayed: int = 0
     dlq: int = 0
     duplicates: int = 0
+    #: Records of the duplicate items: processed twice (a retried task, a rebuild's
+    #: re-dispatch), applied once.
+    duplicate_records: int = 0
     records: int = 0
     rows: int = 0
     checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
@@ -169,6 +172,9 @@ class SqlSink:
                 replayed=sum(1 for c in new_claims if c.outcome == "replayed"),
                 dlq=sum(1 for c in new_claims if c.outcome == "dlq"),
                 duplicates=len(items) - len(new_claims),
+                duplicate_records=sum(
+                    c.range.size for c, new in zip(claims, fresh, strict=True) if not new
+                ),
                 records=sum(c.range.size for c in claims),
                 rows=int(rows or 0),
                 checkpoint=checkpoint,
