@@ -164,9 +164,11 @@ def read_stream_log(log: str, kills: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _resume(sampler: Sampler, at_kill: int, t_kill: float, timeout_s: float) -> float:
-    """Seconds from a kill to the first durable advance after it."""
+    """Seconds from a kill to the first durable advance after it (the first sample that
+    shows one: the worker's restart may still run then)."""
     sampler.wait("durable progress after the kill", lambda: sampler.last() > at_kill, timeout_s)
-    return round(sampler.now() - t_kill, 2)
+    first = next(t for t, durable, _ in list(sampler.samples) if t > t_kill and durable > at_kill)
+    return round(first - t_kill, 2)
 
 
 def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]:

@@ -169,8 +169,8 @@ class FaultRun:
         assert not thread.is_alive(), "the feeder did not stop"
         assert not errors, f"producing failed: {errors[0]!r}"
 
-    def submit(self, topology_id: str, lanes: int) -> LocalJob:
-        return self.flow.submit(self.config, topology_id, lanes)
+    def submit(self, topology_id: str, lanes: int, *, master: str = "local[2]") -> LocalJob:
+        return self.flow.submit(self.config, topology_id, lanes, master=master)
 
     def expected(self) -> dict[str, Any]:
         with self.lock:

@@ -90,7 +90,11 @@ class Flow:
     work_dir: Path
     jobs: list[LocalJob] = field(default_factory=list)
 
-    def submit(self, config: Path, topology_id: str, lanes: int, *extra: str) -> LocalJob:
+    def submit(
+        self, config: Path, topology_id: str, lanes: int, *extra: str, master: str = "local[2]"
+    ) -> LocalJob:
+        """``master``: ``local[2,4]`` retries a failed task up to 4 times, as an executor's
+        loss is retried on a cluster (``local[2]`` fails the batch at the first)."""
         self.plane.ensure_schema()  # so the test can read results before the job is up
         job = submit_stream(
             config,
@@ -99,6 +103,7 @@ class Flow:
             env=job_env(self.settings, self.database_url),  # test definitions live in tests/
             log_dir=self.work_dir,
             extra=extra,
+            master=master,
         )
         self.jobs.append(job)
         return job
