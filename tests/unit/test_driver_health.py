@@ -90,3 +90,21 @@ def test_while_stalled_windows_say_so_and_a_quiet_planner_gets_one_written() -> 
     first = watch.quiet_window(None, _state(time.time()))  # the planner closed none yet
     assert first is not None and first.topology == "t-blue-1" and first.health == "STALLED"
     assert first.window_end - first.window_start >= 2.0 and first.check() == first
+
+
+def test_memcached_away_the_backlog_last_seen_stands_and_the_failed_read_is_the_cause() -> None:
+    """An outage of the planner's channel shows while it lasts: the driver writes windows
+    of its own, STALLED, naming memcached (the planner's windows cannot reach it)."""
+    clock = FakeClock()
+    watch = DriverHealth("t-blue-1", clock, stall_after_s=4.0, window_s=2.0)
+    assert watch.check(_state(time.time()), lambda: 5, admitting=True).healthy
+    away = ConnectionError("memcached at 127.0.0.1:11211: get failed after 5 attempt(s)")
+    clock.advance(4)
+    health = watch.check(None, lambda: 5, admitting=True, state_error=away)
+    assert health.state == "STALLED"
+    assert health.cause == (
+        "backlog 10, nothing durable for 4 s; reading the planner's state from memcached: "
+        "ConnectionError: memcached at 127.0.0.1:11211: get failed after 5 attempt(s)"
+    )
+    window = watch.quiet_window(row(window_end=time.time() - 3.0), None)
+    assert window is not None and (window.health, window.backlog) == ("STALLED", 10)

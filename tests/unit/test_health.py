@@ -112,6 +112,29 @@ def test_an_empty_backlog_after_the_rebuild_ends_a_recovery() -> None:
     assert monitor.observe(backlog=0, durable=0) == Health()
 
 
+def test_ends_unread_for_stall_after_s_stall_whatever_the_backlog_last_seen() -> None:
+    """A broker frozen while nothing waited: the backlog is unknown, not empty."""
+    clock = FakeClock()
+    monitor = HealthMonitor(clock, stall_after_s=10)
+    monitor.observe(backlog=0, durable=100)
+    monitor.blind("reading the end offsets of wc.eden from Kafka at k:9092: KafkaTimeoutError")
+    clock.advance(9)
+    assert monitor.observe(backlog=0, durable=100) == Health()
+    clock.advance(1)
+    health = monitor.observe(backlog=0, durable=100)
+    assert health == Health(
+        "STALLED",
+        "backlog unknown, the log's ends unread for 10 s; "
+        "reading the end offsets of wc.eden from Kafka at k:9092: KafkaTimeoutError",
+        10.0,
+    )
+    monitor.blind("again")  # keeps its start
+    clock.advance(5)
+    assert monitor.observe(backlog=0, durable=100).since == 10.0
+    monitor.sighted()
+    assert monitor.observe(backlog=0, durable=100) == Health()
+
+
 def test_a_window_of_one_exception_and_no_success_halts_once_and_stays_halted() -> None:
     clock = FakeClock(5.0)
     monitor = HealthMonitor(clock, stall_after_s=10)

@@ -7,7 +7,9 @@ silently:
 - **STALLED**: there is a backlog (``backlog > 0``) and nothing became durable for
   ``stall_after_s`` (the broker stopped answering, the database refuses the flush, a step
   hangs). The cause is the last read or flush error seen since the last progress, else
-  the slowest step. Any durable progress makes the topology HEALTHY again, at once.
+  the slowest step. Any durable progress makes the topology HEALTHY again, at once. So is
+  a topology that could not read the log's ends for ``stall_after_s``, whatever the
+  backlog last seen: a broker that answers nothing may hold one (:meth:`blind`).
 - **RECOVERING**: results queued in the MRWQ were lost (a worker killed while writing
   one, memcached evicting or restarting), and the topology rebuilds its spout from the
   database to dispatch again what is not durable. The backlog and the missing durable
@@ -149,6 +151,18 @@ class HealthMonitor:
         self._halted: Health | None = None
         self._stalled_since: float | None = None
         self._recovery: _Recovery | None = None
+        self._blind: tuple[float, str] | None = None
+
+    def blind(self, what: str) -> None:
+        """The backlog cannot be known (``what``: the read of the log's ends that failed,
+        and why): past ``stall_after_s`` of it the topology is STALLED even when the
+        backlog last seen was empty, since a broker that answers nothing may hold one."""
+        since = self._blind[0] if self._blind is not None else self._clock.now()
+        self._blind = (since, what)
+
+    def sighted(self) -> None:
+        """The log's ends were read again: the backlog is known."""
+        self._blind = None
 
     def recovering(self, cause: str) -> None:
         """A rebuild after lost MRWQ items was asked for (``cause``: which, and why):
@@ -196,6 +210,10 @@ class HealthMonitor:
         self._durable = durable if self._durable is None else max(self._durable, durable)
         if self._halted is not None:
             return self._halted
+        if self._blind is not None and now - self._blind[0] >= self.stall_after_s:
+            blind_s = now - self._blind[0]
+            cause = f"backlog unknown, the log's ends unread for {blind_s:.0f} s; {self._blind[1]}"
+            return Health("STALLED", cause, self._blind[0] + self.stall_after_s)
         idle = now - self._progress_at
         recovery = self._recovery
         if idle < self.stall_after_s:

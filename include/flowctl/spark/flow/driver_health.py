@@ -48,6 +48,9 @@ class DriverHealth:
         self.current = Health()
         self._checked = -1e9
         self._clock = clock
+        #: The planner's state last read: while memcached (its channel) is away, the
+        #: backlog it showed still stands, and the failed read is the cause.
+        self._seen: SpoutState | None = None
 
     def check(
         self,
@@ -55,11 +58,18 @@ class DriverHealth:
         durable: Callable[[], int],
         admitting: bool,
         flush_error: BaseException | None = None,
+        state_error: BaseException | None = None,
     ) -> Health:
         """Judge now (at most every :data:`CHECK_EVERY_S`): ``durable()`` reads the sum of
         the Eden checkpoints (an error reading it is the cause, if a stall follows);
         ``flush_error`` is the MRWQ flusher's last error, ``None`` once a flush succeeded
-        (a database refusing the flush is the usual cause of nothing becoming durable)."""
+        (a database refusing the flush is the usual cause of nothing becoming durable);
+        ``state_error``: why ``state`` could not be read (memcached away): the state last
+        read stands for it."""
+        if state is not None:
+            self._seen = state
+        elif state_error is not None:
+            state = self._seen
         now = self._clock.now()
         if now - self._checked < CHECK_EVERY_S:
             return self.current
@@ -67,6 +77,11 @@ class DriverHealth:
         if flush_error is not None:
             self.monitor.error(
                 f"flushing the MRWQ to the database: {type(flush_error).__name__}: {flush_error}"
+            )
+        if state_error is not None:  # the nearer cause: the planner's channel is away
+            self.monitor.error(
+                f"reading the planner's state from memcached: "
+                f"{type(state_error).__name__}: {state_error}"
             )
         try:
             position = durable()
@@ -96,6 +111,7 @@ class DriverHealth:
         since ``last`` (the last window written, the template of lanes; ``None``: none
         was written yet, the window then covers the last ``window_s``)."""
         now = time.time()
+        state = state or self._seen
         if last is None:  # no window yet (the planner blocked before closing one)
             last = MetricsRow(
                 topology=self.topology_id,

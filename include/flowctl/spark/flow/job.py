@@ -90,6 +90,7 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
         self.standby = args.standby
         self.admit = not args.standby
         self.rebuild_no = 0
+        self.state_error: BaseException | None = None  # why the planner's state was unread
         #: Rebuilds asked for because MRWQ items were lost, and why the last one was.
         self.gaps = 0
         self.gap: str | None = None
@@ -239,10 +240,13 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
             self._warn("writing the control key", exc)
 
     def _spout_state(self) -> SpoutState | None:
+        """The planner's last state (``None``: none yet, or :attr:`state_error` says why)."""
+        self.state_error = None
         try:
             raw = self.store.get_json(channels.state_key(self.ns))
             return None if raw is None else SpoutState.decode(raw)
         except Exception as exc:
+            self.state_error = exc
             self._warn("reading the spout state", exc)
             return None
 

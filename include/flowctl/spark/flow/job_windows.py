@@ -44,6 +44,7 @@ class WindowPublishing:
     state: str
     alerts: HealthCallback
     driver_health: DriverHealth
+    state_error: BaseException | None
     flusher: FlusherService | None  # the MRWQ flusher (job_flusher.FlusherThread), once started
     _last_row_end: float
     _last_row: MetricsRow | None
@@ -114,6 +115,7 @@ class WindowPublishing:
             lambda: sum(self.control.committed_offsets(self.config.name, eden).values()),
             admitting=self.state == "ACTIVE",
             flush_error=getattr(self.flusher, "last_error", None),
+            state_error=self.state_error,
         )
         quiet = self.driver_health.quiet_window(self._last_row, state)
         if quiet is not None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flowctl.core.spout import Spout
     from flowctl.core.tuples import TopicPartition
     from flowctl.pipelines.config import PipelineConfig
+    from flowctl.spark.flow.planner_health import PlannerHealth
     from flowctl.spark.flow.settings import FlowSettings
 
 log = logging.getLogger("flowctl.spark.flow.planner")
@@ -36,6 +37,7 @@ class EndsPlanning:
     spout: Spout | None
     ends: BackgroundEnds
     guard: LogGuard
+    health: PlannerHealth
     topics: ReplayTopics
     admit: bool
     _latest: dict[TopicPartition, int]
@@ -106,10 +108,13 @@ class EndsPlanning:
                 eden_ends = self.ends.read([eden])[eden]  # Eden alone
             except Exception as again:
                 self._warn(f"reading the end offsets of {eden} from {broker}", again)
+                self.health.blind(f"reading the end offsets of {eden} from {broker}", again)
                 self.guard.ends_failed(again)  # raises past read_error_timeout_s
                 return None
+            self.health.sighted()
             self.guard.ends_read()
             return eden_ends
+        self.health.sighted()
         self.guard.ends_read()
         self._replay = {(t, p): n for t in replays for p, n in ends[t].items()}
         return ends[eden]

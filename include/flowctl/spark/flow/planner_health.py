@@ -83,6 +83,14 @@ class PlannerHealth:
         """A read or flush error of the planner: the cause of a stall, if one follows."""
         self.monitor.error(f"{what}: {type(exc).__name__}: {exc}")
 
+    def blind(self, what: str, exc: BaseException) -> None:
+        """The log's ends could not be read (the backlog is unknown; STALLED if it lasts)."""
+        self.monitor.blind(f"{what}: {type(exc).__name__}: {exc}")
+
+    def sighted(self) -> None:
+        """The log's ends were read."""
+        self.monitor.sighted()
+
     def recovering(self, cause: str) -> None:
         """A rebuild after lost MRWQ items was asked for: RECOVERING, with ``cause``."""
         self.monitor.recovering(cause)
