@@ -154,8 +154,11 @@ def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
                            "stop_timeout_s": 5.0, "handover": "sequential", **scaling},
     )  # fmt: skip
     dag = rescale_dag(dataclasses.replace(config, scaling=short))
-    dag.get_task("replace").poll_interval_s = 0.1
-    dag.get_task("replace").deferrable = deferrable
+    replace = dag.get_task("replace")
+    replace.poll_interval_s = 0.1
+    replace.deferrable = deferrable
+    replace.defer_after_s = 0.0  # every wait deferred: the trigger's path is the one tested
+    replace.defer_settle_s = 0.2
     return dag.test(run_conf=conf)
 
 

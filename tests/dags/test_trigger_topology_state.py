@@ -178,3 +178,16 @@ def test_a_green_dead_in_the_overlap_is_rolled_back_and_marked_failed(
     assert plane.get_topology(GREEN).state == "FAILED"
     # what the sensor counts: no dead ACTIVE row (blue turns ACTIVE once its job acts)
     assert plane.topologies("wordcount", states=["ACTIVE"]) == []
+
+
+def test_an_event_is_held_until_not_before(plane: ControlPlane) -> None:
+    """The stale SUCCESS of the deferring try must reach the scheduler before the task
+    resumes (DEFER_SETTLE_S): a state reached at once is reported only at not_before."""
+    plane.register_topology(GREEN, "wordcount", "green", 4)
+    plane.set_state(GREEN, "READY")
+    not_before = time.time() + 0.5
+    (event,) = _collect(_trigger(GREEN, {"READY"}, not_before=not_before))
+    assert event.payload["status"] == "reached"
+    assert time.time() >= not_before
+    _, kwargs = _trigger(GREEN, {"READY"}, not_before=not_before).serialize()
+    assert kwargs["not_before"] == not_before

@@ -21,10 +21,11 @@ The protocol is docs/flow-control.md "Signals and states", driven step by step:
    replacement finds a standby again.
 
 Creating green's run is :mod:`.green_run`; the steps after green's run exists are
-:mod:`.replacement_steps`; with ``deferrable`` every wait runs in the triggerer and the
-replacement holds no worker slot. At most one replacement per pipeline runs at a time:
-the event is opened (outcome ``running``) before anything is touched and a second
-operator that finds an earlier running event refuses with the id of the one in the way.
+:mod:`.replacement_steps`; with ``deferrable`` every wait longer than ``DEFER_AFTER_S``
+runs in the triggerer and the replacement holds no worker slot meanwhile. At most one
+replacement per pipeline runs at a time: the event is opened (outcome ``running``)
+before anything is touched and a second operator that finds an earlier running event
+refuses with the id of the one in the way.
 Any failure rolls back (``activate`` blue if it was deactivated, ``stop``
 green); killing the task does the same or, once green is ACTIVE, finishes
 forward: exactly one topology admits afterwards.
@@ -52,7 +53,12 @@ from flowctl_airflow.replacement_state import (
     roll_back,
     utcnow,
 )
-from flowctl_airflow.triggers.topology_state import StateWaitFailed, outcome_of
+from flowctl_airflow.triggers.topology_state import (
+    DEFER_AFTER_S,
+    DEFER_SETTLE_S,
+    StateWaitFailed,
+    outcome_of,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -94,9 +100,10 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
     no metadata-database access). It waits for the
     new run to exist (``wait_for_completion`` on the states ``queued``/``running``, in the
     triggerer: ``DagStateTrigger``) and resumes this operator at :meth:`execute_complete`.
-    With ``deferrable`` the waits for READY, DRAINED, ACTIVE and STOPPED are deferred too
-    (:class:`TopologyStateTrigger`): the replacement then holds no worker slot while a
-    Spark job gets ready or drains. Without it they poll in the worker.
+    With ``deferrable`` the waits for READY, DRAINED, ACTIVE and STOPPED that outlast
+    ``DEFER_AFTER_S`` in the worker are deferred too (:class:`TopologyStateTrigger`): the
+    replacement then holds no worker slot while a Spark job gets ready or drains. Without
+    it they poll in the worker.
 
     :param pipeline: the pipeline. (templated)
     :param pipeline_config: path of its config file; default ``include/pipelines/<pipeline>.toml``.
@@ -128,6 +135,10 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         Text ``"true"``/``"false"`` is accepted (a rendered template). Default on. (templated)
     :param flowctl_conn_id: connection of the flowctl database.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param defer_after_s: with ``deferrable``, how long a wait runs in the worker before it
+        is deferred (``DEFER_AFTER_S``; 0: at once).
+    :param defer_settle_s: with ``deferrable``, how long the trigger holds its event after
+        the deferral (``DEFER_SETTLE_S``: Airflow's stale-SUCCESS race, see there).
     """
 
     template_fields: Sequence[str] = (
@@ -159,6 +170,8 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         start_next_standby: bool | str = True,
         flowctl_conn_id: str = FlowctlDbHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        defer_after_s: float = DEFER_AFTER_S,
+        defer_settle_s: float = DEFER_SETTLE_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -178,6 +191,8 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         self.start_next_standby = start_next_standby
         self.flowctl_conn_id = flowctl_conn_id
         self.deferrable = deferrable
+        self.defer_after_s = defer_after_s
+        self.defer_settle_s = defer_settle_s
         # This execution's view, for rollback and on_kill (rebuilt on every resume).
         self._plane: ControlPlane | None = None
         self._events: ReplacementLog | None = None

@@ -9,6 +9,7 @@ phase and the :class:`Progress`, which is all a phase reads besides the database
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
@@ -63,6 +64,8 @@ class ReplacementSteps:
     _progress: Progress | None
     _killed: bool
     deferrable: bool
+    defer_after_s: float
+    defer_settle_s: float
     poll_interval_s: float
     flowctl_conn_id: str
     log: logging.Logger
@@ -77,11 +80,17 @@ class ReplacementSteps:
             step = self._PHASES[phase](self, self._progress, outcome)
             if isinstance(step, dict):
                 return step
-            if self.deferrable:
-                self._defer_wait(step)
             self.log.info("step %s ...", step.what)
             started = time.monotonic()
-            outcome = self._wait_here(step)
+            if self.deferrable and step.timeout_s > self.defer_after_s:
+                # Here first: a wait that ends within defer_after_s never defers.
+                here = dataclasses.replace(step, timeout_s=self.defer_after_s)
+                outcome = self._wait_here(here) if self.defer_after_s > 0 else None
+                if outcome is None:
+                    left = step.timeout_s - (time.monotonic() - started)
+                    self._defer_wait(dataclasses.replace(step, timeout_s=max(left, 1.0)))
+            else:
+                outcome = self._wait_here(step)
             self.log.info("step %s done in %.2f s", step.what, time.monotonic() - started)
             phase = step.then
 
@@ -114,6 +123,7 @@ class ReplacementSteps:
                 poll_interval=max(self.poll_interval_s, 0.1),
                 progress=self._progress.to_dict(),
                 then=wait.then,
+                not_before=time.time() + self.defer_settle_s,
             ),
             method_name="execute_complete",
             # The trigger ends itself at end_at; this is a backstop only.

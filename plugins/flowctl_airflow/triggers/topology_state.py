@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 
 ENDED = frozenset({"FAILED", "STOPPED"})
 
+#: Seconds a deferred task's trigger holds its event after the deferral. The worker's exit
+#: on ``defer()`` reports SUCCESS for the try; if the trigger fires and the resumed try is
+#: RUNNING before the scheduler has handled that stale SUCCESS, Airflow takes it for an
+#: external kill and marks the task FAILED (apache/airflow#72716, open; 1 rescale in 4
+#: was rolled back so when green was READY within a second of the deferral). The
+#: scheduler handled it within 3-6 s in the reported cases.
+DEFER_SETTLE_S = 10.0
+#: Seconds the replace task waits in its worker before it defers a wait: most waits end
+#: sooner (blue DRAINED, a topology STOPPED), and those then never pay DEFER_SETTLE_S.
+DEFER_AFTER_S = 15.0
+
 
 @dataclass(frozen=True)
 class Reached:
@@ -119,6 +130,8 @@ class TopologyStateTrigger(BaseTrigger):
     :param progress: the replacement's :meth:`Progress.to_dict`; with it, :meth:`on_kill`
         rolls the replacement back when a person marks the deferred task failed or clears it.
     :param then: the replacement's phase after this wait.
+    :param not_before: epoch seconds before which no event is yielded (``None``: at
+        once). The deferring task sets it :data:`DEFER_SETTLE_S` ahead: see there.
 
     ``progress`` and ``then`` are echoed in every event: the task resumes from the event
     alone (``dag.test()`` hands the resume method the event and drops ``defer``'s kwargs).
@@ -135,6 +148,7 @@ class TopologyStateTrigger(BaseTrigger):
         poll_interval: float = 1.0,
         progress: dict[str, Any] | None = None,
         then: str | None = None,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
         self.flowctl_conn_id = flowctl_conn_id
@@ -145,6 +159,7 @@ class TopologyStateTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.progress = progress
         self.then = then
+        self.not_before = None if not_before is None else float(not_before)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -158,6 +173,7 @@ class TopologyStateTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "progress": self.progress,
                 "then": self.then,
+                "not_before": self.not_before,
             },
         )
 
@@ -172,21 +188,30 @@ class TopologyStateTrigger(BaseTrigger):
                     look, plane, self.topology_id, self.wanted, self.what
                 )
                 if reached is not None:
+                    await self._settled()
                     yield self._event(reached.to_event())
                     return
                 if time.time() >= self.end_at:
+                    await self._settled()
                     yield self._event({"status": "timeout", "topology_id": self.topology_id})
                     return
                 await asyncio.sleep(min(self.poll_interval, max(0.0, self.end_at - time.time())))
         except StateWaitFailed as exc:
+            await self._settled()
             yield self._event({"status": "error", "message": str(exc)})
         except Exception as exc:  # reported to the task, which rolls back and fails
+            await self._settled()
             yield self._event(
                 {"status": "error", "message": f"{self.what}: {type(exc).__name__}: {exc}"}
             )
 
     def _event(self, payload: dict[str, Any]) -> TriggerEvent:
         return TriggerEvent({**payload, "then": self.then, "progress": self.progress})
+
+    async def _settled(self) -> None:
+        """Wait until ``not_before`` (see :data:`DEFER_SETTLE_S`)."""
+        if self.not_before is not None and (left := self.not_before - time.time()) > 0:
+            await asyncio.sleep(left)
 
     async def on_kill(self) -> None:
         """The deferred replace task was killed: undo the replacement like its ``on_kill``."""
