@@ -240,6 +240,12 @@ def test_the_green_of_a_running_replacement_registers(plane: ControlPlane) -> No
     )  # fmt: skip
     with pytest.raises(AdmissionConflict):  # not the event's green
         plane.register_topology("wc-green-other", "wordcount", "green", 4, wait_s=0)
+    # Asked before a job starts (the stream operator): the same answer, nothing registered.
+    assert "already has the ACTIVE topology 'wc-blue-1'" in (
+        plane.admission_conflict("wordcount", "wc-green-other") or ""
+    )
+    assert plane.admission_conflict("wordcount", "wc-green-p4") is None
+    assert plane.admission_conflict("other", "other-blue-1") is None
     assert plane.register_topology("wc-green-p4", "wordcount", "green", 4, wait_s=0)
     events.update_replacement(event, outcome="ok", finished_at=dt.datetime.now(dt.UTC))
     with pytest.raises(AdmissionConflict):  # the replacement is over: no more greens

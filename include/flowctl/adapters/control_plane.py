@@ -298,6 +298,14 @@ class ControlPlane(MetricsWindowRows):
         )
         return [Topology(**row._mapping) for row in rows]
 
+    def admission_conflict(self, pipeline: str, topology_id: str) -> str | None:
+        """Why ``topology_id`` could not register now (see :meth:`register_topology`),
+        or None: asked before a job is started, so a refusal costs no Spark start-up."""
+        return self._tx(
+            f"checking admission of {topology_id!r}",
+            lambda conn: _admission_conflict(conn, pipeline, topology_id),
+        )
+
     def live_topologies(self) -> list[Topology]:
         """Every pipeline's topologies that are not in a terminal state and whose driver
         beat within :data:`LIVE_HEARTBEAT_S` (a killed driver's row stays behind), oldest

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from flowctl.adapters.detached_driver import (
     DRIVER_DIR_ENV,
@@ -258,7 +258,11 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         parallelism = self._validated_parallelism()
         standby = self._validated_standby()
         run_id = context["run_id"]
-        topology_id = self._new_topology_id(self._plane(), context)
+        plane = self._plane()
+        topology_id = self._new_topology_id(plane, context)
+        if not standby and (conflict := plane.admission_conflict(self.pipeline, topology_id)):
+            # Every retry would start a driver only to be refused the same way.
+            raise AirflowFailException(conflict)
         self.topology_id = topology_id
         directory = drivers_dir(Settings.from_env().home) / topology_id
         self.env_vars = {
