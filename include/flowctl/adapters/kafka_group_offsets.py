@@ -23,6 +23,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from flowctl.adapters.kafka_network import NETWORK_CLIENT
+
 log = logging.getLogger(__name__)
 
 #: Seconds between two commits of the newest checkpoint.
@@ -47,6 +49,7 @@ def group_consumer(bootstrap: str, group: str, timeout_s: float = 5.0) -> KafkaC
         request_timeout_ms=int(timeout_s * 1000),
         bootstrap_timeout_ms=int(timeout_s * 1000),
         client_id=f"{group}-checkpoint",
+        kafka_client=NETWORK_CLIENT,
     )
 
 

@@ -33,6 +33,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 # Producing lives in its own module; its names stay importable from here, where every
 # caller has always found them.
+from flowctl.adapters.kafka_network import NETWORK_CLIENT
 from flowctl.adapters.kafka_produce import KafkaProduceError as KafkaProduceError
 from flowctl.adapters.kafka_produce import produce as produce
 from flowctl.adapters.process_cache import cached, forget
@@ -111,6 +112,7 @@ def _consumer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         # kafka-python 3 backs off up to 30 s between reconnects to a broker it lost; the
         # Java client's default is 1 s. A restarted broker is read again within a second.
         "reconnect_backoff_max_ms": 1_000,
+        "kafka_client": NETWORK_CLIENT,
     }
     config.update(overrides)
     return config
@@ -156,6 +158,7 @@ def check_broker(bootstrap: str, timeout: float) -> None:
             client_id="flowctl-health",
             request_timeout_ms=ms,
             bootstrap_timeout_ms=ms,
+            kafka_client=NETWORK_CLIENT,
         )
     except KafkaError as exc:
         raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}: {exc}") from None
@@ -182,7 +185,9 @@ def ensure_topics(
                 f"ensure_topics: partitions for {topic!r} must be >= 1, got {partitions!r}"
             )
     admin = retry_call(
-        lambda: KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000),
+        lambda: KafkaAdminClient(
+            bootstrap_servers=bootstrap, request_timeout_ms=10_000, kafka_client=NETWORK_CLIENT
+        ),
         what=f"connecting to Kafka at {bootstrap}",
         retry_on=(KafkaError, OSError),
     )

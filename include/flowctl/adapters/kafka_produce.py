@@ -16,6 +16,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from flowctl.adapters.kafka_network import NETWORK_CLIENT
 from flowctl.adapters.retry import RetriesExhausted, retry_call
 from flowctl.core.validation import DEFAULT_COMPRESSION
 from flowctl.core.validation import compression as valid_compression
@@ -89,6 +90,7 @@ def produce(
             max_request_size=2 * BATCH_BYTES,
             retries=3,
             compression_type=codec,
+            kafka_client=NETWORK_CLIENT,
         ),
         what=f"connecting a producer to {bootstrap}",
         retry_on=(KafkaError, OSError),

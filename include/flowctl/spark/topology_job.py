@@ -82,6 +82,10 @@ def build_session(app_name: str) -> SparkSession:
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.python.worker.reuse", "true")
         .config("spark.ui.showConsoleProgress", "false")
+        # An ephemeral port for the driver's web UI (its address is logged at start): two
+        # drivers run at once in every replacement, and the second warned "Service
+        # 'SparkUI' could not bind on port 4040" before it took 4041.
+        .config("spark.ui.port", "0")
         # The session runs streaming queries only, where AQE does not apply: left on, Spark
         # warns "spark.sql.adaptive.enabled is not supported in streaming" at every start.
         .config("spark.sql.adaptive.enabled", "false")
@@ -266,11 +270,12 @@ class TopologyJob(JobReports, abc.ABC):
             self.control.set_state(self.topology_id, state)
             self.startup.mark(state)
             log.info(
-                "topology %s %s (query %s, checkpoint %s)",
+                "topology %s %s (query %s, checkpoint %s, Spark UI %s)",
                 self.topology_id,
                 state,
                 query.id,
                 self.checkpoint_dir,
+                spark.sparkContext.uiWebUrl or "off",
             )
             return self._loop(query)
         except BaseException as exc:
