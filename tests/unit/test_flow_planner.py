@@ -428,3 +428,17 @@ def test_a_failed_read_of_the_replay_topics_ends_leaves_eden_planned(
         end = planner.latest_offset(planner.initial_offset())
     assert sum(e.tuple.size for p in decode_plan(end, EDEN, "demo") for e in p.entries) == 20
     assert "does not exist" in caplog.text and "together" in caplog.text
+
+
+def test_a_standbys_windows_report_no_backlog_the_log_is_the_active_topologys(
+    tmp_path: Path,
+) -> None:
+    """The page's backlog chart climbed with a warm standby's unread log while the ACTIVE
+    topology's was 0: a standby owes none of it."""
+    planner, store, _ = _planner(tmp_path, {0: 6_000}, standby=True)
+    store.set_json(channels.control_key(planner.settings.ns), Control(admit=False).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    planner.clock.advance(planner.flow.metrics_window_s + 1)  # type: ignore[attr-defined]
+    planner.latest_offset(start)
+    assert planner.metrics.rows and planner.metrics.rows[-1].backlog == 0

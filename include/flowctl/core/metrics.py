@@ -214,16 +214,19 @@ class SpoutMetrics:
         wall_offset: float,
         health: Health | None = None,
         rebuilds: int | None = None,
+        backlog: int | None = None,
     ) -> bool:
         """Count what the spout did since the last call; close the windows that ended.
         Returns whether any closed (:attr:`rows` changed): the planner republishes the rows
         only then, since encoding all ``keep`` of them every batch cost ~10 ms a batch.
 
         ``health``: the topology's health now, stamped on every window closed now;
-        ``rebuilds``: its rebuilds after lost MRWQ items so far (see :class:`WindowFigures`).
+        ``rebuilds``: its rebuilds after lost MRWQ items so far (see :class:`WindowFigures`);
+        ``backlog``: what the topology owes (``None``: the spout's backlog over ``latest``;
+        a standby owes none of the log's records, which are the ACTIVE topology's).
         """
         health = health or Health()
-        self._count(spout, latest, levels)
+        self._count(spout, latest, levels, backlog)
         gauges = {g["lane"]: g for g in spout.lane_gauges()}
         rolled = self.window.roll()
         figures = self._figures(spout, latest, now) if rolled else {}
@@ -249,7 +252,11 @@ class SpoutMetrics:
         return bool(rolled)
 
     def _count(
-        self, spout: Spout, latest: Mapping[TopicPartition, int], levels: Mapping[str, int]
+        self,
+        spout: Spout,
+        latest: Mapping[TopicPartition, int],
+        levels: Mapping[str, int],
+        backlog: int | None,
     ) -> None:
         c = spout.counters
         if self._spout is not spout:  # a rebuilt spout counts from 0
@@ -265,7 +272,7 @@ class SpoutMetrics:
         m.timed_out(delta["timed_out"])
         m.replayed(delta["replayed"])
         m.dlq(delta["dlq"])
-        m.set_backlog(spout.backlog(latest))
+        m.set_backlog(spout.backlog(latest) if backlog is None else backlog)
         m.set_backpressure(sum(levels.values()))
         m.set_lanes(LaneGauge(w.lane, w.size, str(w.state), w.in_flight) for w in spout.windows)
         self._repeat += max(0, delta.get("repeat_failures", 0))

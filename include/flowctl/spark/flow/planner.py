@@ -301,6 +301,7 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
                 wall_offset=time.time() - self.clock.now(),
                 health=health,
                 rebuilds=self.gaps_seen,
+                backlog=waiting,  # a standby's is 0: the log is the ACTIVE topology's
             )
             self._publish_state(persist_len, levels, with_rows=rolled)
         if not plannable:

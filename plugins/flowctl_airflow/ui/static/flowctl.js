@@ -308,9 +308,16 @@
     return html("table", {}, [html("thead", {}, head), html("tbody", {}, body)]);
   }
 
-  function drawLanes(metrics) {
+  function drawLanes(metrics, topologies) {
     const box = $("lanes");
-    if (!metrics.latest.length) return box.replaceChildren(html("p", { class: "muted" }, "no live topology with a metrics window"));
+    if (!metrics.latest.length) {
+      // Just after a replacement the new ACTIVE topology may not have closed a window yet.
+      const live = topologies.topologies.filter((t) => !t.ended_at);
+      const text = live.length
+        ? `${live.map((t) => `${shortId(t.topology_id)} (${t.state})`).join(", ")}: no metrics window closed yet; the lanes show once one is`
+        : "no live topology";
+      return box.replaceChildren(html("p", { class: "muted" }, text));
+    }
     const parts = [];
     for (const t of metrics.latest) {
       const lanes = Array.isArray(t.lanes) ? t.lanes : [];
@@ -402,7 +409,7 @@
     drawFailures(metrics, domain);
     drawTimeline(topologies, replacements, domain);
     drawBacklog(metrics, domain);
-    drawLanes(metrics);
+    drawLanes(metrics, topologies);
     drawReplacements(replacements);
     document.body.dataset.rendered = metrics.pipeline;
   }
