@@ -21,8 +21,8 @@ From the stream task's log: invariant errors (a range partially overlapping an a
 one, a batch the MRWQ cannot apply), MRWQ gaps and their rebuilds, and per kill the
 records the flusher found already applied (``duplicate of N record(s)``: processed twice,
 applied once), attributed to the kill they follow. From the database: durable records
-sampled every 0.5 s, so each kill's resume (the first durable advance after it) and the
-health the topology showed. Targets: 0 invariant errors, 0 words lost, 0 doubled, the
+sampled every 0.5 s, so each kill's resume (the end of the longest stall between
+durable advances after it, before the next kill) and the health the topology showed. Targets: 0 invariant errors, 0 words lost, 0 doubled, the
 reconcile run succeeds, every kill resumed. Writes bench/results/worker_kills.json.
 """
 
@@ -48,6 +48,7 @@ from bench.cluster_volume import (
     Sampler,
     cluster_up,
     kill_worker,
+    resume_after,
     say,
     task_log,
 )
@@ -122,9 +123,9 @@ def read_stream_log(log: str, kills: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _resume(sampler: Sampler, at_kill: int, t_kill: float, timeout_s: float) -> float:
-    """Seconds from a kill to the first durable advance after it (the first sample that
-    shows one: the worker's restart may still run then)."""
+def _first_advance(sampler: Sampler, at_kill: int, t_kill: float, timeout_s: float) -> float:
+    """Seconds from a kill to the first durable advance after it (a batch that was
+    running may complete at once: :func:`resume_after` finds the stall the kill caused)."""
     sampler.wait("durable progress after the kill", lambda: sampler.last() > at_kill, timeout_s)
     first = next(t for t, durable, _ in list(sampler.samples) if t > t_kill and durable > at_kill)
     return round(first - t_kill, 2)
@@ -160,7 +161,7 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
         for message in cluster.up(layout):  # an operator brings the lost worker back
             say(message)
         back = round(sampler.now() - t_kill, 2)
-        resume = _resume(sampler, at_kill, t_kill, args.timeout)
+        first = _first_advance(sampler, at_kill, t_kill, args.timeout)
         for w in plane.metrics_windows(topology.topology_id, limit=20):
             if w.window_end.timestamp() >= at_epoch:
                 health[w.health] = health.get(w.health, 0) + 1
@@ -173,10 +174,10 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
                 "at_epoch": at_epoch,
                 "durable_at_kill": at_kill,
                 "worker_back_s": back,
-                "resume_s": resume,
+                "first_durable_s": first,
             }
         )
-        say(f"kill {i + 1}: {name} ({len(pids)} JVMs); back in {back} s, durable +{resume} s")
+        say(f"kill {i + 1}: {name} ({len(pids)} JVMs); back in {back} s, durable +{first} s")
     produced = feeder.finish()
     if feeder.error is not None:
         raise RuntimeError(f"the feed failed: {feeder.error!r}")
@@ -184,6 +185,11 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
     say(f"feeder stopped: {produced} lines ({in_log} records in the log)")
     sampler.wait("every record durable", lambda: sampler.last() >= in_log, args.timeout)
     sampler.stop()
+    # Each kill's resume: the end of the longest stall between durable advances after it
+    # and before the next kill.
+    ends = [k["at_s"] for k in kills[1:]] + [sampler.now()]
+    for kill, until in zip(kills, ends, strict=True):
+        kill["resume_s"] = round(resume_after(sampler.samples, kill["at_s"], until), 2)
     plane.send_signal(topology.topology_id, "stop")
     state = api.wait_run(STREAM, "kills-blue", timeout=600)
     say(f"topology stopped; stream run {state}")
