@@ -22,8 +22,9 @@ one, a batch the MRWQ cannot apply), MRWQ gaps and their rebuilds, and per kill 
 records the flusher found already applied (``duplicate of N record(s)``: processed twice,
 applied once), attributed to the kill they follow. From the database: durable records
 sampled every 0.5 s, so each kill's resume (the end of the longest stall between
-durable advances after it, before the next kill) and the health the topology showed. Targets: 0 invariant errors, 0 words lost, 0 doubled, the
-reconcile run succeeds, every kill resumed. Writes bench/results/worker_kills.json.
+durable advances after it, before the next kill) and the health the topology showed.
+Targets: 0 invariant errors, 0 words lost, 0 doubled, the reconcile run succeeds, every
+kill resumed. Writes bench/results/worker_kills.json.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from flowctl.adapters import applied
 from flowctl.adapters.db import engine_for
-from flowctl.adapters.schema import ensure_schema, word_counts
+from flowctl.adapters.schema import word_counts
+from flowctl.adapters.schema_setup import ensure_schema
 from flowctl.core.tuples import TupleRange
 from flowctl.pipelines.config import load_pipeline_config
 from flowctl.pipelines.sinks import result_store

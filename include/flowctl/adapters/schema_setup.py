@@ -45,26 +45,15 @@ def upgradable(version: int) -> bool:
 def upgrade(engine: sa.Engine, version: int) -> None:
     """Bring a database at ``version`` (:func:`upgradable`) to ``SCHEMA_VERSION``."""
     for step in range(version, SCHEMA_VERSION):
-        with engine.begin() as conn:
-            found = conn.execute(
-                sa.select(schema.schema_version.c.version)
-                .where(schema.schema_version.c.id == 1)
-                .with_for_update()
-            ).scalar_one()
-            if found != step:  # another process did this step already
+        try:
+            if not _step(engine, step):
+                continue  # another process did this step already
+        except sa.exc.DBAPIError:
+            # SQLite takes no row lock: two processes may both add the column, and the
+            # second is refused ("duplicate column"). Done by the other, or a real error.
+            if _version(engine) > step:
                 continue
-            present = {
-                table: {c["name"] for c in sa.inspect(conn).get_columns(table)}
-                for table, _ in ADDED_COLUMNS[step]
-            }
-            for table, column in ADDED_COLUMNS[step]:
-                if column not in present[table]:
-                    _add_column(conn, schema.metadata.tables[table].c[column])
-            conn.execute(
-                sa.update(schema.schema_version)
-                .where(schema.schema_version.c.id == 1)
-                .values(version=step + 1, updated_at=schema.utcnow())
-            )
+            raise
         log.info(
             "database %s: flowctl schema upgraded from version %d to %d (added %s)",
             engine.url.render_as_string(hide_password=True),
@@ -72,6 +61,36 @@ def upgrade(engine: sa.Engine, version: int) -> None:
             step + 1,
             ", ".join(f"{t}.{c}" for t, c in ADDED_COLUMNS[step]),
         )
+
+
+def _version(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(schema.schema_version.c.version)).scalar_one())
+
+
+def _step(engine: sa.Engine, step: int) -> bool:
+    """Upgrade from ``step`` to ``step + 1`` in one transaction; False if found done."""
+    with engine.begin() as conn:
+        found = conn.execute(
+            sa.select(schema.schema_version.c.version)
+            .where(schema.schema_version.c.id == 1)
+            .with_for_update()
+        ).scalar_one()
+        if found != step:
+            return False
+        present = {
+            table: {c["name"] for c in sa.inspect(conn).get_columns(table)}
+            for table, _ in ADDED_COLUMNS[step]
+        }
+        for table, column in ADDED_COLUMNS[step]:
+            if column not in present[table]:
+                _add_column(conn, schema.metadata.tables[table].c[column])
+        conn.execute(
+            sa.update(schema.schema_version)
+            .where(schema.schema_version.c.id == 1)
+            .values(version=step + 1, updated_at=schema.utcnow())
+        )
+    return True
 
 
 def _add_column(conn: sa.Connection, column: sa.Column[object]) -> None:
