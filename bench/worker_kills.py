@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import random
 import re
@@ -153,7 +154,6 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
     say(f"{topology.topology_id} ACTIVE and durable; {args.kills} kills to go")
     rng = random.Random(args.seed)
     kills: list[dict[str, Any]] = []
-    health: dict[str, int] = {}
     for i in range(args.kills):
         time.sleep(rng.uniform(args.min_gap, args.max_gap))
         name = f"spark-worker-{1 + i % 2}"
@@ -163,9 +163,6 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
             say(message)
         back = round(sampler.now() - t_kill, 2)
         first = _first_advance(sampler, at_kill, t_kill, args.timeout)
-        for w in plane.metrics_windows(topology.topology_id, limit=20):
-            if w.window_end.timestamp() >= at_epoch:
-                health[w.health] = health.get(w.health, 0) + 1
         kills.append(
             {
                 "n": i + 1,
@@ -191,20 +188,28 @@ def run_kills(layout: ClusterLayout, args: argparse.Namespace) -> dict[str, Any]
     ends = [k["at_s"] for k in kills[1:]] + [sampler.now()]
     for kill, until in zip(kills, ends, strict=True):
         kill["resume_s"] = round(resume_after(sampler.samples, kill["at_s"], until), 2)
+    windows = plane.metrics_windows(topology.topology_id)
+    starts = [k["at_epoch"] for k in kills] + [time.time()]
+    for kill, (start, end) in zip(kills, itertools.pairwise(starts), strict=True):
+        # The windows that ended between this kill and the next: what the page showed.
+        shown = [w for w in windows if start <= w.window_end.timestamp() < end]
+        kill["health_windows"] = dict(Counter(w.health for w in shown))
+        kill["rebuilds_after"] = max((w.rebuilds or 0 for w in shown), default=None)
     plane.send_signal(topology.topology_id, "stop")
     state = api.wait_run(STREAM, "kills-blue", timeout=600)
     say(f"topology stopped; stream run {state}")
     api.trigger(RECONCILE, "kills-reconcile", {})
     reconciled = api.wait_run(RECONCILE, "kills-reconcile", timeout=args.timeout)
     read = read_stream_log(task_log(layout, STREAM, "kills-blue"), kills)
-    windows = plane.metrics_windows(topology.topology_id)
     return {
         "produced": produced,
         "in_log": in_log,
         "stream_run": state,
         "reconcile_state": reconciled,
         "kills": kills,
-        "health_windows_after_kills": health,
+        "health_windows_after_kills": dict(
+            sum((Counter(k["health_windows"]) for k in kills), Counter())
+        ),
         "rebuilds_last_window": windows[-1].rebuilds if windows else None,
         "feed": {"client": feeder.client, "behind_s_max": round(feeder.behind_s, 2)},
         "exact": exact(feeder.expected_counts(), results.word_counts(url, PIPELINE)),
