@@ -17,6 +17,7 @@ from flowctl.adapters.handovers import HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.adapters.schema import utcnow
 from flowctl.core.scaling import Decision
+from flowctl.core.window_figures import WindowFigures
 
 PIPELINE = "wordcount"
 BLUE = "wordcount-blue-1"
@@ -107,6 +108,7 @@ def seed(url: str, window_s: float = 10.0) -> Seeded:
             backlog=50,
             backpressure_level=0.0,
             lanes=GREEN_LANES,
+            figures=WindowFigures(rebuilds=1),  # one rebuild after lost MRWQ items
         )
     replacement_id = events.record_replacement(
         PIPELINE,

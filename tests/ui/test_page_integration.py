@@ -132,6 +132,7 @@ def test_the_page_renders_the_pipeline_in_chromium(airflow: Settings, token: str
     assert cards["parallelism"] == "4"
     assert cards["topology"] == data.GREEN
     assert cards["health"] == "HEALTHY"
+    assert cards["rebuilds"] == "1"
     assert f"{data.BLUE} → {data.GREEN}" in dom  # the replacement row
     assert ">321<" in dom  # its pause in ms
     assert ">overlap 1.90 s<" in dom  # how it handed over: both topologies admitting
@@ -185,6 +186,6 @@ def cards_of(dom: str) -> list[tuple[str, str]]:
 
     pattern = re.compile(
         r'<div class="card" data-card="([^"]+)"><div class="label">[^<]*</div>'
-        r'<div class="value[^"]*">([^<]*)</div></div>'
+        r'<div class="value[^"]*"(?: title="[^"]*")?>([^<]*)</div></div>'
     )
     return pattern.findall(dom)
