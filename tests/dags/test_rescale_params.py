@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -206,17 +205,6 @@ def test_validate_parallelism_lists_the_allowed_values() -> None:
 
 
 # -- against the real control plane ---------------------------------------------------------
-
-
-@pytest.fixture
-def flowctl_db(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn = {"conn_type": "generic", "extra": {"sqlalchemy_url": sqlite_url}}
-    monkeypatch.setenv("AIRFLOW_CONN_FLOWCTL_DB", json.dumps(conn))
-    plane = ControlPlane(sqlite_url)
-    plane.ensure_schema()
-    plane.register_topology("wc-blue-1", "wordcount", "blue", 2)
-    plane.set_state("wc-blue-1", "ACTIVE")
-    return sqlite_url
 
 
 def test_a_second_replacement_while_one_runs_is_refused(flowctl_db: str) -> None:

@@ -23,10 +23,11 @@ import pytest
 from flowctl.adapters.control_plane import ControlPlane, UnknownTopology
 from flowctl.adapters.replacements import ReplacementLog
 from flowctl.pipelines.config import load_pipeline_config
+from tests.dags.conftest import ACTIVE_BLUE
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
-BLUE = "wc-blue-1"
+BLUE = ACTIVE_BLUE
 
 
 @pytest.fixture(autouse=True)
@@ -123,17 +124,6 @@ class JobSide(threading.Thread):
             self.plane.mark_signal_handled(sig.id)
             if sig.kind == "deactivate" and self.kill_on_deactivate:
                 os.kill(os.getpid(), signal.SIGTERM)
-
-
-@pytest.fixture
-def flowctl_db(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn = {"conn_type": "generic", "extra": {"sqlalchemy_url": sqlite_url}}
-    monkeypatch.setenv("AIRFLOW_CONN_FLOWCTL_DB", json.dumps(conn))
-    plane = ControlPlane(sqlite_url)
-    plane.ensure_schema()
-    plane.register_topology(BLUE, "wordcount", "blue", 2)
-    plane.set_state(BLUE, "ACTIVE")
-    return sqlite_url
 
 
 @pytest.fixture

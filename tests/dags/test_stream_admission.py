@@ -3,7 +3,6 @@ starts: one clear failure, no retries, no driver started only to be refused."""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -11,33 +10,18 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from flowctl.adapters.control_plane import ControlPlane
 from flowctl_airflow.operators.stream import FlowctlStreamOperator
+from tests.dags.conftest import ACTIVE_BLUE
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def plane(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> ControlPlane:
-    conn = {"conn_type": "generic", "extra": {"sqlalchemy_url": sqlite_url}}
-    monkeypatch.setenv("AIRFLOW_CONN_FLOWCTL_TEST_DB", json.dumps(conn))
-    plane = ControlPlane(sqlite_url)
-    plane.ensure_schema()
-    plane.register_topology("wordcount-blue-1", "wordcount", "blue", 8)
-    plane.set_state("wordcount-blue-1", "ACTIVE")
-    return plane
-
-
-def _submit(**kwargs: object) -> FlowctlStreamOperator:
-    op = FlowctlStreamOperator(
-        task_id="stream", pipeline="wordcount", flowctl_conn_id="flowctl_test_db", **kwargs
-    )
-    op.submit_job({"run_id": "manual__second", "ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
-    return op
-
-
-def test_a_second_stream_run_is_refused_naming_the_active_topology(plane: ControlPlane) -> None:
+def test_a_second_stream_run_is_refused_naming_the_active_topology(flowctl_db: str) -> None:
+    op = FlowctlStreamOperator(task_id="stream", pipeline="wordcount")
+    context = {"run_id": "manual__second", "ti": SimpleNamespace(try_number=1)}
     with pytest.raises(AirflowFailException) as refused:
-        _submit()
+        op.submit_job(context)  # type: ignore[arg-type]
     message = str(refused.value)
-    assert "already has the ACTIVE topology 'wordcount-blue-1'" in message
+    assert f"already has the ACTIVE topology {ACTIVE_BLUE!r}" in message
     assert "rescale_wordcount" in message  # what to do instead
-    assert [t.topology_id for t in plane.topologies("wordcount")] == ["wordcount-blue-1"]
+    plane = ControlPlane(flowctl_db)
+    assert [t.topology_id for t in plane.topologies("wordcount")] == [ACTIVE_BLUE]
