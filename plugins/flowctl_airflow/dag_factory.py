@@ -73,14 +73,6 @@ PIPELINES_DIR_ENV = "FLOWCTL_PIPELINES_DIR"
 STREAM_TASK_RETRIES = 3
 #: Seconds before a stream task's retry; the topology does not wait for it.
 STREAM_TASK_RETRY_DELAY = timedelta(seconds=10)
-#: Tries after the first of a replace task. Starting green (or the next standby) defers
-#: the task on Airflow's DagStateTrigger, which fires at once (the new run is queued at
-#: once); when the resumed try is RUNNING before the scheduler has handled the SUCCESS its
-#: worker reported on ``defer()``, Airflow 3.3 marks the task FAILED as "killed
-#: externally" (apache/airflow#72716, open) and the replacement rolls back: 1 rescale in 4
-#: on 2026-11-28. The retry starts the replacement again from the rolled-back state.
-REPLACE_TASK_RETRIES = 1
-REPLACE_TASK_RETRY_DELAY = timedelta(seconds=5)
 
 
 def _default_args() -> dict[str, object]:
@@ -280,8 +272,6 @@ def autoscale_dag(config: PipelineConfig) -> DAG:
             handover=s.handover,
             stop_timeout_s=s.stop_timeout_s,
             start_next_standby="{{ params.start_next_standby }}",
-            retries=REPLACE_TASK_RETRIES,
-            retry_delay=REPLACE_TASK_RETRY_DELAY,
         )
         decide >> replace
     return dag
@@ -334,8 +324,6 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             handover=config.scaling.handover,
             stop_timeout_s=config.scaling.stop_timeout_s,
             start_next_standby="{{ params.start_next_standby }}",
-            retries=REPLACE_TASK_RETRIES,
-            retry_delay=REPLACE_TASK_RETRY_DELAY,
         )
     return dag
 

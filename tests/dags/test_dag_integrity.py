@@ -52,12 +52,10 @@ def test_every_dag_has_tags(dags) -> None:
 
 
 def test_every_task_has_an_owner_and_explicit_retries(dags) -> None:
-    """Retries are set in the factory's ``default_args`` (0: a failed reconcile is shown
-    to the operator, not run again by itself); the stream task overrides them (its retry
-    reattaches to the topology a dead worker left running), and so does the replace task
-    (once: Airflow kills a quickly resumed deferred task, REPLACE_TASK_RETRIES)."""
-    from flowctl_airflow.dag_factory import REPLACE_TASK_RETRIES, STREAM_TASK_RETRIES
-    from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
+    """Retries are set in the factory's ``default_args`` (0: a failed replacement or
+    reconcile is shown to the operator, not run again by itself); only the stream task
+    overrides them: its retry reattaches to the topology a dead worker left running."""
+    from flowctl_airflow.dag_factory import STREAM_TASK_RETRIES
     from flowctl_airflow.operators.stream import FlowctlStreamOperator
 
     for dag_id, dag in dags.items():
@@ -65,14 +63,7 @@ def test_every_task_has_an_owner_and_explicit_retries(dags) -> None:
         for task in dag.tasks:
             assert task.owner and task.owner != "airflow", f"{dag_id}.{task.task_id} owner"
             stream = isinstance(task, FlowctlStreamOperator)
-            replace = isinstance(task, BlueGreenReplaceOperator)
-            wanted = (
-                STREAM_TASK_RETRIES
-                if stream
-                else REPLACE_TASK_RETRIES
-                if replace
-                else dag.default_args["retries"]
-            )
+            wanted = STREAM_TASK_RETRIES if stream else dag.default_args["retries"]
             assert task.retries == wanted, f"{dag_id}.{task.task_id} retries"
             if stream:
                 assert task.retries >= 1 and task.durable, f"{dag_id}.{task.task_id}"

@@ -145,7 +145,6 @@ def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
     )  # fmt: skip
     dag = rescale_dag(dataclasses.replace(config, scaling=short))
     replace = dag.get_task("replace")
-    replace.retries = 0  # each test sees one try (the retry's rule: test_a_retry_...)
     replace.poll_interval_s = 0.1
     replace.deferrable = deferrable
     replace.defer_after_s = 0.0  # every wait deferred: the trigger's path is the one tested
@@ -475,34 +474,3 @@ def test_a_missing_stream_dag_is_rolled_back_before_blue_is_touched(flowctl_db: 
     assert event.outcome == "rolled_back" and "'stream_nowhere'" in event.error
     plane = ControlPlane(flowctl_db)
     assert plane.get_topology(BLUE).state == "ACTIVE" and _kinds(plane, BLUE) == []
-
-
-def test_a_retry_replaces_again_only_after_a_killed_try(flowctl_db: str) -> None:
-    """REPLACE_TASK_RETRIES is for Airflow's kill of a quickly resumed deferred task: the
-    retry goes on when the last replacement ended "killed", and stands down otherwise."""
-    from types import SimpleNamespace
-
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from flowctl_airflow.dag_factory import rescale_dag
-    from flowctl_airflow.operators.blue_green import KILLED
-
-    replace = rescale_dag(load_pipeline_config("wordcount")).get_task("replace")
-    replace._connect()
-    events = ReplacementLog(flowctl_db)
-    started = dt.datetime.now(dt.UTC)
-    first = events.record_replacement(
-        "wordcount", BLUE, "wc-green-1", 2, 4, "r", started_at=started, outcome="running"
-    )
-    events.update_replacement(first, outcome="rolled_back", error=KILLED, finished_at=started)
-    second_try = {"ti": SimpleNamespace(try_number=2)}
-    replace._retry_only_a_kill(second_try)  # goes on
-    replace._retry_only_a_kill({"ti": SimpleNamespace(try_number=1)})  # a first try: always
-    own = events.record_replacement(
-        "wordcount", BLUE, "wc-green-2", 2, 4, "r", started_at=started, outcome="running"
-    )
-    events.update_replacement(
-        own, outcome="rolled_back", error="green not READY", finished_at=started
-    )
-    with pytest.raises(AirflowFailException, match=r"not retried.*green not READY"):
-        replace._retry_only_a_kill(second_try)

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from flowctl.core.validation import parallelism
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
@@ -87,11 +86,6 @@ def validate_parallelism(field: str, value: object, lo: int, hi: int) -> int:
     The platform's one parallelism rule, :func:`flowctl.core.validation.parallelism`.
     """
     return parallelism(field, value, lo, hi)
-
-
-#: The error a replacement ends with when its task was killed (``on_kill``): the only
-#: failure a retry of the replace task acts on.
-KILLED = "the replace task was killed"
 
 
 class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, BaseOperator):
@@ -239,23 +233,6 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         self._events = ReplacementLog(plane.engine)
         return plane
 
-    def _retry_only_a_kill(self, context: Context) -> None:
-        """A retry (``REPLACE_TASK_RETRIES`` in the DAG factory) is for a try that was
-        killed (Airflow's stale-SUCCESS race; the pipeline's last replacement then ended
-        with :data:`KILLED`): a replacement that failed for its own reasons stands."""
-        ti = context.get("ti")
-        if ti is None or ti.try_number <= 1 or self._events is None:
-            return
-        last = self._events.replacements(self.pipeline, limit=1)
-        if last and last[-1].error == KILLED:
-            self.log.info("try %d: the last try was killed mid-way; replacing again", ti.try_number)
-            return
-        why = f"replacement {last[-1].id} {last[-1].outcome}: {last[-1].error}" if last else "none"
-        raise AirflowFailException(
-            f"try {ti.try_number}: not retried, the previous try failed on its own ({why}); "
-            f"only a replace task killed mid-way is retried"
-        )
-
     def _refuse_if_running(self, plane: ControlPlane) -> None:
         """Refuse while a replacement of the pipeline is running (one at a time)."""
         from flowctl.adapters.replacements import ReplacementLog
@@ -351,7 +328,6 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         config = self._config()
         ready_s, drain_s, stop_s = self._timeouts(config)
         plane = self._connect()
-        self._retry_only_a_kill(context)
         self._refuse_if_running(plane)
         blue = self._blue_topology(plane)
         target, reason, decision = self._target(blue, config)
@@ -473,4 +449,4 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         if self._finished or self._progress is None:
             return
         self._killed = True
-        self._rollback(KILLED)
+        self._rollback("the replace task was killed")
