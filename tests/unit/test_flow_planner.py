@@ -442,3 +442,27 @@ def test_a_standbys_windows_report_no_backlog_the_log_is_the_active_topologys(
     planner.clock.advance(planner.flow.metrics_window_s + 1)  # type: ignore[attr-defined]
     planner.latest_offset(start)
     assert planner.metrics.rows and planner.metrics.rows[-1].backlog == 0
+
+
+def test_a_stale_lower_rebuild_number_neither_rebuilds_nor_holds_admission(
+    tmp_path: Path,
+) -> None:
+    """memcached restarted: the control loop's write of the control key, built before the
+    gap's repair raised the number, landed after it. The planner held admission for good
+    waiting for "rebuild 0" once the key said 1 again (a stream stalled on the cluster)."""
+    planner, store, state = _planner(tmp_path, {0: 300})
+    ctl = channels.control_key(planner.settings.ns)
+    ns = mrwq_namespace("demo")
+    store.set_json(ctl, Control(admit=True, rebuild=0).encode())
+    start = planner.initial_offset()
+    planner.latest_offset(start)
+    store.set_json(ctl, Control(admit=True, rebuild=1).encode())
+    planner.latest_offset(start)
+    assert state.builds == 2 and planner.rebuild_seen == 1
+    store.incr(f"{ns}:tail", 8)  # results queued, not flushed
+    store.set_json(ctl, Control(admit=True, rebuild=0).encode())  # the stale write
+    planner.latest_offset(start)
+    assert state.builds == 2 and not planner.rebuild_wait.pending
+    store.set_json(ctl, Control(admit=True, rebuild=1).encode())
+    planner.latest_offset(start)
+    assert state.builds == 2 and not planner.rebuild_wait.pending

@@ -99,6 +99,9 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
         self._flusher_stop = threading.Event()
         self._flusher_thread: threading.Thread | None = None
         self._flusher_lock = threading.Lock()
+        # The control loop and the flusher's gap repair both write the control key: each
+        # write builds its value under this lock, so a stale rebuild number never lands last.
+        self._ctl_lock = threading.Lock()
         self._group_checkpoint: GroupCheckpoint | None = None
         self._last_row_end = 0.0
         self._last_row: MetricsRow | None = None
@@ -221,19 +224,20 @@ class FlowStreamJob(FlusherThread, HandoverSides, WindowPublishing, TopologyJob)
 
     def _write_ctl(self, *, required: bool = False) -> None:
         try:
-            control = Control(
-                self.admit,
-                self.rebuild_no,
-                self.frontier,
-                self.sweep_no,
-                self.parallelism,
-                gaps=self.gaps,
-                gap=self.gap,
-            )
-            # Rewritten every second; it expires like the planner's keys once nobody does.
-            self.store.set_json(
-                channels.control_key(self.ns), control.encode(), expire_s=channels.STATE_TTL_S
-            )
+            with self._ctl_lock:
+                control = Control(
+                    self.admit,
+                    self.rebuild_no,
+                    self.frontier,
+                    self.sweep_no,
+                    self.parallelism,
+                    gaps=self.gaps,
+                    gap=self.gap,
+                )
+                # Rewritten every second; it expires like the planner's keys once nobody does.
+                self.store.set_json(
+                    channels.control_key(self.ns), control.encode(), expire_s=channels.STATE_TTL_S
+                )
         except Exception as exc:
             if required:
                 raise

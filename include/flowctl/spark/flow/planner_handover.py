@@ -117,7 +117,10 @@ class HandoverPlanning:
         if ctl.gaps > self.gaps_seen:  # MRWQ items were lost: RECOVERING until progress
             self.health.recovering(ctl.gap or f"rebuild {rebuild} after lost MRWQ items")
             self.gaps_seen = ctl.gaps
-        if rebuild is not None and rebuild != self.rebuild_seen:
+        if self.rebuild_wait.pending and (rebuild is None or rebuild == self.rebuild_seen):
+            self.rebuild_wait.cancel()  # the rebuild it waited for is not asked for any more
+        # Rebuild numbers only grow: a lower one is a stale write of the control key.
+        if rebuild is not None and (self.rebuild_seen is None or rebuild > self.rebuild_seen):
             if self.rebuild_seen is not None and self.spout is not None:
                 # From the database (not from blue's frontier, above which blue cut
                 # nothing): only once what was in flight is flushed (FlushBarrier).

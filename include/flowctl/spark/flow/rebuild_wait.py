@@ -34,6 +34,11 @@ class RebuildWait:
         #: A rebuild is waiting: nothing is admitted.
         self.pending = False
 
+    def cancel(self) -> None:
+        """No rebuild waits any more (the number asked for went back to the one done)."""
+        self.barrier.clear()
+        self.pending = False
+
     def flushed(self, rebuild: int) -> bool:
         """Every result queued when the rebuild was asked for is flushed; until then it
         waits (asked every batch), logged once at WARNING."""
