@@ -197,18 +197,8 @@ class FlusherService:
         self.last_gap: GapReport | None = None
         self.last_error: BaseException | None = None
         self._flush_log = FlushLog(self.namespace, self.clock)
-        self.totals: dict[str, int] = {
-            "flushes": 0,
-            "items": 0,
-            "applied": 0,
-            "duplicates": 0,
-            "duplicate_records": 0,
-            "replayed": 0,
-            "dlq": 0,
-            "records": 0,
-            "failures": 0,
-            "gaps": 0,
-        }
+        counted = "flushes items applied duplicates duplicate_records replayed dlq records"
+        self.totals: dict[str, int] = dict.fromkeys([*counted.split(), "failures", "gaps"], 0)
 
     # -- retries --
 

@@ -129,7 +129,6 @@ class FlowPlanner(EndsPlanning, FeedbackPlanning, HandoverPlanning, PlannerLogs)
         self._last_warmup = -1e9
         self.rebuild_seen: int | None = None
         self.gaps_seen = 0  # rebuilds after lost MRWQ items (Control.gaps), for health
-        #: A requested rebuild waits for the MRWQ to be flushed; nothing is admitted meanwhile.
         self.rebuild_wait = RebuildWait(
             settings.topology_id, mrwq_namespace(self.config.name), self.store, self._warn
         )
