@@ -108,3 +108,30 @@ def test_memcached_away_the_backlog_last_seen_stands_and_the_failed_read_is_the_
     )
     window = watch.quiet_window(row(window_end=time.time() - 3.0), None)
     assert window is not None and (window.health, window.backlog) == ("STALLED", 10)
+
+
+def test_the_planners_stalled_cause_stands_in_the_drivers_windows() -> None:
+    """The planner's cause names the broker it cannot read; the driver's, with no error of
+    its own, only that the planner is quiet: the nearer cause stands, in the planner's
+    windows and in the driver's own quiet ones (which may cover the planner's time first:
+    CI's broker kill). An error the driver saw (a flush) is nearer still."""
+    clock = FakeClock()
+    watch = DriverHealth("t-blue-1", clock, stall_after_s=2.0, window_s=2.0)
+    watch.check(_state(time.time()), lambda: 7, admitting=True)
+    clock.advance(2)
+    assert watch.check(_state(time.time()), lambda: 7, admitting=True).state == "STALLED"
+    broker = "backlog unknown, the log's ends unread for 5 s; reading the end offsets ..."
+    planners = row(health="STALLED", health_cause=broker)
+    watch.heard(planners)
+    assert watch.stamp(planners) == planners
+    # the planner's window came after a quiet one of the driver's: the next quiet one says it
+    quiet = watch.quiet_window(row(window_end=time.time() - 3.0), None)
+    assert quiet is not None and quiet.health_cause == broker
+    watch.heard(row())  # the planner's next window is HEALTHY: the driver's cause again
+    assert watch.stamp(planners).health_cause == watch.current.cause
+    watch.heard(planners)
+    clock.advance(2)
+    refused = OSError("database is locked")
+    watch.check(_state(time.time()), lambda: 7, admitting=True, flush_error=refused)
+    stamped = watch.stamp(planners)
+    assert stamped.health_cause is not None and "database is locked" in stamped.health_cause

@@ -184,6 +184,11 @@ class HealthMonitor:
         """A read or flush error (``what`` says which and why): the cause of a stall."""
         self._error = what
 
+    @property
+    def last_error(self) -> str | None:
+        """The error seen since the last progress (:meth:`error`), if any."""
+        return self._error
+
     def window(self, succeeded: int, timed_out: int, errors: Sequence[str]) -> CodeError | None:
         """One batch's tuple outcomes; returns the code error when it halts the topology.
 

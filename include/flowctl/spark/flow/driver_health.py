@@ -51,6 +51,8 @@ class DriverHealth:
         #: The planner's state last read: while memcached (its channel) is away, the
         #: backlog it showed still stands, and the failed read is the cause.
         self._seen: SpoutState | None = None
+        #: The planner's STALLED health of its latest window (:meth:`heard`), if it was.
+        self._planners: Health | None = None
 
     def check(
         self,
@@ -100,11 +102,28 @@ class DriverHealth:
         self.current = health
         return health
 
+    def heard(self, row: MetricsRow) -> None:
+        """The planner's latest window, written or not (a window of the driver's own may
+        have covered its time already): while it says STALLED, its cause names the read
+        that failed, nearer than the driver's "the planner has not planned"."""
+        stalled = row.health == "STALLED" and row.health_cause is not None
+        self._planners = Health(row.health, row.health_cause) if stalled else None
+
+    def _shown(self) -> Health:
+        """The health a window shows while the driver finds the topology STALLED: the
+        planner's own STALLED cause, unless the driver saw an error of its own (a flush,
+        memcached, the checkpoints), which is nearer still."""
+        if self._planners is not None and self.monitor.last_error is None:
+            return self._planners
+        return self.current
+
     def stamp(self, row: MetricsRow) -> MetricsRow:
-        """The planner's window, STALLED if the driver finds it so (HALTED stays)."""
+        """The planner's window (after :meth:`heard`), STALLED if the driver finds it so
+        (HALTED stays)."""
         if self.current.healthy or row.health == "HALTED":
             return row
-        return dataclasses.replace(row, health=self.current.state, health_cause=self.current.cause)
+        shown = self._shown()
+        return dataclasses.replace(row, health=shown.state, health_cause=shown.cause)
 
     def quiet_window(self, last: MetricsRow | None, state: SpoutState | None) -> MetricsRow | None:
         """A window of its own while STALLED and the planner closed none for ``window_s``
@@ -142,8 +161,8 @@ class DriverHealth:
             window_start=last.window_end,
             window_end=now,
             n=0,
-            health=self.current.state,
-            health_cause=self.current.cause,
+            health=self._shown().state,
+            health_cause=self._shown().cause,
             **_zero_counts(),
             records_per_s=0.0,
             latency_p50_s=None,

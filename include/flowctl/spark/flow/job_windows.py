@@ -64,6 +64,7 @@ class WindowPublishing:
             self._warn("reading metrics windows", exc)
             return
         for row in rows:
+            self.driver_health.heard(row)
             if row.window_end <= self._last_row_end:
                 continue
             row = self.driver_health.stamp(
