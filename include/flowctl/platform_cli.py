@@ -59,6 +59,29 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} {why}") from None
 
 
+def _pipeline(text: str) -> str:
+    """An argparse type: a pipeline's name (its config in ``include/pipelines``, or in
+    ``$FLOWCTL_PIPELINES_DIR``) or a config file's path; an unknown one is refused with
+    the known ones listed (exit 2), before anything reads the database."""
+    from flowctl.pipelines.config import known_pipelines, resolve_path
+
+    try:
+        found = resolve_path(text).is_file()
+    except (ValueError, RuntimeError):  # a NUL byte, "~nosuchuser/...": no such file
+        found = False
+    if not found:
+        known = ", ".join(known_pipelines()) or "none"
+        raise argparse.ArgumentTypeError(
+            f"unknown pipeline {text!r}: known pipelines: {known} "
+            "(a config in include/pipelines or $FLOWCTL_PIPELINES_DIR, or a config file's path)"
+        )
+    return text
+
+
+#: ``--pipeline``'s help.
+PIPELINE_HELP = "the pipeline: a config's name in include/pipelines, or its path (wordcount)"
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the platform's commands, one group each, in the order ``flowctl --help`` lists them."""
     _register_airflow(subparsers)
@@ -116,7 +139,7 @@ def _register_ingest(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     ingest = subparsers.add_parser(
         "ingest", help="load text into a pipeline's Eden topic", description=_ingest.__doc__
     )
-    ingest.add_argument("--pipeline", default="wordcount", help="pipeline name (wordcount)")
+    ingest.add_argument("--pipeline", type=_pipeline, default="wordcount", help=PIPELINE_HELP)
     source = ingest.add_mutually_exclusive_group()
     source.add_argument("--lines", type=int, default=100_000, help="synthetic lines (100000)")
     source.add_argument(
@@ -145,24 +168,32 @@ def _register_stream(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     stream = subparsers.add_parser("stream", help="inspect and stop topologies")
     actions = stream.add_subparsers(dest="stream_command", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="topologies of a pipeline and their states")
-    listing.add_argument("--pipeline", default="wordcount")
+    listing.add_argument("--pipeline", type=_pipeline, default="wordcount", help=PIPELINE_HELP)
     listing.set_defaults(func=_stream_list)
     status = actions.add_parser(
         "status",
-        help="live topologies with their health (exit 3 when one is STALLED or HALTED)",
+        help="live topologies with their health (exit 3 when one is STALLED, HALTED or STALE)",
         description="Each live topology's state and its health at its last metrics window: "
         "HEALTHY, RECOVERING, STALLED or HALTED, and why, and the rebuilds after lost "
-        "MRWQ items. Exits 3 when a live topology is STALLED or HALTED.",
+        "MRWQ items; STALE when that window ended more than two windows ago (the health "
+        "now is unknown). Exits 3 when a live topology is STALLED, HALTED or STALE.",
     )
-    status.add_argument("--pipeline", default="wordcount")
+    status.add_argument("--pipeline", type=_pipeline, default="wordcount", help=PIPELINE_HELP)
     status.set_defaults(func=_stream_status)
     stop = actions.add_parser("stop", help="send a stop signal to a topology")
     stop.add_argument("topology_id", nargs="?", help="topology to stop")
-    stop.add_argument("--pipeline", help="stop every running topology of this pipeline")
+    stop.add_argument(
+        "--pipeline", type=_pipeline, help="stop every running topology of this pipeline"
+    )
     stop.set_defaults(func=_stream_stop)
     counts = actions.add_parser("counts", help="what a pipeline has stored (word counts, ...)")
-    counts.add_argument("--pipeline", default="wordcount")
-    counts.add_argument("--top", type=_positive, default=10, help="show the N most frequent words")
+    counts.add_argument("--pipeline", type=_pipeline, default="wordcount", help=PIPELINE_HELP)
+    counts.add_argument(
+        "--top",
+        type=_positive,
+        default=10,
+        help="show the N results with the largest values (10), e.g. the most frequent words",
+    )
     counts.set_defaults(func=_stream_counts)
     for sub in (listing, status, stop, counts):
         add_settings_arguments(sub, nested=True)
@@ -172,7 +203,7 @@ def _register_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     demo = subparsers.add_parser("demo", help="the whole platform at once")
     actions = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="services + Airflow + demo data + the stream")
-    up.add_argument("--pipeline", default="wordcount")
+    up.add_argument("--pipeline", type=_pipeline, default="wordcount", help=PIPELINE_HELP)
     up.add_argument("--lines", type=_count(1), default=200_000, help="demo lines to load (200000)")
     up.add_argument(
         "--watch-seconds",
@@ -298,26 +329,36 @@ def _plane(args: argparse.Namespace) -> ControlPlane:
 
 
 def _stream_list(args: argparse.Namespace) -> int:
+    from flowctl.core.clock import utc_text
+
     rows = _plane(args).topologies(args.pipeline)
     if not rows:
         _say(f"no topologies for pipeline {args.pipeline!r}")
     for topo in rows:
+        beat = "never" if topo.heartbeat_at is None else utc_text(topo.heartbeat_at)
         _say(
             f"{topo.topology_id}  {topo.state:<9} colour={topo.colour} "
-            f"parallelism={topo.parallelism} heartbeat={topo.heartbeat_at}"
+            f"parallelism={topo.parallelism} heartbeat={beat}"
         )
     return 0
 
 
-#: ``flowctl stream status``'s exit code when a live topology is STALLED or HALTED.
+#: ``flowctl stream status``'s exit code when a live topology is STALLED or HALTED, or its
+#: health is stale (its newest window is older than two windows: nothing says it is well).
 NOT_HEALTHY_EXIT = 3
 
 
 def _stream_status(args: argparse.Namespace) -> int:
-    """Live topologies, their health and its cause: the last metrics window's."""
-    from flowctl.adapters.control_plane import TERMINAL_STATES
-    from flowctl.core.health import ALERT_STATES
+    """Live topologies, their health and its cause: the last metrics window's, marked
+    stale when that window is older than two windows (:func:`~flowctl.core.health.stale_for`)."""
+    import time
 
+    from flowctl.adapters.control_plane import TERMINAL_STATES
+    from flowctl.core.clock import utc_text
+    from flowctl.core.health import ALERT_STATES, stale_for
+    from flowctl.pipelines.config import load_pipeline_config
+
+    window_s = load_pipeline_config(args.pipeline).flow.metrics_window_s
     plane = _plane(args)
     live = [t for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES]
     if not live:
@@ -330,10 +371,17 @@ def _stream_status(args: argparse.Namespace) -> int:
             health = "health unknown (no metrics window yet)"
         else:
             w = last[0]
-            unhealthy += w.health in ALERT_STATES
+            start, end = w.window_start.timestamp(), w.window_end.timestamp()
+            stale = stale_for(start, end, window_s, now=time.time())
+            unhealthy += w.health in ALERT_STATES or stale is not None
             cause = f": {w.health_cause}" if w.health_cause else ""
             rebuilds = f" rebuilds={w.rebuilds}" if w.rebuilds else ""
-            health = f"{w.health} at {w.window_end.isoformat(timespec='seconds')}{cause}"
+            health = f"{w.health} at {utc_text(w.window_end)}{cause}"
+            if stale is not None:
+                health = (
+                    f"STALE: no metrics window for {stale:.0f} s (windows of {window_s:g} s), "
+                    f"health now unknown; the last said {health}"
+                )
         _say(
             f"{topo.topology_id}  {topo.state:<9} parallelism={topo.parallelism}{rebuilds}  "
             f"{health}"
@@ -362,8 +410,9 @@ def _stream_stop(args: argparse.Namespace) -> int:
 
 
 def _stream_counts(args: argparse.Namespace) -> int:
-    import json
-
+    """What the pipeline stored, as a table of results: one row per result key (the
+    ``--top`` largest values first when every value is a number), or per figure of a
+    definition's own summary (log ETL's rows per status class)."""
     from flowctl.adapters.db import engine_for
     from flowctl.pipelines.config import load_pipeline_config
     from flowctl.pipelines.sinks import result_store
@@ -372,13 +421,38 @@ def _stream_counts(args: argparse.Namespace) -> int:
     engine = engine_for(_target_settings(args).resolved_database_url)
     with engine.connect() as conn:
         stored = dict(result_store(config).stored(conn, config.name))
-    if all(isinstance(v, int) for v in stored.values()):  # a count per key (word count)
-        _say(f"{sum(stored.values()):,d} counted, {len(stored):,d} distinct keys")
-        for key, count in sorted(stored.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]:
-            _say(f"  {count:>10,d}  {key}")
+    spec = config.sink
+    key = "/".join(spec.key) if spec is not None else "result"
+    value = "/".join(spec.values) if spec is not None and spec.values else "value"
+    if stored and all(isinstance(v, int) and not isinstance(v, bool) for v in stored.values()):
+        where = f" in {spec.table}" if spec is not None else ""
+        _say(
+            f"{len(stored):,d} results ({key}) stored{where}, {value} summing to "
+            f"{sum(stored.values()):,d}; the {min(args.top, len(stored))} largest:"
+        )
+        rows = sorted(stored.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]
     else:
-        _say(json.dumps(stored, indent=2, sort_keys=True, default=str))
+        _say(f"{config.name}'s stored results, as its reconcile compares them:")
+        rows, key, value = sorted(_flat(stored).items()), "figure", "value"
+    width = max([len(key), *(len(k) for k, _ in rows)])
+    _say(f"  {key:<{width}}  {value}")
+    for k, v in rows:
+        _say(
+            f"  {k:<{width}}  {f'{v:,d}' if isinstance(v, int) and not isinstance(v, bool) else v}"
+        )
+    if not stored:
+        _say("  (nothing stored yet)")
     return 0
+
+
+def _flat(tree: object, prefix: str = "") -> dict[str, object]:
+    """A nested summary as ``{"a/b": value}`` rows (a table, not JSON)."""
+    if not isinstance(tree, dict):
+        return {prefix or "value": tree}
+    rows: dict[str, object] = {}
+    for k, v in tree.items():
+        rows.update(_flat(v, f"{prefix}/{k}" if prefix else str(k)))
+    return rows
 
 
 def _demo_up(args: argparse.Namespace) -> int:

@@ -234,23 +234,22 @@ def _not_a_pipeline(name: str) -> bool:
 
 @PROPERTY
 @given(name=st.text(max_size=20).filter(_not_a_pipeline))
-def test_ingest_into_an_unknown_pipeline_fails_with_one_line_naming_it(
+def test_ingest_into_an_unknown_pipeline_exits_2_naming_it_and_the_known_ones(
     capsys: pytest.CaptureFixture[str], home: str, name: str
 ) -> None:
-    # The config is read before anything is produced: no broker is needed to refuse it.
-    _fails_with_one_line(
-        capsys, ["ingest", f"--home={home}", f"--pipeline={name}", "--lines=5"], "pipeline config"
-    )
+    # Refused by argparse, before anything is produced: no broker is needed to refuse it.
+    argv = ["ingest", f"--home={home}", f"--pipeline={name}", "--lines=5"]
+    _exits_2_naming(capsys, argv, "--pipeline", "unknown pipeline", "logetl, wordcount")
 
 
 @PROPERTY
 @given(name=st.text(max_size=20).filter(_not_a_pipeline))
-def test_stream_counts_of_an_unknown_pipeline_fails_with_one_line_naming_it(
-    capsys: pytest.CaptureFixture[str], home: str, name: str
+@pytest.mark.parametrize("command", ["list", "status", "counts"])
+def test_a_stream_command_on_an_unknown_pipeline_exits_2_naming_it_and_the_known_ones(
+    capsys: pytest.CaptureFixture[str], home: str, name: str, command: str
 ) -> None:
-    _fails_with_one_line(
-        capsys, ["stream", "counts", f"--home={home}", f"--pipeline={name}"], "pipeline config"
-    )
+    argv = ["stream", command, f"--home={home}", f"--pipeline={name}"]
+    _exits_2_naming(capsys, argv, "--pipeline", "unknown pipeline", "logetl, wordcount")
 
 
 @PROPERTY

@@ -197,6 +197,26 @@ def test_metrics_carry_fail_num_e_m_s2_and_the_rule_signal(
         "ACTIVE",
     )
     assert latest["lanes"] == data.GREEN_LANES
+    assert latest["stale_s"] is None  # its window ended 10 s ago: current
+
+
+def test_a_live_topologys_window_older_than_two_windows_is_marked_stale(
+    client: TestClient, seeded: data.Seeded, database_url: str, auth: dict[str, str]
+) -> None:
+    """A driver that stores no window leaves its last one standing: the page is told how
+    old it is, so it never shows it as current (wordcount's windows are 10 s long)."""
+    from flowctl.adapters.control_plane import ControlPlane
+
+    plane = ControlPlane(database_url)
+    quiet = "wordcount-blue-quiet"
+    plane.register_topology(quiet, "wordcount", "blue", 2)
+    plane.set_state(quiet, "ACTIVE")
+    end = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=50)
+    plane.write_metrics_window(quiet, end - dt.timedelta(seconds=10), end)
+    body = client.get("/flowctl/api/pipelines/wordcount/metrics", headers=auth).json()
+    stale = {t["topology_id"]: t["stale_s"] for t in body["latest"]}
+    assert stale[data.GREEN] is None
+    assert 45 <= stale[quiet] <= 60
 
 
 def test_a_and_c_default_to_the_pipeline_config(

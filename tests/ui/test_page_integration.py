@@ -176,6 +176,39 @@ def test_the_page_sends_a_browser_without_session_to_the_login(airflow: Settings
     assert "next=" in location and "flowctl" in location
 
 
+def test_the_page_shows_a_window_older_than_two_windows_as_stale(
+    airflow: Settings, token: str
+) -> None:
+    """An ACTIVE topology whose driver stores no window: its last HEALTHY window is shown
+    STALE with its age, never as the health now."""
+    import datetime as dt
+    import re
+
+    from flowctl.adapters.control_plane import ControlPlane
+
+    plane = ControlPlane(airflow.resolved_database_url)
+    quiet = "clickstream-blue-quiet"
+    plane.register_topology(quiet, "clickstream", "blue", 2)
+    plane.set_state(quiet, "ACTIVE")
+    end = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
+    plane.write_metrics_window(quiet, end - dt.timedelta(seconds=10), end)
+    base = base_url(airflow)
+    with chromium(width=1400, height=1200) as browser:
+        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
+        page = browser.new_page()
+        page.goto(f"{base}/flowctl/#pipeline=clickstream")
+        page.wait_for_function(
+            "document.body && document.body.dataset.rendered === 'clickstream'", timeout=30_000
+        )
+        dom = page.content()
+        page.screenshot(path=ARTIFACTS / "metrics_page_stale.png")
+    health = re.search(r'data-card="health">.*?class="value warn"[^>]*>([^<]*)<', dom)
+    assert health is not None and health.group(1) == "STALE", dom
+    age = re.search(r"no metrics window for (\d+) s: the health now is unknown", dom)
+    assert age is not None and 55 <= int(age.group(1)) <= 120, dom
+    assert "the last window said HEALTHY" in dom
+
+
 def page_text_has(dom: str, fragment: str) -> bool:
     return fragment in dom
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowctl.core.clock import FakeClock
-from flowctl.core.health import CodeError, Health, HealthMonitor, code_error
+from flowctl.core.health import CodeError, Health, HealthMonitor, code_error, stale_for
 
 ATTR = "AttributeError: 'NoneType' object has no attribute 'split'"
 
@@ -188,3 +188,12 @@ def test_bad_settings_are_named(kwargs: dict, message: str) -> None:
         HealthMonitor(FakeClock(), **kwargs)
     with pytest.raises(ValueError, match=r"health state='SICK' must be one of"):
         Health("SICK")
+
+
+def test_a_window_older_than_two_window_lengths_is_stale() -> None:
+    # 10 s windows: current up to 20 s after its end, stale after
+    assert stale_for(100.0, 110.0, 10.0, now=130.0) is None
+    assert stale_for(100.0, 110.0, 10.0, now=131.0) == 21.0
+    # a 30 s window (slow batches) is its own length: stale only 60 s after its end
+    assert stale_for(80.0, 110.0, 10.0, now=160.0) is None
+    assert stale_for(80.0, 110.0, 10.0, now=171.0) == 61.0

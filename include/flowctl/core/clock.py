@@ -7,6 +7,7 @@ values. Seconds are floats.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Protocol
 
@@ -45,3 +46,15 @@ class FakeClock:
         if now < self._now:
             raise ValueError(f"FakeClock.set: now={now!r} is before the current time {self._now!r}")
         self._now = float(now)
+
+
+def utc_text(moment: dt.datetime | float) -> str:
+    """A wall-clock time as every output of flowctl shows it: UTC, to the second
+    (``2026-11-28 17:36:52 UTC``), as the metrics page does (Airflow's default zone).
+    ``moment``: an aware datetime, a naive one taken as UTC (SQLite returns those), or
+    epoch seconds."""
+    if not isinstance(moment, dt.datetime):
+        moment = dt.datetime.fromtimestamp(moment, dt.UTC)
+    elif moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return f"{moment.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"

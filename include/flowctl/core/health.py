@@ -43,10 +43,12 @@ __all__ = [
     "ALERT_STATES",
     "CODE_ERROR_ACTIONS",
     "HEALTH_STATES",
+    "STALE_AFTER_WINDOWS",
     "CodeError",
     "Health",
     "HealthMonitor",
     "code_error",
+    "stale_for",
 ]
 
 HEALTH_STATES = ("HEALTHY", "RECOVERING", "STALLED", "HALTED")
@@ -55,6 +57,10 @@ HEALTH_STATES = ("HEALTHY", "RECOVERING", "STALLED", "HALTED")
 ALERT_STATES = ("STALLED", "HALTED")
 #: ``[flow] on_code_error``: what a code error does to the topology.
 CODE_ERROR_ACTIONS = ("halt", "dead_letter")
+#: A topology's newest stored window older than this many window lengths is stale: its
+#: health is not known now (the driver can store no window, or is gone), and it is shown
+#: as such, never as current.
+STALE_AFTER_WINDOWS = 2
 #: Exception types that are a record's fault by contract, never the code's.
 RECORD_ERRORS = frozenset({"PoisonRecord"})
 #: A window needs at least this many tuples failing alike to be a code error: one or two
@@ -77,6 +83,18 @@ class Health:
     @property
     def healthy(self) -> bool:
         return self.state == "HEALTHY"
+
+
+def stale_for(window_start: float, window_end: float, window_s: float, now: float) -> float | None:
+    """Seconds since a topology's newest window ended, when that is more than
+    :data:`STALE_AFTER_WINDOWS` window lengths (``None``: the window is current).
+
+    A window's length is ``window_s`` (``[flow] metrics_window_s``) or its own span when
+    longer: a planner whose batches take longer than ``window_s`` closes longer windows,
+    and is not stale for that. Times are epoch seconds."""
+    age = now - window_end
+    length = max(window_s, window_end - window_start)
+    return round(age, 1) if age > STALE_AFTER_WINDOWS * length else None
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,11 @@ def pipelines_dir() -> Path:
     return Path(env_dir).expanduser().resolve() if env_dir else PIPELINES_DIR
 
 
+def known_pipelines() -> list[str]:
+    """The bare names :func:`resolve_path` finds: the configs in :func:`pipelines_dir`."""
+    return sorted(p.stem for p in pipelines_dir().glob("*.toml") if _NAME.match(p.stem))
+
+
 def resolve_path(name_or_path: str | Path) -> Path:
     """A bare name -> ``<pipelines_dir()>/<name>.toml``; anything else is a path."""
     text = str(name_or_path)

@@ -30,6 +30,7 @@ from flowctl.adapters.data_loss import causes
 from flowctl.adapters.db import engine_for, in_transaction
 from flowctl.adapters.handovers import Handover, HandoverLog
 from flowctl.adapters.replacements import ReplacementLog
+from flowctl.core.health import stale_for
 from flowctl.core.scaling import dispersion, paper_signal
 
 
@@ -62,6 +63,25 @@ class MetricsQuery:
     limit: int = 120
     history: int | None = None
     threshold_c: float | None = None
+
+
+def metrics_window_s(pipeline: str) -> float:
+    """The pipeline's ``[flow] metrics_window_s`` (the default when its config does not
+    load: :func:`scaling_rule` reports why): how old a window may be and still be current."""
+    from flowctl.pipelines.config import (
+        PIPELINES_DIR,
+        PipelineConfigError,
+        load_pipeline_config,
+        resolve_path,
+    )
+    from flowctl.pipelines.config_sections import FlowConfig
+
+    if resolve_path(pipeline).parent != PIPELINES_DIR:  # a bare name only, never a path
+        return FlowConfig().metrics_window_s
+    try:
+        return load_pipeline_config(pipeline).flow.metrics_window_s
+    except PipelineConfigError:
+        return FlowConfig().metrics_window_s
 
 
 def scaling_rule(pipeline: str) -> tuple[int, float, str, str | None]:
@@ -228,7 +248,9 @@ class MetricsReader:
         (HEALTHY, RECOVERING, STALLED, HALTED; the autoscaler never scales a topology that
         is not HEALTHY); ``rebuilds``: its rebuilds after lost MRWQ items so far.
         ``latest`` holds, per live topology, its newest window with the per-lane send
-        windows and states; ``dlq_total`` counts every DLQ record ever.
+        windows and states, and ``stale_s``: seconds since that window ended when it is
+        older than two windows (its health is not known now), else ``None``;
+        ``dlq_total`` counts every DLQ record ever.
         """
         self._require(pipeline)
         history, threshold_c, source, problem = scaling_rule(pipeline)
@@ -271,8 +293,17 @@ class MetricsReader:
         latest: dict[str, dict[str, Any]] = {}
         for window in windows:
             latest[window["topology_id"]] = window
+        spans = {row.topology_id: (row.window_start, row.window_end) for row in rows}
+        window_s, now = metrics_window_s(pipeline), schema.utcnow().timestamp()
         live = [
-            {**latest[tid], "state": topo[tid].state, "parallelism": topo[tid].parallelism}
+            {
+                **latest[tid],
+                "state": topo[tid].state,
+                "parallelism": topo[tid].parallelism,
+                "stale_s": stale_for(
+                    spans[tid][0].timestamp(), spans[tid][1].timestamp(), window_s, now=now
+                ),
+            }
             for tid in latest
             if topo[tid].state not in TERMINAL_STATES
         ]

@@ -273,14 +273,18 @@
     const own = current ? metrics.windows.filter((w) => w.topology_id === current.topology_id) : [];
     const last = own[own.length - 1] || metrics.windows[metrics.windows.length - 1];
     const now = (current && metrics.latest.find((t) => t.topology_id === current.topology_id)) || last;
-    const health = now ? now.health || "HEALTHY" : null;
-    const healthNote = health && health !== "HEALTHY" ? `${now.health_cause || "no cause recorded"}; the autoscaler does not scale a ${health} topology` : "";
+    // A window older than two windows is not the health now (the driver stores none): STALE.
+    const stale = now && now.stale_s != null;
+    const health = now ? (stale ? "STALE" : now.health || "HEALTHY") : null;
+    const healthNote = stale
+      ? `no metrics window for ${fmt(now.stale_s)} s: the health now is unknown; the last window said ${now.health || "HEALTHY"}${now.health_cause ? ": " + now.health_cause : ""}`
+      : health && health !== "HEALTHY" ? `${now.health_cause || "no cause recorded"}; the autoscaler does not scale a ${health} topology` : "";
     const cards = [
       ["pipeline", metrics.pipeline, ""],
       ["topology", current ? shortId(current.topology_id) : "–", "", current && shortId(current.topology_id) !== current.topology_id ? current.topology_id : ""],
       ["parallelism", current ? current.parallelism : "–", ""],
       ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
-      ["health", health || "–", health === "HALTED" ? "bad" : health === "STALLED" || health === "RECOVERING" ? "warn" : "", healthNote],
+      ["health", health || "–", health === "HALTED" ? "bad" : ["STALLED", "RECOVERING", "STALE"].includes(health) ? "warn" : "", healthNote],
       ["rebuilds", now && now.rebuilds != null ? fmt(now.rebuilds) : "0", now && now.rebuilds ? "warn" : "", "rebuilds after lost MRWQ items (each dispatches again what was not durable)"],
       ["records/s", last ? fmt(last.records_per_s) : "–", ""],
       ["latency p99 ms", last ? fmt(last.latency_p99_ms) : "–", ""],
