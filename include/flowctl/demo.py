@@ -255,8 +255,11 @@ def down(settings: Settings, say: Say = print) -> None:
         stop_topologies(settings, say)
         note = "closed by `flowctl demo down`: Airflow stopped before the run finished"
         try:
-            for dag_id, run_id in close_runs(settings, wait_s=60.0, note=note):
+            closed = close_runs(settings, wait_s=60.0, note=note)
+            for dag_id, run_id in closed:
                 say(f"run {dag_id} / {run_id} was still open: marked failed")
+            if not closed:
+                say("every DAG run has ended (none left running)")
         except ServiceError as exc:
             say(f"could not close the open DAG runs: {exc}")
     say(airflow.down(settings))

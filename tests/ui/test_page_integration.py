@@ -180,11 +180,13 @@ def test_the_page_shows_a_window_older_than_two_windows_as_stale(
     airflow: Settings, token: str
 ) -> None:
     """An ACTIVE topology whose driver stores no window: its last HEALTHY window is shown
-    STALE with its age, never as the health now."""
+    STALE with its age, never as the health now. Its replacement rolled back before any
+    handover says so (not "sequential"), in words ("rolled back")."""
     import datetime as dt
     import re
 
     from flowctl.adapters.control_plane import ControlPlane
+    from flowctl.adapters.replacements import ReplacementLog
 
     plane = ControlPlane(airflow.resolved_database_url)
     quiet = "clickstream-blue-quiet"
@@ -192,6 +194,10 @@ def test_the_page_shows_a_window_older_than_two_windows_as_stale(
     plane.set_state(quiet, "ACTIVE")
     end = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
     plane.write_metrics_window(quiet, end - dt.timedelta(seconds=10), end)
+    ReplacementLog(airflow.resolved_database_url).record_replacement(
+        "clickstream", quiet, None, 2, 4, "by hand", started_at=end, outcome="rolled_back",
+        finished_at=end + dt.timedelta(seconds=5), error="green not ready in 5 s",
+    )  # fmt: skip
     base = base_url(airflow)
     with chromium(width=1400, height=1200) as browser:
         browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
@@ -207,6 +213,8 @@ def test_the_page_shows_a_window_older_than_two_windows_as_stale(
     age = re.search(r"no metrics window for (\d+) s: the health now is unknown", dom)
     assert age is not None and 55 <= int(age.group(1)) <= 120, dom
     assert "the last window said HEALTHY" in dom
+    assert ">none (rolled back before the handover)<" in dom and ">rolled back<" in dom
+    assert "sequential" not in dom
 
 
 def page_text_has(dom: str, fragment: str) -> bool:

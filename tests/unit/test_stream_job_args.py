@@ -66,6 +66,8 @@ def test_a_bad_pipeline_config_exits_2_naming_it(
     monkeypatch.setenv("FLOWCTL_HOME", str(tmp_path))
     assert main(["--pipeline-config", str(tmp_path / "missing.toml")]) == 2
     assert "missing.toml" in caplog.text and "does not exist" in caplog.text
+    last = caplog.records[-1]  # the driver's log ends saying why, at ERROR
+    assert last.levelname == "ERROR" and "cannot start" in last.getMessage()
 
 
 def test_parallelism_outside_the_configured_bounds_exits_2(

@@ -39,7 +39,11 @@ def stop_topologies(settings: Settings, say: Say, timeout: float = 90.0) -> None
     deadline = time.monotonic() + timeout
     while running and time.monotonic() < deadline:
         time.sleep(1.0)
-        running = [t for t in running if plane.get_topology(t).state not in TERMINAL_STATES]
+        for topology_id in list(running):
+            state = plane.get_topology(topology_id).state
+            if state in TERMINAL_STATES:  # each one confirmed, in the state it ended in
+                running.remove(topology_id)
+                say(f"topology {topology_id} {state}")
     for topology_id in running:
         say(f"topology {topology_id} did not stop within {timeout:.0f} s")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FrameType
 
 from flowctl.config import Settings
 from flowctl.spark.job import (
@@ -46,16 +47,37 @@ def make_job(args: JobArgs, settings: Settings) -> TopologyJob:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code."""
+    """Entry point of ``spark_jobs/<pipeline>_stream.py``: returns the exit code.
+
+    A driver that ends before its job runs says why in one ERROR line, the last of its
+    log, and exits non-zero: a bad config (2), a SIGTERM before the job could take it
+    (143), any other error (1, with its traceback). Spark's INFO lines never end it.
+    """
     args = parse_args(argv)
     configure_logging()
+    name = args.topology_id or args.pipeline_config
+    signal.signal(signal.SIGTERM, _terminated_before_start(name))
     # The SparkSession is built behind the job's imports, config and registration.
-    session = SessionStarter(f"flowctl-{args.topology_id or args.pipeline_config}", build_session)
+    session = SessionStarter(f"flowctl-{name}", build_session)
     try:
         job = make_job(args, Settings.from_env())
     except ValueError as exc:
-        log.error("cannot start: %s", exc)
+        log.error("topology %s cannot start: %s", name, exc)
         session.discard()
         return 2
+    except Exception as exc:
+        log.error("topology %s cannot start: %s: %s", name, type(exc).__name__, exc, exc_info=True)
+        session.discard()
+        return 1
     signal.signal(signal.SIGTERM, job.request_stop)
     return job.run(session)
+
+
+def _terminated_before_start(name: str) -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler for the time before the job exists: say so, exit 143."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.error("topology %s: SIGTERM before the job started: exiting (143)", name)
+        raise SystemExit(128 + signum)
+
+    return handler

@@ -82,6 +82,13 @@ class JobReports:
                 ", ".join(f"{name} {p50:g}/{p99:g}" for name, (p50, p99) in phases.items()),
             )
 
+    def _standing_by(self) -> bool:
+        """Whether the topology is a warm standby (READY): its batches wait for activation."""
+        try:
+            return self.control.get_topology(self.topology_id).state == "READY"
+        except Exception:  # the database may be away: the other wordings then
+            return False
+
     def _report_no_batch(self, seconds: float) -> None:
         """No batch finished for ``seconds``: idle if the log holds nothing more, else
         waiting (a first batch, a slow batch: records are there to read)."""
@@ -91,6 +98,15 @@ class JobReports:
             lag = f"unknown ({type(exc).__name__})"
         with self.progress.lock:
             so_far = f"{self.progress.batches} batches, {self.progress.records} records so far"
+        if self._standing_by():  # a warm standby reads nothing until it is activated: one wording
+            log.info(
+                "topology %s standing by (READY): it reads nothing until a replacement "
+                "activates it; %s records wait in the log for the ACTIVE topology (%s)",
+                self.topology_id,
+                "an unknown number of" if lag is None else lag,
+                so_far,
+            )
+            return
         if lag == 0:
             log.info(
                 "topology %s idle: caught up with the log, no batch for %.0f s (%s)",

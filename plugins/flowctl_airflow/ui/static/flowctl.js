@@ -254,7 +254,7 @@
         f.svg.append(overlap);
       }
       const pause = r.pause_ms == null ? "" : ` · pause ${fmt(r.pause_ms)} ms`;
-      const text = `${r.old_parallelism}→${r.new_parallelism} · ${handoverText(r)}${pause} · ${r.outcome}`;
+      const text = `${r.old_parallelism}→${r.new_parallelism} · ${handoverText(r)}${pause} · ${outcomeText(r.outcome)}`;
       // After the end line when it fits in the chart, else before it (never clipped).
       const after = f.x(end) + 4 + text.length * 7 <= f.width;
       const label = el("text", { x: after ? f.x(end) + 4 : f.x(end) - 4, y: top - 6, "text-anchor": after ? "start" : "end" }, text);
@@ -367,9 +367,16 @@
   // A replacement's handover row is written once an overlapped handover begins: until
   // then (green starting) a running replacement's handover is not known yet; a
   // sequential one has begun once blue was deactivated.
+  // The words for a replacement's outcome: "rolled back", not the column's "rolled_back".
+  function outcomeText(outcome) {
+    return String(outcome).replace(/_/g, " ");
+  }
+
   function handoverText(r) {
     const h = r.handover;
     if (!h && r.outcome === "running") return r.deactivated_at ? "sequential (in progress)" : "not begun yet";
+    // Rolled back before blue was deactivated: there was no handover at all.
+    if (!h && r.outcome !== "ok" && !r.deactivated_at) return "none (rolled back before the handover)";
     if (!h) return "sequential";
     if (h.overlap_s !== null) return `overlap ${fmt(h.overlap_s)} s`;
     return h.frontier_at ? "overlap (in progress)" : "overlap (frontier pending)";
@@ -386,8 +393,8 @@
           [stamp(Date.parse(r.started_at))],
           [html("span", { title: `${r.old_topology_id} → ${r.new_topology_id || "–"}` }, `${shortId(r.old_topology_id)} → ${r.new_topology_id ? shortId(r.new_topology_id) : "–"}`)],
           [`${r.old_parallelism} → ${r.new_parallelism}`],
-          [html("span", { class: "state " + r.outcome }, r.outcome)],
-          [html("span", { title: r.handover ? `frontier ${r.handover.frontier_at || "–"}, green admitting ${r.handover.green_admitting_at || "–"}, blue gone ${r.handover.blue_gone_at || "–"}` : r.outcome === "running" ? "green is starting; the handover follows once it is ready" : "blue drained, then green activated" }, handoverText(r))],
+          [html("span", { class: "state " + r.outcome }, outcomeText(r.outcome))],
+          [html("span", { title: r.handover ? `frontier ${r.handover.frontier_at || "–"}, green admitting ${r.handover.green_admitting_at || "–"}, blue gone ${r.handover.blue_gone_at || "–"}` : r.outcome === "running" ? "green is starting; the handover follows once it is ready" : r.deactivated_at ? "blue drained, then green activated" : "blue was never deactivated" }, handoverText(r))],
           [r.pause_ms == null && r.outcome === "running" ? "pending" : fmt(r.pause_ms), true],
           [fmt(r.duplicates), true],
           [fmt(r.duration_s), true],
