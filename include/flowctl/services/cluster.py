@@ -24,7 +24,6 @@ import json
 import logging
 import secrets
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -36,10 +35,11 @@ from urllib.parse import urlsplit
 
 from flowctl.adapters.procfs import proc_cmdline
 from flowctl.core.slot_plan import DEFAULT_PLAN
-from flowctl.services import manager
+from flowctl.services import cluster_redis, manager
 from flowctl.services.airflow import _run_airflow, airflow_home
 from flowctl.services.base import ServiceError, ServiceStatus
 from flowctl.services.cluster_layout import WORKERS, ClusterLayout
+from flowctl.services.cluster_redis import redis_ping
 from flowctl.services.kafka import durability
 from flowctl.services.ports import check_tcp
 from flowctl.services.process import Daemon, PidRecord, stop_tree
@@ -163,19 +163,6 @@ def http_ok(url: str, timeout: float) -> None:
             response.read()
     except (urllib.error.URLError, OSError) as exc:
         raise ServiceError(f"{url} is not answering: {exc}") from None
-
-
-def redis_ping(url: str, timeout: float) -> None:
-    """``PING`` answered with ``+PONG`` at the Redis of ``url``."""
-    parts = urlsplit(url)
-    try:
-        with socket.create_connection((parts.hostname, parts.port or 6379), timeout) as sock:
-            sock.sendall(b"PING\r\n")
-            answer = sock.recv(64)
-    except OSError as exc:
-        raise ServiceError(f"redis at {url} is not answering: {exc}") from None
-    if not answer.startswith(b"+PONG"):
-        raise ServiceError(f"redis at {url} answered {answer!r} to PING")
 
 
 # -- components -----------------------------------------------------------------------------
@@ -447,7 +434,10 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     close_open_runs(layout, messages.append)
     brokers = kafka_daemons(layout)
     names = {d.name for d in brokers}
+    own = redis_daemon(layout).running() is not None  # else an external one: not ours to stop
+    names |= set() if own else {"redis"}
     messages += [d.down() for d in reversed(all_daemons(layout)) if d.name not in names]
+    messages += [] if own else [cluster_redis.leave_external(layout.redis_url)]
     # The brokers together: stopped one by one, the last wait for a controller that is gone.
     with ThreadPoolExecutor(max_workers=len(brokers) or 1) as pool:
         messages += list(pool.map(lambda d: d.down(), brokers))
