@@ -20,6 +20,9 @@ pipeline:
 - ``reconcile_<name>``: a PySpark batch job recomputing the results from the
   durable Kafka log and comparing them with the database; fails on a mismatch.
 
+A run's conf may hold only its DAG's Params: the first task of each DAG refuses any
+other key at once, naming it and the accepted keys (:mod:`.run_conf`).
+
 Each pipeline's DAGs are built on their own: a config that does not load (a
 wrong type, an unknown key) costs only its own DAGs. In their place comes one
 ``invalid_pipeline_<file>`` DAG whose description and docs name the file, the
@@ -296,16 +299,22 @@ def rescale_dag(config: PipelineConfig) -> DAG:
         params={
             # One field, so no two fields can contradict each other: the form offers only
             # the allowed values (enum), the REST API and the CLI are refused anything else.
+            # change and reason default to null (a type with "null"): the form shows no
+            # "This field is required" before they are touched, and a conf without them (the
+            # old form's direction/target_parallelism) reaches the operator, which names the
+            # field and its values (Airflow refused it at trigger with "No value passed").
             "change": Param(
-                type=["string", "integer"],
-                enum=change_choices(lo, hi),
+                None,
+                type=["null", "string", "integer"],
+                enum=[None, *change_choices(lo, hi)],
                 values_display=change_labels(lo, hi),
                 title="Change",
                 description="up doubles, down halves the ACTIVE topology's lanes; a number "
-                f"sets them (one of {allowed})",
+                f"sets them (one of {allowed}); required",
             ),
             "reason": Param(
-                type="string",
+                None,
+                type=["null", "string"],
                 minLength=1,
                 title="Reason",
                 description="why (required; kept with the replacement event)",
@@ -317,8 +326,8 @@ def rescale_dag(config: PipelineConfig) -> DAG:
             task_id="replace",
             pipeline=config.name,
             pipeline_config=str(config.source),
-            change="{{ params.change }}",
-            reason="{{ params.reason }}",
+            change="{{ params.change if params.change is not none else '' }}",
+            reason="{{ params.reason if params.reason is not none else '' }}",
             ready_timeout_s=config.scaling.ready_timeout_s,
             drain_timeout_s=config.scaling.drain_timeout_s,
             handover=config.scaling.handover,

@@ -39,6 +39,21 @@ def test_the_untouched_form_can_be_triggered(dag_id: str) -> None:
     assert params.validate()  # the defaults pass the schema
 
 
+def test_no_form_shows_this_field_is_required_before_a_field_is_touched() -> None:
+    """The UI marks a required field (:func:`_required_in_form`) whose value is null as
+    "This field is required" as soon as the form opens, and keeps Trigger disabled: no
+    field may be both. The rescale form's change and reason are null until chosen (the
+    task names a missing one, with its allowed values)."""
+    for dag_id, dag in _dags().items():
+        for name in dag.params:
+            param = dag.params.get_param(name)
+            assert not (_required_in_form(param.schema) and param.value is None), (dag_id, name)
+    rescale = copy.deepcopy(_dags()["rescale_wordcount"].params)
+    assert rescale.validate() == {"change": None, "reason": None, "start_next_standby": True}
+    labels = rescale.get_param("change").schema["values_display"]
+    assert labels["null"] == "(choose: up, down or a number of lanes)"
+
+
 def test_ingest_from_a_file_needs_only_the_file() -> None:
     params = copy.deepcopy(_dags()["ingest_wordcount"].params)
     params.update({"source": "file", "path": "/data/in.txt"})
@@ -61,7 +76,8 @@ def test_every_rescale_choice_has_a_label_and_reaches_the_ui() -> None:
     served = DagSerialization.from_dict(DagSerialization.to_dict(_dags()["rescale_wordcount"]))
     param = served.params.get_param("change")
     labels = param.schema["values_display"]
-    assert {str(v) for v in param.schema["enum"]} == set(labels)
+    # the UI looks a value's label up by its text, "null" for None (the untouched field's)
+    assert {"null" if v is None else str(v) for v in param.schema["enum"]} == set(labels)
     assert param.schema["title"] and param.description
     assert (labels["up"], labels["down"], labels["4"]) == ("up (double)", "down (halve)", "4 lanes")
     # One field: no two fields of the form can contradict each other.
@@ -91,7 +107,7 @@ def test_both_fields_fail_before_any_side_effect_naming_both_as_the_form_held_th
     [
         ({"direction": "", "target_parallelism": "3"}, "target_parallelism=3 is not allowed"),
         ({"direction": "sideways", "target_parallelism": ""}, "direction='sideways'"),
-        ({"direction": "", "target_parallelism": ""}, "give exactly one of direction"),
+        ({"direction": "", "target_parallelism": ""}, "change is missing: give up (double)"),
     ],
 )
 def test_a_request_the_form_cannot_refuse_names_field_value_and_allowed_values(
@@ -103,7 +119,7 @@ def test_a_request_the_form_cannot_refuse_names_field_value_and_allowed_values(
         task_id="replace", pipeline="wordcount", reason="r",
         flowctl_conn_id="no_such_connection", **rendered,
     )  # fmt: skip
-    with pytest.raises(RescaleRequestError, match=r"allowed|one of") as info:
+    with pytest.raises(RescaleRequestError, match=r"allowed|one of \[1, 2, 4, 8, 16\]") as info:
         task.execute(context={})  # type: ignore[arg-type]
     assert message in str(info.value)
 

@@ -1,6 +1,7 @@
 """The rescale DAG: bad requests are rejected with the field and the allowed values, by the
-Params schema and by the operator itself; one replacement per pipeline at a time; a green
-that never gets READY is rolled back and recorded.
+Params schema and by the operator itself (a missing change or reason, and the old form's
+keys, reach the operator, which names what to give); one replacement per pipeline at a
+time; a green that never gets READY is rolled back and recorded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import copy
 import dataclasses
 import datetime as dt
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,8 +68,8 @@ def _fail_green_runs_left_queued() -> Iterator[None]:
 @pytest.mark.parametrize(
     ("conf", "field", "allowed"),
     [
-        ({"change": "sideways", "reason": "r"}, "change", "['up', 'down', 1, 2, 4, 8, 16]"),
-        ({"change": 3, "reason": "r"}, "change", "['up', 'down', 1, 2, 4, 8, 16]"),
+        ({"change": "sideways", "reason": "r"}, "change", "[None, 'up', 'down', 1, 2, 4, 8, 16]"),
+        ({"change": 3, "reason": "r"}, "change", "[None, 'up', 'down', 1, 2, 4, 8, 16]"),
         ({"change": 32, "reason": "r"}, "change", "16]"),
         ({"change": "8", "reason": "r"}, "change", "16]"),  # a number, not its text
         ({"change": "up", "reason": ""}, "reason", "should be non-empty"),
@@ -86,23 +88,54 @@ def test_the_params_schema_rejects_bad_input_naming_the_field(
     assert allowed in str(info.value)
 
 
-def test_the_params_schema_requires_a_reason() -> None:
-    from airflow.sdk.exceptions import ParamValidationError
+def _rendered(dag, conf: dict) -> dict[str, str]:
+    """What the replace task's templates render from ``conf`` (after the schema's check)."""
+    params = copy.deepcopy(dag.params)
+    params.update(conf)
+    resolved = params.validate()  # what Airflow does when the run is triggered
+    return {k: "" if resolved[k] is None else str(resolved[k]) for k in ("change", "reason")}
 
-    params = copy.deepcopy(_rescale_dag().params)
-    params.update({"change": "up"})
-    with pytest.raises(ParamValidationError, match="reason"):
-        params.validate()
+
+def test_a_missing_reason_passes_the_schema_and_the_operator_asks_for_it() -> None:
+    """Null by default, so the untouched form shows no error; the task says what is missing."""
+    rendered = _rendered(_rescale_dag(), {"change": "up"})
+    op = RescaleOperator(
+        task_id="replace", pipeline="wordcount", flowctl_conn_id="no_such_connection", **rendered
+    )
+    with pytest.raises(RescaleRequestError, match="reason='': a non-empty text saying why"):
+        op.execute({})  # type: ignore[arg-type]
 
 
-def test_the_params_schema_requires_a_change() -> None:
-    """The fields of the old form (direction, target_parallelism) are no request at all."""
-    from airflow.sdk.exceptions import ParamValidationError
+def test_a_missing_change_passes_the_schema_and_the_operator_names_it_and_its_values() -> None:
+    rendered = _rendered(_rescale_dag(), {"reason": "r"})
+    assert rendered["change"] == ""
+    op = RescaleOperator(
+        task_id="replace", pipeline="wordcount", flowctl_conn_id="no_such_connection", **rendered
+    )
+    with pytest.raises(RescaleRequestError) as info:
+        op.execute({})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"change is missing: give up (double), down (halve) or a number of lanes, one of {ALLOWED}"
+    )
 
-    params = copy.deepcopy(_rescale_dag().params)
-    params.update({"direction": "up", "target_parallelism": 8, "reason": "r"})
-    with pytest.raises(ParamValidationError, match="param change: No value passed"):
-        params.validate()
+
+def test_the_old_forms_keys_pass_the_schema_and_are_answered_with_change() -> None:
+    """Airflow refused them at trigger ("param change: No value passed"), which named no way
+    forward: the run is created and its task names the field that replaced them."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = _rescale_dag()
+    conf = {"direction": "up", "target_parallelism": 8, "reason": "r"}
+    params = copy.deepcopy(dag.params)
+    params.update(conf)
+    assert params.validate()["change"] is None
+    context = {"dag": dag, "task": dag.get_task("replace"), "dag_run": SimpleNamespace(conf=conf)}
+    with pytest.raises(AirflowFailException) as info:
+        dag.get_task("replace").execute(context)
+    assert str(info.value).startswith(
+        "rescale_wordcount conf: `direction` and `target_parallelism` are no longer read: "
+        f"give `change` (up, down, or one of {ALLOWED}); accepted keys: change, reason"
+    )
 
 
 def test_a_good_request_passes_the_schema() -> None:

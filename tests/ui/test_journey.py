@@ -293,15 +293,17 @@ def _each_driver_line_has_its_own_level(text: str) -> None:
 
 
 def _bad_rescale_is_refused(page: Page, base: str, api: AirflowApi) -> None:
-    """The form's one field offers each valid change and nothing else; through the REST
-    API a bad change (or the old form's two fields) is refused at once, naming the field,
-    and no run is created (the old form accepted up with 8 lanes, said "triggered", and
-    the run failed)."""
+    """The form's one field offers each valid change and nothing else (its empty first
+    entry says what to choose: no "required" error before it is touched); through the
+    REST API a bad change is refused at once, naming the field, and no run is created (the
+    old form accepted up with 8 lanes, said "triggered", and the run failed). The old
+    form's two fields make a run whose task fails at once, naming the new field."""
     _open_trigger_form(page, base, f"rescale_{PIPELINE}", api)
     page.locator("#element_change").click()
     offered = [" ".join(t.split()) for t in page.get_by_role("option").all_inner_texts()]
     _shot(page, "11_rescale_choices")
     assert offered == [
+        "(choose: up, down or a number of lanes)",
         "up (double)", "down (halve)", "1 lane", "2 lanes", "4 lanes", "8 lanes", "16 lanes",
     ], offered  # fmt: skip
     page.keyboard.press("Escape")
@@ -309,12 +311,19 @@ def _bad_rescale_is_refused(page: Page, base: str, api: AirflowApi) -> None:
     before = api._call("GET", f"{runs_path}?limit=100")["total_entries"]
     for conf, field in (
         ({"change": "sideways", "reason": "journey test: bad change"}, "change"),
-        ({"direction": "up", "target_parallelism": 8, "reason": "old form"}, "change"),
         ({"change": "up", "reason": ""}, "reason"),
     ):
         with pytest.raises(ServiceError, match=rf"HTTP 400 .*param {field}"):
             api._call("POST", runs_path, {"logical_date": None, "conf": conf})
     assert api._call("GET", f"{runs_path}?limit=100")["total_entries"] == before
+    old = {"direction": "up", "target_parallelism": 8, "reason": "old form"}
+    run = api._call("POST", runs_path, {"logical_date": None, "conf": old})
+    run_path = f"{runs_path}/{run['dag_run_id']}"
+    _poll(
+        "the old form's run failed", 180, lambda: api._call("GET", run_path)["state"] == "failed", 2
+    )
+    tries = api._call("GET", f"{run_path}/taskInstances/replace")["try_number"]
+    assert tries == 1, f"the old form's run was retried ({tries} tries)"
 
 
 def _texts_naming(page: Page, pattern: str) -> set[str]:

@@ -53,6 +53,7 @@ from flowctl_airflow.replacement_state import (
     roll_back,
     utcnow,
 )
+from flowctl_airflow.run_conf import refuse_unknown_conf
 from flowctl_airflow.triggers.topology_state import (
     DEFER_AFTER_S,
     DEFER_SETTLE_S,
@@ -323,6 +324,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
     # -- execution entry points -------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
+        refuse_unknown_conf(context)  # a conf key the DAG does not read: before anything
         self._context = context
         self._next_standby_wanted()  # a bad value is refused before anything is touched
         config = self._config()

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator
 
 from flowctl.ingest import INGEST_FIELDS, INGEST_PARAMS
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
+from flowctl_airflow.run_conf import refuse_unknown_conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,6 +47,7 @@ class IngestOperator(BaseOperator):
     def execute(self, context: Context) -> int:
         from flowctl.ingest import IngestRequest, ingest
 
+        refuse_unknown_conf(context)  # before anything is produced
         request = IngestRequest.parse(
             pipeline=self.pipeline, **{name: getattr(self, name) for name in INGEST_FIELDS}
         )

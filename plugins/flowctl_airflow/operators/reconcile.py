@@ -32,6 +32,7 @@ from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
 from flowctl_airflow.hooks.kafka import FlowctlKafkaHook
 from flowctl_airflow.operators.driver_log import DriverLogHook, quiet_driver_conf
 from flowctl_airflow.operators.stream import DRIVER_LOG4J, SPARK_JOBS_DIR
+from flowctl_airflow.run_conf import refuse_unknown_conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -98,6 +99,7 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context: Context) -> None:
+        refuse_unknown_conf(context)  # before the Spark job
         for name in ("max_differences", "chunk_records"):
             value = getattr(self, name)
             try:

@@ -4,12 +4,16 @@ The DAG's form has one field, ``change``: ``up`` (double the ACTIVE
 topology's parallelism), ``down`` (halve it) or one of the allowed
 parallelisms (powers of two within the pipeline's bounds), so no combination
 of fields can contradict another; plus a ``reason`` that is stored with the
-replacement event. The Params schema refuses anything else when the run is
-triggered (the form, the REST API, the CLI). The operator takes the request
-as a ``direction`` or a ``target_parallelism`` (what a replacement records)
-and validates again (a run of another DAG version, or a templated value, must
-get the same clear message naming the field and the allowed values), then runs
-the blue-green replacement of :class:`BlueGreenReplaceOperator`.
+replacement event. The Params schema refuses any other value when the run is
+triggered (the form, the REST API, the CLI). Both default to null, so the form
+marks neither as an error before it is touched and a run without them reaches
+the operator, which says what is missing: ``change`` with its allowed values,
+or ``reason``. A conf with the old form's keys (:data:`RENAMED_CONF_KEYS`) is
+refused first, answered with ``change`` (:mod:`flowctl_airflow.run_conf`). The operator takes
+the request as a ``direction`` or a ``target_parallelism`` (what a replacement
+records) and validates again (a run of another DAG version, or a templated
+value, must get the same clear message naming the field and the allowed
+values), then runs the blue-green replacement of :class:`BlueGreenReplaceOperator`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowctl.core.validation import InvalidValue, allowed_parallelisms, choice, parallelism
 from flowctl_airflow.operators.blue_green import BlueGreenReplaceOperator
+from flowctl_airflow.run_conf import refuse_unknown_conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,6 +33,9 @@ if TYPE_CHECKING:
     from flowctl.pipelines.config import PipelineConfig
 
 DIRECTIONS = ("up", "down")
+#: The rescale DAG's former conf keys (its two-field form), each answered with the field
+#: that replaced it when a run's conf still gives it.
+RENAMED_CONF_KEYS = {"direction": "change", "target_parallelism": "change"}
 
 
 class RescaleRequestError(ValueError):
@@ -40,9 +48,11 @@ def change_choices(min_parallelism: int, max_parallelism: int) -> list[str | int
 
 
 def change_labels(min_parallelism: int, max_parallelism: int) -> dict[str, str]:
-    """How the form's dropdown shows each ``change`` value (keyed by its text)."""
+    """How the form's dropdown shows each ``change`` value (keyed by its text; ``null``: the
+    untouched field's)."""
     lanes = allowed_parallelisms(min_parallelism, max_parallelism)
     return {
+        "null": "(choose: up, down or a number of lanes)",
         "up": "up (double)",
         "down": "down (halve)",
         **{str(p): f"{p} lane{'s' if p > 1 else ''}" for p in lanes},
@@ -201,8 +211,16 @@ class RescaleOperator(BlueGreenReplaceOperator):
         self.target_parallelism: object = target_parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
+        refuse_unknown_conf(context, RENAMED_CONF_KEYS)  # the old form's keys name `change`
         self.direction = _as_form_value(self.direction)
         self.target_parallelism = _as_form_value(self.target_parallelism)
+        config = self._config()
+        if _blank(self.change) and _blank(self.direction) and _blank(self.target_parallelism):
+            allowed = allowed_parallelisms(config.min_parallelism, config.max_parallelism)
+            raise RescaleRequestError(
+                f"change is missing: give up (double), down (halve) or a number of lanes, "
+                f"one of {allowed}"
+            )
         if not _blank(self.change):
             if not (_blank(self.direction) and _blank(self.target_parallelism)):
                 raise RescaleRequestError(
@@ -210,7 +228,6 @@ class RescaleOperator(BlueGreenReplaceOperator):
                     f"{self.direction!r}, target_parallelism={self.target_parallelism!r}"
                 )
             self.direction, self.target_parallelism = split_change(self.change)
-        config = self._config()
         # The request's own fields first: a bad form is reported before anything is read.
         validate_request(
             direction=self.direction,

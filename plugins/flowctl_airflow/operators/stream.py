@@ -62,6 +62,7 @@ from flowctl_airflow.operators.driver_log import (
     relay_line,
     topology_label,
 )
+from flowctl_airflow.run_conf import refuse_unknown_conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -230,6 +231,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         return FlowctlDbHook(self.flowctl_conn_id).get_control_plane()
 
     def execute(self, context: Context) -> None:
+        refuse_unknown_conf(context)  # before any Spark start or reattach
         self._validated_colour()
         self._validated_parallelism()
         self._validated_standby()

@@ -28,6 +28,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from flowctl.adapters.window_evaluation import evaluate
 from flowctl.core.scaling_policy import WindowPolicy
 from flowctl_airflow.hooks.flowctl_db import FlowctlDbHook
+from flowctl_airflow.run_conf import refuse_unknown_conf
 from flowctl_airflow.triggers.failure_window import FailureWindowTrigger
 
 if TYPE_CHECKING:
@@ -127,6 +128,8 @@ class FailureRateWindowSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self._succeed(context, result.to_event()))
 
     def execute(self, context: Context) -> Any:
+        # Here, not in poke: a poke's AirflowFailException is a skip under soft_fail.
+        refuse_unknown_conf(context)
         if not self.deferrable:
             return super().execute(context)
         # One look first: a decision that is already there needs no trigger round trip.
