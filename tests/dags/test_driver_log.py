@@ -1,4 +1,4 @@
-"""The stream task's log: the driver's lines with one timestamp and a short topology label."""
+"""The stream task's log: the driver's lines with one timestamp, ids and paths as they are."""
 
 from __future__ import annotations
 
@@ -9,48 +9,43 @@ from flowctl_airflow.operators.driver_log import (
     LevelReader,
     tidy_line,
     tidy_lines,
-    topology_label,
 )
 
 TOPOLOGY = "wordcount-blue-manual-2026-11-23t21-00-00-000000-00-00-1"
-LABEL = topology_label("wordcount", "blue")
 
 
-def test_a_flowctl_info_line_keeps_only_its_message_with_the_label() -> None:
+def test_a_flowctl_info_line_keeps_only_its_message_with_the_full_id() -> None:
     line = (
         f"2026-11-23 21:00:01,123 INFO flowctl.spark.flow: flow {TOPOLOGY}: batch 3: "
         "12 tuple(s) dispatched"
     )
-    assert (
-        tidy_line(line, TOPOLOGY, LABEL) == "flow wordcount/blue: batch 3: 12 tuple(s) dispatched"
+    assert tidy_line(line) == f"flow {TOPOLOGY}: batch 3: 12 tuple(s) dispatched"
+
+
+def test_a_path_holding_the_id_stays_a_real_path() -> None:
+    line = (
+        f"spark-submit started detached: keeper pid 7 on h, log /home/drivers/{TOPOLOGY}/driver.log"
     )
+    assert tidy_line(line) == line
 
 
 def test_warnings_keep_their_level_and_other_loggers_their_name() -> None:
     ours = "2026-11-23 21:00:01,123 WARNING flowctl.spark.job: lag unknown: timeout"
     theirs = "2026-11-23 21:00:01,123 ERROR py4j.clientserver: closed"
-    assert tidy_line(ours, TOPOLOGY, LABEL) == "WARNING lag unknown: timeout"
-    assert tidy_line(theirs, TOPOLOGY, LABEL) == "ERROR py4j.clientserver: closed"
+    assert tidy_line(ours) == "WARNING lag unknown: timeout"
+    assert tidy_line(theirs) == "ERROR py4j.clientserver: closed"
 
 
 def test_spark_lines_lose_their_timestamp_and_other_lines_pass_unchanged() -> None:
     spark = "25/11/23 21:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library"
-    assert (
-        tidy_line(spark, None, LABEL)
-        == "WARN NativeCodeLoader: Unable to load native-hadoop library"
-    )
-    assert tidy_line("Traceback (most recent call last):", TOPOLOGY, LABEL) == (
-        "Traceback (most recent call last):"
-    )
-    assert list(tidy_lines(["a\n", f"stop {TOPOLOGY}\n"], TOPOLOGY, LABEL)) == [
-        "a",
-        "stop wordcount/blue",
-    ]
+    assert tidy_line(spark) == "WARN NativeCodeLoader: Unable to load native-hadoop library"
+    assert tidy_line("Traceback (most recent call last):") == "Traceback (most recent call last):"
+    assert list(tidy_lines(["a\n", f"stop {TOPOLOGY}\n"])) == ["a", f"stop {TOPOLOGY}"]
 
 
 def test_the_jvm_incubator_notice_is_left_out_and_everything_else_kept() -> None:
     lines = ["WARNING: Using incubator modules: jdk.incubator.vector\n", "WARNING: disk low\n"]
-    assert list(tidy_lines(lines, TOPOLOGY, LABEL)) == ["WARNING: disk low"]
+    assert list(tidy_lines(lines)) == ["WARNING: disk low"]
 
 
 def test_the_drivers_log4j2_file_starts_at_warn() -> None:
@@ -67,14 +62,14 @@ def test_a_planner_line_keeps_only_its_message_like_the_drivers() -> None:
         f"2026-11-23 21:00:01,123 INFO flowctl.spark.flow.planner [planner]: "
         f"lane 1 window 8 -> 7 (SLOW) of {TOPOLOGY}"
     )
-    assert tidy_line(line, TOPOLOGY, LABEL) == "lane 1 window 8 -> 7 (SLOW) of wordcount/blue"
+    assert tidy_line(line) == f"lane 1 window 8 -> 7 (SLOW) of {TOPOLOGY}"
 
 
 # -- levels -----------------------------------------------------------------------------------
 
 
 def _levels(lines: list[str]) -> list[tuple[str, str]]:
-    reader = LevelReader(TOPOLOGY, LABEL)
+    reader = LevelReader()
     return [(logging.getLevelName(level), text) for level, text in map(reader.read, lines)]
 
 
@@ -88,7 +83,7 @@ def test_spark_and_flowctl_warnings_are_warnings_and_the_rest_info() -> None:
     ]
     assert _levels(lines) == [
         ("WARNING", "ProcessingTimeExecutor: Current batch is falling behind."),
-        ("WARNING", "flow lane 1 of wordcount/blue: poison"),
+        ("WARNING", f"flow lane 1 of {TOPOLOGY}: poison"),
         ("INFO", "batch 0: 3 records"),
         ("ERROR", "Executor: Exception in task 0.0"),
         ("INFO", "a line nobody levelled"),
@@ -129,7 +124,7 @@ def test_the_hook_relays_the_drivers_lines_at_their_level(monkeypatch) -> None:
     from structlog.testing import capture_logs
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[1]"}')
-    hook = DriverLogHook.adopt(SparkSubmitHook(conn_id="spark_default"), TOPOLOGY, LABEL)
+    hook = DriverLogHook.adopt(SparkSubmitHook(conn_id="spark_default"))
     lines = [
         "WARNING: Using incubator modules: jdk.incubator.vector\n",
         "25/11/23 21:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library\n",
@@ -141,6 +136,6 @@ def test_the_hook_relays_the_drivers_lines_at_their_level(monkeypatch) -> None:
     relayed = [(entry["log_level"], entry["event"]) for entry in logs]
     assert relayed == [
         ("warning", "NativeCodeLoader: Unable to load native-hadoop library"),
-        ("info", "topology wordcount/blue ACTIVE"),
+        ("info", f"topology {TOPOLOGY} ACTIVE"),
         ("info", "Spark-Submit cmd: spark-submit x.py"),
     ], relayed

@@ -5,9 +5,9 @@ each line itself. A driver line arrives with its own timestamp, level and
 logger name (``2026-11-23 21:00:01,123 INFO flowctl.spark.flow: flow
 wordcount-blue-manual-2026-11-23t21-00-00-000000-00-00-1: ...``), so the
 content started off screen in the log viewer. Here the second timestamp and
-our logger names go, warnings keep their level, and the topology id (up to
-~75 characters) becomes a short label such as ``wordcount/blue``; the operator
-logs the full id once, at submission.
+our logger names go, and warnings keep their level. Topology ids and paths stay
+as they are: a reader copies them into ``flowctl stream stop`` or a shell (an id
+once shortened to ``wordcount/blue`` made paths that do not exist).
 
 Each line reaches the task log with its own level: a ``WARN`` from Spark or a
 ``WARNING`` from flowctl is a warning in Airflow's log view (filtering by level
@@ -65,12 +65,7 @@ def quiet_driver_conf(conf: dict[str, Any] | None, log4j: Path) -> dict[str, Any
     return {"spark.log.level": "WARN", **jvm, **conf}
 
 
-def topology_label(pipeline: str, colour: str) -> str:
-    """The short name of a topology in its task log: pipeline and blue-green slot."""
-    return f"{pipeline}/{colour}"
-
-
-def tidy_line(line: str, topology_id: str | None, label: str) -> str:
+def tidy_line(line: str) -> str:
     """One driver line as the task log shows it (see the module docstring)."""
     match = _PYTHON_LINE.match(line)
     if match:
@@ -81,17 +76,15 @@ def tidy_line(line: str, topology_id: str | None, label: str) -> str:
             line = f"{level} {name}: {message}"
     else:
         line = _LOG4J_STAMP.sub("", line, count=1)
-    if topology_id:
-        line = line.replace(topology_id, label)
     return line
 
 
-def tidy_lines(lines: Iterable[str], topology_id: str | None, label: str) -> Iterator[str]:
+def tidy_lines(lines: Iterable[str]) -> Iterator[str]:
     """The driver's lines as the task log shows them, without :data:`JVM_NOISE`."""
     for line in lines:
         line = line.rstrip("\n")
         if line not in JVM_NOISE:
-            yield tidy_line(line, topology_id, label)
+            yield tidy_line(line)
 
 
 #: Level words as flowctl's Python logging and Spark's log4j write them.
@@ -122,9 +115,7 @@ class LevelReader:
     after it up to the next levelled line (its source lines, the exception's own line).
     """
 
-    def __init__(self, topology_id: str | None, label: str) -> None:
-        self._topology_id = topology_id
-        self._label = label
+    def __init__(self) -> None:
         self._level = logging.INFO
         self._just_levelled = False
         self._in_trace = False
@@ -132,7 +123,7 @@ class LevelReader:
     def read(self, raw: str) -> tuple[int, str]:
         """``(level, text)`` of a driver line as spark-submit printed it: the text is
         :func:`tidy_line`'s, without a level word (the level carries it)."""
-        line = tidy_line(raw, self._topology_id, self._label)
+        line = tidy_line(raw)
         stamped = _PYTHON_LINE.match(raw) or _LOG4J_LEVEL.match(raw)
         word = stamped.group("level") if stamped else None
         match = _LEVEL_WORD.match(line)
@@ -167,9 +158,9 @@ class _DriverLines:
     """A hook's logger whose plain ``info(line)`` calls (the relayed driver lines) are
     tidied and logged at their own level; every other call goes to the logger as is."""
 
-    def __init__(self, log: Any, topology_id: str | None, label: str) -> None:
+    def __init__(self, log: Any) -> None:
         self._log = log
-        self._levels = LevelReader(topology_id, label)
+        self._levels = LevelReader()
 
     def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
         if args or kwargs or not isinstance(msg, str):
@@ -189,18 +180,17 @@ class DriverLogHook(SparkSubmitHook):
     """The provider's ``SparkSubmitHook`` relaying the driver's lines tidied and levelled.
 
     Built from the hook the operator configured (:meth:`adopt`), so every submit
-    option stays the provider's; only ``log`` differs. ``topology_id`` (if any) is
-    shown as ``label`` in the lines.
+    option stays the provider's; only ``log`` differs.
     """
 
     _driver_lines: _DriverLines | None = None
 
     @classmethod
-    def adopt(cls, hook: SparkSubmitHook, topology_id: str | None, label: str) -> DriverLogHook:
+    def adopt(cls, hook: SparkSubmitHook) -> DriverLogHook:
         """This class's hook with ``hook``'s whole configuration."""
         adopted = cls.__new__(cls)
         adopted.__dict__.update(hook.__dict__)
-        adopted._driver_lines = _DriverLines(hook.log, topology_id, label)
+        adopted._driver_lines = _DriverLines(hook.log)
         return adopted
 
     @property

@@ -138,4 +138,4 @@ class FlowctlReconcileOperator(SparkSubmitOperator):
     def _get_hook(self) -> SparkSubmitHook:
         """The provider's hook, relaying the driver's lines tidied and levelled, as the
         stream task's are (see ``driver_log``)."""
-        return DriverLogHook.adopt(super()._get_hook(), None, self.pipeline)
+        return DriverLogHook.adopt(super()._get_hook())

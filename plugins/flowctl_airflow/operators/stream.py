@@ -60,7 +60,6 @@ from flowctl_airflow.operators.driver_log import (
     LevelReader,
     quiet_driver_conf,
     relay_line,
-    topology_label,
 )
 from flowctl_airflow.run_conf import refuse_unknown_conf
 
@@ -296,10 +295,9 @@ class FlowctlStreamOperator(SparkSubmitOperator):
                 f" (it replaces {self.replaces})" if self.replaces else "",
             )
         self.log.info(
-            "submitting topology %s (shown as %s below): pipeline=%s colour=%s "
+            "submitting topology %s: pipeline=%s colour=%s "
             "parallelism=%d (stop it with `flowctl stream stop %s`)",
             topology_id,
-            topology_label(self.pipeline, self.colour),
             self.pipeline,
             self.colour,
             parallelism,
@@ -344,8 +342,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
         self.topology_id, self._driver = topology_id, driver
         context["ti"].xcom_push(key="topology_id", value=topology_id)
         plane = self._plane()
-        label = topology_label(self.pipeline, self.colour)
-        reader = LevelReader(topology_id, label)
+        reader = LevelReader()
         tail: LogTail | None = None
         if driver.local:
             tail = LogTail.last(driver.log_path, REATTACH_LOG_BYTES)
@@ -400,8 +397,7 @@ class FlowctlStreamOperator(SparkSubmitOperator):
     def _get_hook(self) -> SparkSubmitHook:
         """The provider's hook, relaying the launcher's lines tidied and levelled
         (see ``driver_log``)."""
-        label = topology_label(self.pipeline, self.colour)
-        return DriverLogHook.adopt(super()._get_hook(), self.topology_id, label)
+        return DriverLogHook.adopt(super()._get_hook())
 
     def _start_metrics_relay(self, topology_id: str) -> MetricsRelay | None:
         """Relay the topology's metrics windows to Airflow's StatsD/OpenTelemetry, if any."""
