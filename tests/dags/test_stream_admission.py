@@ -25,3 +25,12 @@ def test_a_second_stream_run_is_refused_naming_the_active_topology(flowctl_db: s
     assert "rescale_wordcount" in message  # what to do instead
     plane = ControlPlane(flowctl_db)
     assert [t.topology_id for t in plane.topologies("wordcount")] == [ACTIVE_BLUE]
+
+
+@pytest.mark.parametrize(("asked", "given"), [("blue", "green"), ("green", "green")])
+def test_a_warm_standby_takes_the_colour_the_active_topology_does_not_hold(
+    flowctl_db: str, asked: str, given: str
+) -> None:
+    """The replacement that takes it then reads blue -> green, never blue -> blue."""
+    op = FlowctlStreamOperator(task_id="stream", pipeline="wordcount", colour=asked, standby=True)
+    assert op._free_colour(ControlPlane(flowctl_db)) == given

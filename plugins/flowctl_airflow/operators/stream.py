@@ -254,12 +254,25 @@ class FlowctlStreamOperator(SparkSubmitOperator):
             return self.topology_id
         return f"{self.topology_id}-{try_number}"
 
+    def _free_colour(self, plane: ControlPlane) -> str:
+        """A warm standby's colour: the slot the ACTIVE topology does not hold, so that the
+        replacement that takes it reads blue -> green (or back), never blue -> blue. A
+        standby given its own ``topology_id`` keeps the colour it was given."""
+        held = {t.colour for t in plane.topologies(self.pipeline, states=["ACTIVE"])}
+        if self.colour not in held:
+            return self.colour
+        free = next((c for c in COLOURS if c not in held), self.colour)
+        self.log.info("warm standby: colour %s (the ACTIVE topology holds %s)", free, self.colour)
+        return free
+
     def submit_job(self, context: Context) -> dict[str, Any]:
         """Start the topology's driver detached; return what finds it again."""
         parallelism = self._validated_parallelism()
         standby = self._validated_standby()
         run_id = context["run_id"]
         plane = self._plane()
+        if standby and not self.replaces and not self.topology_id:
+            self.colour = self._free_colour(plane)
         topology_id = self._new_topology_id(plane, context)
         if not standby and (conflict := plane.admission_conflict(self.pipeline, topology_id)):
             # Every retry would start a driver only to be refused the same way.
