@@ -217,6 +217,50 @@ def test_the_page_shows_a_window_older_than_two_windows_as_stale(
     assert "sequential" not in dom
 
 
+def test_the_cards_follow_the_active_topology_with_a_standby_and_a_starting_green(
+    airflow: Settings, token: str
+) -> None:
+    """A warm standby (READY, its window's backlog 0) and a green starting mid-rescale
+    (STARTING, no window yet) stand beside the ACTIVE topology, labelled as what they are:
+    the cards and the lanes are the ACTIVE one's."""
+    import datetime as dt
+    import re
+
+    from flowctl.adapters.control_plane import ControlPlane
+
+    plane = ControlPlane(airflow.resolved_database_url)
+    active, standby, starting = "logetl-blue-a", "logetl-green-s", "logetl-green-r"
+    end = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2)
+    for tid, colour, lanes, state in (
+        (active, "blue", 8, "ACTIVE"), (standby, "green", 2, "READY"),
+        (starting, "green", 16, "STARTING"),
+    ):  # fmt: skip
+        plane.register_topology(tid, "logetl", colour, lanes)
+        plane.set_state(tid, state)
+    for tid, backlog, lanes in ((active, 120, 8), (standby, 0, 2)):
+        plane.write_metrics_window(
+            tid, end - dt.timedelta(seconds=10), end, backlog=backlog,
+            lanes=[{"lane": i, "window": 4, "state": "NORMAL", "in_flight": 1}
+                   for i in range(lanes)],
+        )  # fmt: skip
+    base = base_url(airflow)
+    with chromium(width=1400, height=1600) as browser:
+        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
+        page = browser.new_page()
+        page.goto(f"{base}/flowctl/#pipeline=logetl")
+        page.wait_for_function(
+            "document.body && document.body.dataset.rendered === 'logetl'", timeout=30_000
+        )
+        dom = page.content()
+        page.screenshot(path=ARTIFACTS / "metrics_page_standby.png", full_page=True)
+    cards = dict(cards_of(dom))
+    assert (cards["topology"], cards["parallelism"], cards["state"]) == (active, "8", "ACTIVE")
+    assert cards["beside it"] == "standby green ×2 · starting green ×16"
+    assert cards["backlog"] == "120"
+    lanes = re.findall(r'<h3 title="([^"]+)">', dom)
+    assert lanes[0] == active, lanes  # the ACTIVE topology's lanes first
+
+
 def page_text_has(dom: str, fragment: str) -> bool:
     return fragment in dom
 

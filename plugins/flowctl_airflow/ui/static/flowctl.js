@@ -279,11 +279,17 @@
     const healthNote = stale
       ? `no metrics window for ${fmt(now.stale_s)} s: the health now is unknown; the last window said ${now.health || "HEALTHY"}${now.health_cause ? ": " + now.health_cause : ""}`
       : health && health !== "HEALTHY" ? `${now.health_cause || "no cause recorded"}; the autoscaler does not scale a ${health} topology` : "";
+    // The other live topologies, labelled by what they are: a warm standby (READY), a green
+    // starting up (STARTING), a blue draining: beside the ACTIVE one, never instead of it.
+    const others = live.filter((t) => !current || t.topology_id !== current.topology_id);
+    const roles = { READY: "standby", STARTING: "starting", DRAINING: "draining", DEACTIVATED: "deactivated" };
+    const beside = others.map((t) => `${roles[t.state] || t.state.toLowerCase()} ${t.colour} ×${t.parallelism}`);
     const cards = [
       ["pipeline", metrics.pipeline, ""],
       ["topology", current ? shortId(current.topology_id) : "–", "", current && shortId(current.topology_id) !== current.topology_id ? current.topology_id : ""],
       ["parallelism", current ? current.parallelism : "–", ""],
       ["state", current ? current.state : "–", current && current.state === "FAILED" ? "bad" : ""],
+      ["beside it", beside.length ? beside.join(" · ") : "none", "", others.map((t) => `${t.topology_id} (${t.state})`).join(", ")],
       ["health", health || "–", health === "HALTED" ? "bad" : ["STALLED", "RECOVERING", "STALE"].includes(health) ? "warn" : "", healthNote],
       ["rebuilds", now && now.rebuilds != null ? fmt(now.rebuilds) : "0", now && now.rebuilds ? "warn" : "", "rebuilds after lost MRWQ items (each dispatches again what was not durable)"],
       ["records/s", last ? fmt(last.records_per_s) : "–", ""],
@@ -323,7 +329,9 @@
       return box.replaceChildren(html("p", { class: "muted" }, text));
     }
     const parts = [];
-    for (const t of metrics.latest) {
+    // The ACTIVE topology's lanes first, then a standby's or a starting green's.
+    const ordered = metrics.latest.slice().sort((a, b) => (b.state === "ACTIVE") - (a.state === "ACTIVE"));
+    for (const t of ordered) {
       const lanes = Array.isArray(t.lanes) ? t.lanes : [];
       parts.push(html("h3", { title: t.topology_id }, `${shortId(t.topology_id)} · ${t.colour} ×${t.parallelism} · window ending ${clock(Date.parse(t.window_end))}`));
       if (!lanes.length) {
