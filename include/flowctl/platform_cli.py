@@ -78,6 +78,14 @@ def _pipeline(text: str) -> str:
     return text
 
 
+def _pipeline_name(given: str) -> str:
+    """The pipeline's name (the topologies' key) of ``--pipeline``: a config's path names
+    the pipeline its file declares."""
+    from flowctl.pipelines.config import load_pipeline_config
+
+    return load_pipeline_config(given).name
+
+
 #: ``--pipeline``'s help.
 PIPELINE_HELP = "the pipeline: a config's name in include/pipelines, or its path (wordcount)"
 
@@ -331,9 +339,10 @@ def _plane(args: argparse.Namespace) -> ControlPlane:
 def _stream_list(args: argparse.Namespace) -> int:
     from flowctl.core.clock import utc_text
 
-    rows = _plane(args).topologies(args.pipeline)
+    pipeline = _pipeline_name(args.pipeline)
+    rows = _plane(args).topologies(pipeline)
     if not rows:
-        _say(f"no topologies for pipeline {args.pipeline!r}")
+        _say(f"no topologies for pipeline {pipeline!r}")
     for topo in rows:
         beat = "never" if topo.heartbeat_at is None else utc_text(topo.heartbeat_at)
         _say(
@@ -358,11 +367,12 @@ def _stream_status(args: argparse.Namespace) -> int:
     from flowctl.core.health import ALERT_STATES, stale_for
     from flowctl.pipelines.config import load_pipeline_config
 
-    window_s = load_pipeline_config(args.pipeline).flow.metrics_window_s
+    config = load_pipeline_config(args.pipeline)
+    window_s = config.flow.metrics_window_s
     plane = _plane(args)
-    live = [t for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES]
+    live = [t for t in plane.topologies(config.name) if t.state not in TERMINAL_STATES]
     if not live:
-        _say(f"no live topologies for pipeline {args.pipeline!r}")
+        _say(f"no live topologies for pipeline {config.name!r}")
     unhealthy = 0
     for topo in live:
         last = plane.metrics_windows(topo.topology_id, limit=1)
@@ -398,8 +408,9 @@ def _stream_stop(args: argparse.Namespace) -> int:
     if args.topology_id:
         targets = [args.topology_id]
     else:
+        pipeline = _pipeline_name(args.pipeline)
         targets = [
-            t.topology_id for t in plane.topologies(args.pipeline) if t.state not in TERMINAL_STATES
+            t.topology_id for t in plane.topologies(pipeline) if t.state not in TERMINAL_STATES
         ]
     for topology_id in targets:
         plane.send_signal(topology_id, "stop")

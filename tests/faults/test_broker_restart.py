@@ -1,6 +1,8 @@
-"""The broker killed: the embedded Apache Kafka SIGKILLed mid-stream and started again on
-its log on disk. While it is down the topology shows STALLED with the broker as the cause;
-nothing it acknowledged is lost, and the stream resumes by itself."""
+"""The broker frozen, then killed: the embedded Apache Kafka SIGSTOPped mid-stream for twice
+``stall_after_s`` and woken, then SIGKILLed and started again on its log on disk. While it
+is frozen or down the topology shows STALLED with the broker as the cause, where an
+operator looks (``flowctl stream status``, the page's metrics API) and while the outage
+lasts; nothing it acknowledged is lost, and the stream resumes by itself."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from flowctl import cli
 from flowctl.config import Settings
 from flowctl.services import kafka, manager
 from flowctl.services.ports import free_port
+from flowctl_airflow.ui.queries import MetricsQuery, MetricsReader
 from tests.faults.conftest import FaultRun, Tally, check
 from tests.spark.flow_harness import wait_for
 
@@ -26,6 +30,21 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.integration,
 ]
+
+
+def _status(run: FaultRun, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``flowctl stream status`` of the run's pipeline: its exit code and its output."""
+    capsys.readouterr()
+    argv = ["stream", "status", f"--pipeline={run.config}"]
+    code = cli.main([*argv, f"--database-url={run.flow.database_url}"])
+    return code, capsys.readouterr().out
+
+
+def _page_health(run: FaultRun, topology_id: str) -> tuple[str, str | None]:
+    """The health the metrics page's API gives the topology (its newest window)."""
+    body = MetricsReader(run.flow.database_url).metrics(run.name, MetricsQuery(limit=5))
+    latest = {t["topology_id"]: t for t in body["latest"]}.get(topology_id)
+    return (latest["health"], latest["health_cause"]) if latest else ("", None)
 
 
 def _health(run: FaultRun, topology_id: str) -> tuple[str, str | None]:
@@ -51,11 +70,12 @@ def own_broker(flowctl_settings: Settings, tmp_path: Path) -> Iterator[Settings]
         manager.down(settings, only="kafka", purge=True)
 
 
-def test_the_embedded_broker_killed_mid_stream_loses_nothing(
+def test_the_embedded_broker_frozen_then_killed_mid_stream_loses_nothing(
     fault_run: Callable[..., FaultRun],
     spark: Any,
     tallies: list[Tally],
     own_broker: Settings,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # STALLED 5 s into the outage; the outage (until STALLED is seen, then the restart) may
     # outlast the default read_error_timeout_s, past which the topology would rightly fail.
@@ -68,12 +88,33 @@ def test_the_embedded_broker_killed_mid_stream_loses_nothing(
     assert run.counted() < len(run.produced), "the kill came after the stream's end"
     record = kafka.daemon(own_broker).running()
     assert record is not None, "the test's broker is not running"
+    broker = f"from Kafka at {own_broker.kafka_bootstrap}"
+
+    # Frozen (SIGSTOP: connections stay open, nothing answers) for twice stall_after_s:
+    # STALLED with the broker as the cause, in stream status and the page, while it lasts.
+    os.kill(record.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+
+        def status_says_stalled() -> bool:
+            code, out = _status(run, capsys)
+            return code == 3 and "STALLED" in out and broker in out
+
+        wait_for(status_says_stalled, timeout_s=90, job=job, what="stream status: STALLED")
+        state, cause = _page_health(run, "faultbroker-blue-1")
+        assert state == "STALLED" and broker in (cause or ""), (state, cause)
+        time.sleep(max(0.0, 2 * flow["stall_after_s"] - (time.monotonic() - frozen_at)))
+    finally:
+        os.kill(record.pid, signal.SIGCONT)
+    with run.feeding():
+        wait_for(lambda: _status(run, capsys)[0] == 0, timeout_s=120, job=job, what="HEALTHY again")
+
     os.kill(record.pid, signal.SIGKILL)
 
     # While the broker is down the topology says so: STALLED, the failed read as the cause.
     def stalled_on_the_broker() -> bool:
         state, cause = _health(run, "faultbroker-blue-1")
-        return state == "STALLED" and f"from Kafka at {own_broker.kafka_bootstrap}" in (cause or "")
+        return state == "STALLED" and broker in (cause or "")
 
     wait_for(stalled_on_the_broker, timeout_s=90, job=job, what="STALLED, the broker the cause")
     manager.up(own_broker, only="kafka")  # the same log on disk: recovered, not recreated
