@@ -58,12 +58,16 @@ class Seeded:
     replacement_id: int
 
 
-def seed(url: str, window_s: float = 10.0) -> Seeded:
-    """Write the rows into the control database at ``url`` (schema ensured)."""
+def seed(url: str, window_s: float = 10.0, ago_s: float | None = None) -> Seeded:
+    """Write the rows into the control database at ``url`` (schema ensured); the last
+    window ends ``ago_s`` (default ``window_s``) before now. A live topology's window
+    older than two windows shows as stale: a test that renders the page a while after
+    seeding seeds longer windows, ending now."""
     plane = ControlPlane(url)
     plane.ensure_schema()
     events = ReplacementLog(plane.engine)
-    start = utcnow() - dt.timedelta(seconds=7 * window_s)
+    ago = window_s if ago_s is None else ago_s
+    start = utcnow() - dt.timedelta(seconds=6 * window_s + ago)
 
     def window(i: int) -> tuple[dt.datetime, dt.datetime]:
         return (

@@ -1,142 +1,137 @@
-// flowctl metrics page: formatting and the inline SVG charts' drawing helpers.
-// Loaded before flowctl.js (index.html), which takes them from window.flowctlCharts;
-// they know nothing of the API, only of numbers, times and SVG.
+// flowctl metrics page: the charts, drawn with Chart.js (vendor/chart.umd.min.js, checked
+// in by scripts/vendor-chartjs: the machines running Airflow may have no internet).
+// draw() builds each chart's data from the API's answers, creates the chart once and
+// updates it in place on every refresh (a legend entry clicked away stays hidden); a chart
+// with nothing to show is destroyed and says why.
+// The live charts are window.flowctlCharts (name -> Chart): tests read their data there.
 "use strict";
 
 (function () {
-  const SVG_NS = "http://www.w3.org/2000/svg";
-  const NAMED_COLOURS = { blue: "#3182ce", green: "#38a169", red: "#e53e3e", orange: "#dd6b20" };
-  const PALETTE = ["#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568", "#2c5282"];
+  const { fmt, clock, shortId, html, topologyColours, hsl } = window.flowctlFormat;
+  const live = {};
+  window.flowctlCharts = live;
+  // The page's font in the charts too.
+  Chart.defaults.font.family = getComputedStyle(document.body).fontFamily;
 
-  // ---- formatting ------------------------------------------------------------------------
+  // name -> [the id of its box on the page, its builder]; the timeline is added by
+  // flowctl_timeline.js.
+  const CHARTS = {};
 
-  function fmt(value, digits) {
-    if (value === null || value === undefined || Number.isNaN(value)) return "–";
-    const d = digits === undefined ? (Math.abs(value) >= 100 || Number.isInteger(value) ? 0 : 2) : digits;
-    return Number(value).toFixed(d);
+  // ---- shared pieces ---------------------------------------------------------------------
+
+  // The page's CSS colours (light or dark), read at each draw.
+  function theme() {
+    const css = getComputedStyle(document.documentElement);
+    const v = (name) => css.getPropertyValue(name).trim();
+    return { fg: v("--fg"), muted: v("--muted"), grid: v("--grid"), panel: v("--panel"), bad: v("--bad"), warn: v("--warn"), ok: v("--ok") };
   }
 
-  // One time format on the page, as Airflow shows times: 24-hour, UTC (Airflow's default
-  // time zone); the status line says "UTC".
-  function clock(ms) {
-    return new Date(ms).toISOString().slice(11, 19);
-  }
-
-  function stamp(ms) {
-    return new Date(ms).toISOString().slice(0, 19).replace("T", " ");
-  }
-
-  // Topology ids run to ~60 characters: pipeline, colour, then a start time (a stream
-  // DAG run's id and try: "wordcount-blue-manual-2026-11-26t04-34-58-123456-00-00-1"; a
-  // replacement's green: "wordcount-green-p4-20261126T043458123456"). Shown as what tells
-  // them apart, "wordcount-blue 04:34:58" ("… try 2" after a retry), with the full id on
-  // hover (a title).
-  const RUN_ID = /^(.+?)-(?:[a-z_]+-)?\d{4}-\d\d-\d\dt(\d\d)-(\d\d)-(\d\d)(?:-\d+)?(?:-\d\d-\d\d)?-(\d+)$/;
-  const STAMP = /^(.+?)-\d{8}T(\d\d)(\d\d)(\d\d)\d*$/;
-  const SHORT_ID = 24;
-  function shortId(id) {
-    const text = String(id);
-    const run = text.match(RUN_ID);
-    if (run) return `${run[1]} ${run[2]}:${run[3]}:${run[4]}${run[5] !== "1" ? " try " + run[5] : ""}`;
-    const started = text.match(STAMP);
-    if (started) return `${started[1]} ${started[2]}:${started[3]}:${started[4]}`;
-    return text.length <= SHORT_ID ? text : text.slice(0, 15) + "…" + text.slice(-8);
-  }
-
-  function colourOf(name) {
-    if (NAMED_COLOURS[name]) return NAMED_COLOURS[name];
-    let h = 0;
-    for (const ch of String(name)) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
-    return PALETTE[h % PALETTE.length];
-  }
-
-  function el(tag, attrs, text) {
-    const node = document.createElementNS(SVG_NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-
-  function html(tag, attrs, children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-    for (const child of [].concat(children === undefined ? [] : children)) {
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
-
-  // ---- charts ----------------------------------------------------------------------------
-
-  function niceTicks(lo, hi, count) {
-    if (!(hi > lo)) return [lo];
-    const raw = (hi - lo) / count;
-    const power = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || raw;
+  // Time ticks on whole seconds, minutes or hours of UTC, about eight per axis.
+  const STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  function timeTicks(lo, hi) {
+    const step = 1000 * (STEPS_S.find((s) => s * 8000 >= hi - lo) || STEPS_S[STEPS_S.length - 1]);
     const ticks = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(v);
+    for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) ticks.push({ value: t });
     return ticks;
   }
 
-  // A frame: SVG with margins, a time x scale shared by every chart, a linear y scale.
-  function frame(container, domain, yMax, yLabel) {
-    const width = Math.max(container.clientWidth || 800, 320);
-    const height = Math.max(container.clientHeight || 200, 120);
-    const m = { left: 56, right: 16, top: 24, bottom: 22 };
-    const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none" });
-    const top = yMax > 0 ? yMax * 1.1 : 1;
-    const x = (t) => m.left + ((t - domain[0]) / Math.max(domain[1] - domain[0], 1)) * (width - m.left - m.right);
-    const y = (v) => height - m.bottom - (v / top) * (height - m.top - m.bottom);
-    for (const v of niceTicks(0, top, 4)) {
-      svg.append(el("line", { class: "grid", x1: m.left, x2: width - m.right, y1: y(v), y2: y(v) }));
-      svg.append(el("text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
-    }
-    const span = domain[1] - domain[0];
-    const stepMs = niceTicks(0, span, 6)[1] || span || 1000;
-    for (let t = Math.ceil(domain[0] / stepMs) * stepMs; t <= domain[1]; t += stepMs) {
-      svg.append(el("text", { x: x(t), y: height - 6, "text-anchor": "middle" }, clock(t)));
-    }
-    svg.append(el("line", { class: "axis", x1: m.left, x2: width - m.right, y1: y(0), y2: y(0) }));
-    if (yLabel) svg.append(el("text", { x: 4, y: 12 }, yLabel));
-    container.replaceChildren(svg);
-    return { svg, x, y, width, height, m };
+  // A logarithmic axis's bounds and ticks: on 1, 2 and 5 × 10^n, or only on 10^n when the
+  // values span more than three decades.
+  function logSteps(lo, hi) {
+    return hi / lo > 1000 ? [1] : [1, 2, 5];
   }
 
-  function empty(container, text) {
-    container.replaceChildren(html("div", { class: "empty" }, text));
+  function logBounds(lo, hi) {
+    const steps = logSteps(lo, hi);
+    const nice = (v) => steps.flatMap((k) => [-1, 0, 1].map((e) => k * Math.pow(10, Math.floor(Math.log10(v)) + e)));
+    return [Math.max(...nice(lo).filter((v) => v <= lo)), Math.min(...nice(hi).filter((v) => v >= hi))];
   }
 
-  function polyline(f, points, colour, attrs) {
-    const pts = points.filter((p) => p[1] !== null && p[1] !== undefined);
-    if (!pts.length) return;
-    f.svg.append(
-      el("polyline", {
-        points: pts.map((p) => `${f.x(p[0]).toFixed(1)},${f.y(p[1]).toFixed(1)}`).join(" "),
-        fill: "none",
-        stroke: colour,
-        "stroke-width": 2,
-        ...(attrs || {}),
-      }),
-    );
-    for (const p of pts) {
-      const dot = el("circle", { cx: f.x(p[0]), cy: f.y(p[1]), r: 2.5, fill: colour });
-      dot.append(el("title", {}, `${clock(p[0])}: ${fmt(p[1])}${p[2] ? " · " + p[2] : ""}`));
-      f.svg.append(dot);
+  function logTicks(lo, hi) {
+    const ticks = [];
+    for (let d = Math.pow(10, Math.floor(Math.log10(lo))); d <= hi; d *= 10) {
+      for (const k of logSteps(lo, hi)) if (k * d >= lo * 0.9999 && k * d <= hi * 1.0001) ticks.push({ value: k * d });
     }
+    return ticks;
   }
 
-  // items: [label, colour, dashed, title on hover].
-  function legend(f, items) {
-    const g = el("g", { class: "legend" });
-    let x = f.m.left + 8;
-    for (const [label, colour, dashed, title] of items) {
-      g.append(el("line", { x1: x, x2: x + 16, y1: 8, y2: 8, stroke: colour, "stroke-width": 2, ...(dashed ? { "stroke-dasharray": "6 4" } : {}) }));
-      const text = el("text", { x: x + 20, y: 12 }, label);
-      if (title) text.append(el("title", {}, title));
-      g.append(text);
-      x += 28 + label.length * 6.5;
+  // Every chart's x axis: epoch ms from the oldest window to now, labelled like clock().
+  function timeAxis(domain, t) {
+    return {
+      type: "linear",
+      min: domain[0],
+      max: domain[1],
+      offset: false,
+      grid: { color: t.grid },
+      afterBuildTicks: (scale) => { scale.ticks = timeTicks(scale.min, scale.max); },
+      ticks: { color: t.muted, maxRotation: 0, autoSkipPadding: 16, callback: (v) => clock(v) },
+    };
+  }
+
+  function valueAxis(t, title, extra) {
+    return {
+      beginAtZero: true,
+      grace: "8%",
+      grid: { color: t.grid },
+      title: { display: true, text: title, color: t.muted },
+      ticks: { color: t.muted, callback: (v) => fmt(v) },
+      ...extra,
+    };
+  }
+
+  // Lines show as a line in the legend (dashed when dashed), bars as a box.
+  function legendLabels(chart) {
+    return Chart.defaults.plugins.legend.labels.generateLabels(chart).map((item) => {
+      const ds = chart.data.datasets[item.datasetIndex];
+      if ((ds.type || chart.config.type) === "bar") {
+        const colour = ds.legendColour || item.fillStyle;
+        return { ...item, fillStyle: colour, strokeStyle: colour, pointStyle: "rect" };
+      }
+      return { ...item, strokeStyle: ds.borderColor, lineWidth: ds.borderWidth, lineDash: ds.borderDash || [], pointStyle: "line" };
+    });
+  }
+
+  // ``label`` writes a tooltip's lines for one item; ``title`` its heading (default: the
+  // point's time).
+  function options(t, domain, y, label, title) {
+    return {
+      animation: false,
+      responsive: true,
+      maintainAspectRatio: false,
+      interaction: { mode: "nearest", axis: "xy", intersect: false },
+      plugins: {
+        legend: {
+          align: "start",
+          labels: { color: t.fg, usePointStyle: true, pointStyleWidth: 22, boxHeight: 8, generateLabels: legendLabels, sort: (a, b) => a.datasetIndex - b.datasetIndex },
+        },
+        tooltip: { callbacks: { title: title || ((items) => (items.length ? clock(items[0].parsed.x) + " UTC" : "")), label } },
+      },
+      scales: { x: timeAxis(domain, t), y },
+    };
+  }
+
+  function line(label, data, colour, extra) {
+    return {
+      type: "line",
+      label,
+      data,
+      borderColor: colour,
+      backgroundColor: colour,
+      borderWidth: 2,
+      pointRadius: 2.5,
+      pointHoverRadius: 4,
+      spanGaps: false,
+      ...extra,
+    };
+  }
+
+  function byTopology(windows) {
+    const groups = new Map();
+    for (const w of windows) {
+      if (!groups.has(w.topology_id)) groups.set(w.topology_id, { colour: w.colour, rows: [] });
+      groups.get(w.topology_id).rows.push(w);
     }
-    f.svg.append(g);
+    return groups;
   }
 
   // Two windows of a topology are one stretch of line when the second starts within a
@@ -148,36 +143,19 @@
     return Date.parse(next.window_start) - prevEnd <= Math.max(1000, length);
   }
 
-  function stretches(rows, key, label) {
-    const out = [];
-    let current = [];
+  // One topology's points of ``key`` at each window's end; a null point breaks the line
+  // (one marked ``gap`` between two stretches). ``floor`` lifts values a logarithmic axis
+  // cannot show (the tooltip says the value, v).
+  function series(rows, key, floor) {
+    const points = [];
     let prev = null;
     for (const w of rows) {
-      const v = w[key];
-      const missing = v === null || v === undefined;
-      if ((missing || (prev && !contiguous(prev, w))) && current.length) {
-        out.push(current);
-        current = [];
-      }
-      if (!missing) current.push([Date.parse(w.window_end), v, label]);
+      if (prev && !contiguous(prev, w)) points.push({ x: Date.parse(w.window_start), y: null, gap: true });
+      const v = w[key] === undefined ? null : w[key];
+      points.push({ x: Date.parse(w.window_end), y: v === null || floor === undefined ? v : Math.max(v, floor), v });
       prev = w;
     }
-    if (current.length) out.push(current);
-    return out;
-  }
-
-  // One topology's series of ``key``: a polyline per stretch, gaps left empty.
-  function series(f, rows, key, colour, label, attrs) {
-    for (const points of stretches(rows, key, label)) polyline(f, points, colour, attrs);
-  }
-
-  function byTopology(windows) {
-    const groups = new Map();
-    for (const w of windows) {
-      if (!groups.has(w.topology_id)) groups.set(w.topology_id, { colour: w.colour, rows: [] });
-      groups.get(w.topology_id).rows.push(w);
-    }
-    return groups;
+    return points;
   }
 
   function timeDomain(windows, topologies) {
@@ -195,23 +173,181 @@
     return [lo, Math.max(hi, lo + 1000)];
   }
 
-  window.flowctlCharts = {
-    fmt,
-    clock,
-    stamp,
-    shortId,
-    colourOf,
-    el,
-    html,
-    niceTicks,
-    frame,
-    empty,
-    polyline,
-    legend,
-    contiguous,
-    stretches,
-    series,
-    byTopology,
-    timeDomain,
-  };
+  // ---- the charts: each returns a Chart.js config, or why there is nothing to draw -------
+
+  function throughput({ metrics, colourOf, domain, t }) {
+    if (!metrics.windows.length) return "no metrics windows yet";
+    const datasets = [];
+    for (const [id, g] of byTopology(metrics.windows)) {
+      datasets.push(line(shortId(id), series(g.rows, "records_per_s"), hsl(colourOf(id, g.colour)), { topology: id }));
+    }
+    const label = (item) => `${item.dataset.topology}: ${fmt(item.parsed.y)} records/s`;
+    return { type: "line", data: { datasets }, options: options(t, domain, valueAxis(t, "records/s"), label) };
+  }
+
+  // Logarithmic: a backlog's first windows (tens of seconds of waiting in Kafka) and the
+  // steady state after it (tens of ms) both stay readable. Below 1 ms is drawn at 1 ms.
+  function latency({ metrics, colourOf, domain, t }) {
+    if (!metrics.windows.some((w) => w.latency_p50_ms !== null || w.latency_p99_ms !== null)) return "no latency samples yet";
+    const datasets = [];
+    for (const [id, g] of byTopology(metrics.windows)) {
+      const colour = hsl(colourOf(id, g.colour));
+      datasets.push(line(`${shortId(id)} p50`, series(g.rows, "latency_p50_ms", 1), colour, { topology: id, stat: "p50" }));
+      datasets.push(line(`${shortId(id)} p99`, series(g.rows, "latency_p99_ms", 1), colour, { topology: id, stat: "p99", borderDash: [6, 4] }));
+    }
+    const values = datasets.flatMap((d) => d.data.map((p) => p.y)).filter((v) => v !== null);
+    const [min, max] = logBounds(Math.min(...values), Math.max(...values) * 1.05);
+    const y = {
+      type: "logarithmic",
+      min,
+      max,
+      afterBuildTicks: (scale) => { scale.ticks = logTicks(scale.min, scale.max); },
+      grid: { color: t.grid },
+      title: { display: true, text: "ms (log scale)", color: t.muted },
+      ticks: { color: t.muted, callback: (v) => (v >= 1000 ? fmt(v / 1000) + "k" : fmt(v)) },
+    };
+    const label = (item) => `${item.dataset.topology} ${item.dataset.stat}: ${fmt(item.raw.v)} ms`;
+    return { type: "line", data: { datasets }, options: options(t, domain, y, label) };
+  }
+
+  const SIGNAL_WORDS = { up: "the rule says scale up", down: "the rule says scale down", none: "no signal" };
+
+  // failNum per window as a bar over the window (red: the rule says up, green: down), and
+  // each topology's E(M) dashed in its colour.
+  function failures({ metrics, colourOf, domain, t }) {
+    if (!metrics.windows.length) return "no metrics windows yet";
+    const signalColour = { up: t.bad, down: t.ok };
+    const bars = {
+      type: "bar",
+      label: "failNum (red: rule says up, green: down)",
+      legendColour: "#a0aec0",
+      data: metrics.windows.map((w) => ({ x: (Date.parse(w.window_start) + Date.parse(w.window_end)) / 2, y: w.fail_num, w })),
+      backgroundColor: (c) => (c.raw ? signalColour[c.raw.w.signal] || "#a0aec0" : "#a0aec0"),
+      categoryPercentage: 1,
+      barPercentage: 0.94,
+      grouped: false,
+      order: 2,
+    };
+    const datasets = [bars];
+    for (const [id, g] of byTopology(metrics.windows)) {
+      const colour = hsl(colourOf(id, g.colour));
+      datasets.push(line(`E(M) ${shortId(id)}`, series(g.rows, "mean"), colour, { topology: id, borderDash: [4, 3], order: 1 }));
+    }
+    const label = (item) => {
+      if (item.dataset.type === "line") return `${item.dataset.topology}: E(M) = ${fmt(item.parsed.y)}`;
+      const w = item.raw.w;
+      return [
+        w.topology_id,
+        `failNum ${w.fail_num} (failed ${w.failed}, timed out ${w.timed_out})`,
+        `E(M) ${fmt(w.mean)}, S^2 ${fmt(w.s2)} (C ${fmt(metrics.threshold_c)}): ${SIGNAL_WORDS[w.signal] || w.signal}`,
+      ];
+    };
+    // A bar's heading is its window, a point's its time.
+    const title = ([item]) => {
+      if (!item) return "";
+      if (item.dataset.type === "line") return clock(item.parsed.x) + " UTC";
+      return `window ${clock(Date.parse(item.raw.w.window_start))} – ${clock(Date.parse(item.raw.w.window_end))} UTC`;
+    };
+    const y = valueAxis(t, "tuples", { ticks: { color: t.muted, precision: 0 } });
+    return { type: "bar", data: { datasets }, options: options(t, domain, y, label, title) };
+  }
+
+  // S^2 per topology against the rule's threshold C.
+  function dispersion({ metrics, colourOf, domain, t }) {
+    if (!metrics.windows.length) return "";
+    const c = metrics.threshold_c;
+    const datasets = [];
+    for (const [id, g] of byTopology(metrics.windows)) {
+      datasets.push(line(`S^2 ${shortId(id)}`, series(g.rows, "s2"), hsl(colourOf(id, g.colour)), { topology: id }));
+    }
+    datasets.push(line(`C = ${fmt(c)}`, [{ x: domain[0], y: c }, { x: domain[1], y: c }], t.bad, { borderDash: [6, 4], borderWidth: 1.5, pointRadius: 0, pointHitRadius: 0 }));
+    const label = (item) => (item.dataset.topology ? `${item.dataset.topology}: S^2 = ${fmt(item.parsed.y)}` : `C = ${fmt(c)}`);
+    const y = valueAxis(t, `S^2 (A = ${metrics.history})`, { suggestedMax: c });
+    return { type: "line", data: { datasets }, options: options(t, domain, y, label) };
+  }
+
+  // Backlog per topology (left axis) and its backpressure level, dotted (right axis).
+  function backlog({ metrics, colourOf, domain, t }) {
+    if (!metrics.windows.length) return "no metrics windows yet";
+    const datasets = [];
+    for (const [id, g] of byTopology(metrics.windows)) {
+      const colour = hsl(colourOf(id, g.colour));
+      datasets.push(line(`backlog ${shortId(id)}`, series(g.rows, "backlog"), colour, { topology: id, stat: "backlog" }));
+      datasets.push(line(`backpressure ${shortId(id)}`, series(g.rows, "backpressure_level"), colour, { topology: id, stat: "backpressure level", borderDash: [2, 3], yAxisID: "y1" }));
+    }
+    const label = (item) => `${item.dataset.topology} ${item.dataset.stat}: ${fmt(item.parsed.y)}`;
+    const opts = options(t, domain, valueAxis(t, "records"), label);
+    opts.scales.y1 = valueAxis(t, "backpressure level", { position: "right", suggestedMax: 1, grid: { drawOnChartArea: false } });
+    return { type: "line", data: { datasets }, options: opts };
+  }
+
+  // ---- drawing ---------------------------------------------------------------------------
+
+  // Creates the chart, or updates it in place: datasets are matched by label and
+  // topology, so Chart.js keeps their state (a legend entry clicked away stays hidden).
+  function show(name, config) {
+    const box = document.getElementById(CHARTS[name][0]);
+    let chart = live[name];
+    if (chart && (typeof config === "string" || !box.contains(chart.canvas))) {
+      chart.destroy();
+      delete live[name];
+      chart = null;
+    }
+    if (typeof config === "string") {
+      box.replaceChildren(html("div", { class: "empty" }, config));
+      return;
+    }
+    // A chart whose height follows its rows (the timeline) sets it on its box.
+    if (config.height) box.style.height = config.height + "px";
+    if (!chart) {
+      const canvas = html("canvas", { role: "img", "aria-label": name + " chart" });
+      box.replaceChildren(canvas);
+      live[name] = new Chart(canvas, config);
+      return;
+    }
+    const key = (d) => `${d.label}\n${d.topology || ""}`;
+    const old = new Map(chart.data.datasets.map((d) => [key(d), d]));
+    chart.data.labels = config.data.labels;
+    chart.data.datasets = config.data.datasets.map((d) => {
+      const kept = old.get(key(d));
+      if (!kept) return d;
+      for (const prop of Object.keys(kept)) if (!(prop in d)) delete kept[prop];
+      return Object.assign(kept, d);
+    });
+    chart.options = config.options;
+    chart.update("none");
+  }
+
+  function draw(metrics, topologies, replacements) {
+    const ctx = {
+      metrics,
+      topologies,
+      replacements,
+      colourOf: topologyColours(topologies.topologies, matchMedia("(prefers-color-scheme: dark)").matches),
+      domain: timeDomain(metrics.windows, topologies),
+      t: theme(),
+    };
+    for (const [name, [, build]] of Object.entries(CHARTS)) show(name, build(ctx));
+  }
+
+  // Destroys every chart and empties its box (no pipeline to show).
+  function clear() {
+    for (const [name, [id]] of Object.entries(CHARTS)) {
+      if (live[name]) live[name].destroy();
+      delete live[name];
+      document.getElementById(id).replaceChildren();
+    }
+  }
+
+  function add(name, boxId, build) {
+    CHARTS[name] = [boxId, build];
+  }
+
+  add("throughput", "chart-throughput", throughput);
+  add("latency", "chart-latency", latency);
+  add("failures", "chart-failures", failures);
+  add("dispersion", "chart-dispersion", dispersion);
+  add("backlog", "chart-backlog", backlog);
+
+  window.flowctlChartKit = { draw, clear, add, timeAxis };
 })();
