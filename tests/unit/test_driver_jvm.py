@@ -62,3 +62,25 @@ def test_an_operators_driver_memory_sets_the_fixed_heap_and_its_own_options_win(
     assert " -Xms2g " in bigger["spark.driver.extraJavaOptions"]
     own = quiet_driver_conf({"spark.driver.extraJavaOptions": "-Dx=1"}, log4j)
     assert own["spark.driver.extraJavaOptions"] == "-Dx=1"
+
+
+def test_a_driver_with_another_spark_conf_dir_looks_for_an_archive_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """spark-submit puts $SPARK_CONF_DIR first on the driver's classpath, and the JVM maps
+    an archive only for the classpath it was dumped with: the process cluster's drivers
+    (a conf dir of their own) are given no archive built for the embedded platform's."""
+    from flowctl.adapters import class_archive
+
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    class_archive.archive_path.cache_clear()
+    embedded = class_archive.archive_path()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark-conf"))
+    class_archive.archive_path.cache_clear()
+    try:
+        cluster = class_archive.archive_path()
+        assert embedded is not None and cluster is not None and cluster != embedded
+        if not cluster.exists():
+            assert class_archive.driver_java_options() == ""
+    finally:
+        class_archive.archive_path.cache_clear()

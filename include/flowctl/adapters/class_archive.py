@@ -12,9 +12,10 @@ against 33.9 s (bench/README.md, "The driver's class archive").
 about 30-40 s): :func:`build` runs ``spark_jobs/class_archive.py`` (a session, a Python job,
 a short stream) with the dump option. Every ``spark-submit`` of the platform then names
 the archive in ``spark.driver.extraJavaOptions`` (:func:`driver_java_options`). The
-archive is keyed by the pyspark version and the ``java`` binary, so another Spark or JVM
-looks for an archive of its own; an archive the JVM still cannot use (another classpath)
-costs one warning line in the driver log, and the JVM starts as it would without.
+archive is keyed by the pyspark version, the ``java`` binary and ``$SPARK_CONF_DIR`` (the
+head of the driver's classpath), so another Spark, JVM or Spark conf dir looks for an
+archive of its own, and a driver with none starts without one; an archive the JVM still
+cannot use costs one warning line in the driver log, and the JVM starts as it would without.
 ``FLOWCTL_SPARK_CLASS_ARCHIVE=off`` (``Settings.spark_class_archive``) leaves it out
 (docs/services.md).
 """
@@ -61,7 +62,12 @@ def archive_path() -> Path | None:
     from importlib.metadata import version
 
     stat = java.stat()
-    key = f"{version('pyspark')}|{java}|{stat.st_size}|{stat.st_mtime_ns}"
+    # The JVM maps an archive only for the classpath it was dumped with, and spark-submit
+    # puts $SPARK_CONF_DIR first on it: a driver of the process cluster (its own conf dir)
+    # looks for an archive of its own, and without one none is passed (Spark's warning
+    # "Unable to use shared archive" at every cluster driver's start otherwise).
+    conf_dir = os.environ.get("SPARK_CONF_DIR", "")
+    key = f"{version('pyspark')}|{java}|{stat.st_size}|{stat.st_mtime_ns}|{conf_dir}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(sys.prefix) / "share" / "flowctl" / f"spark-driver-{digest}.jsa"
 
