@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import signal
 import statistics
 import tempfile
 import threading
@@ -74,9 +75,16 @@ class Deployment:
     log_dirs: tuple[Path, ...]
 
 
+def _terminate(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds: the deployment's teardown runs
+
+
 @contextlib.contextmanager
 def embedded(home: Path) -> Iterator[Deployment]:
-    """The README's platform in ``home`` on free ports; ``demo down`` on the way out."""
+    """The README's platform in ``home`` on free ports; ``demo down`` on the way out,
+    SIGTERM and SIGINT included."""
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
     settings = dataclasses.replace(
         Settings(home=home),
         airflow_port=free_port(),

@@ -135,7 +135,7 @@ def job_side(flowctl_db: str, request: pytest.FixtureRequest) -> Iterator[JobSid
     side.join(timeout=5)
 
 
-def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
+def _rescale(conf: dict, *, deferrable: bool = False, defer_after_s: float = 0.0, **scaling: float):
     from flowctl_airflow.dag_factory import rescale_dag
 
     config = load_pipeline_config("wordcount")
@@ -147,7 +147,7 @@ def _rescale(conf: dict, *, deferrable: bool = False, **scaling: float):
     replace = dag.get_task("replace")
     replace.poll_interval_s = 0.1
     replace.deferrable = deferrable
-    replace.defer_after_s = 0.0  # every wait deferred: the trigger's path is the one tested
+    replace.defer_after_s = defer_after_s  # 0: every wait deferred, the trigger's path tested
     replace.defer_settle_s = 0.2
     return dag.test(run_conf=conf)
 
@@ -428,6 +428,25 @@ def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(
     assert _kinds(plane, BLUE) == ["deactivate", "stop"]
     assert _kinds(plane, green_id) == ["activate"]
     assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [green_id]
+
+
+def test_the_wait_after_greens_run_was_created_is_deferred_at_once(
+    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
+) -> None:
+    """Green's run created, the task resumes within a second (DagStateTrigger fires once
+    the run is queued). Polling for green READY in the worker then, the task was RUNNING
+    when the scheduler handled the SUCCESS its worker had reported on ``defer()``, and
+    Airflow killed it (apache/airflow#72716: 1 rescale in 10 of bench.rescale_loop rolled
+    back so). The READY wait is deferred at once, to the triggerer's settle; the later
+    waits, which end within ``defer_after_s``, run in the worker."""
+    run = _rescale(
+        {"change": 8, "reason": "more lanes"}, deferrable=True, defer_after_s=15.0,
+        ready_timeout_s=60.0, drain_timeout_s=60.0, stop_timeout_s=60.0,
+    )  # fmt: skip
+    assert str(run.state).endswith("success")
+    assert trigger_waits == [(job_side.green, "waiting for green READY")]
+    (event,) = ReplacementLog(flowctl_db).replacements("wordcount")
+    assert event.outcome == "ok"
 
 
 @pytest.mark.parametrize("job_side", [{"drains": False}], indirect=True)

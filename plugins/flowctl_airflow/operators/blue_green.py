@@ -202,6 +202,9 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
         self._killed = False
         self._rolled_back = False
         self._context: Context | None = None
+        #: Resumed by a trigger that fired within seconds of the deferral (green's run
+        #: created): the next wait defers at once instead of running here (DEFER_SETTLE_S).
+        self._settling = False
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -409,6 +412,7 @@ class BlueGreenReplaceOperator(StandbySteps, ReplacementSteps, GreenRunSteps, Ba
             with self._rolling_back_on_failure():
                 self._progress = self._progress_after_start(event)
             phase, outcome = "started", None
+            self._settling = True  # DagStateTrigger fires as soon as the run is queued
         else:
             self._progress = Progress.from_dict(event["progress"])
             phase = event["then"]

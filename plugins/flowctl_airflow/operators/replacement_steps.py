@@ -66,6 +66,7 @@ class ReplacementSteps:
     deferrable: bool
     defer_after_s: float
     defer_settle_s: float
+    _settling: bool
     poll_interval_s: float
     flowctl_conn_id: str
     log: logging.Logger
@@ -83,9 +84,15 @@ class ReplacementSteps:
             self.log.info("step %s ...", step.what)
             started = time.monotonic()
             if self.deferrable and step.timeout_s > self.defer_after_s:
-                # Here first: a wait that ends within defer_after_s never defers.
-                here = dataclasses.replace(step, timeout_s=self.defer_after_s)
-                outcome = self._wait_here(here) if self.defer_after_s > 0 else None
+                # Here first: a wait that ends within defer_after_s never defers. Not just
+                # after a resume that came within seconds of its deferral: the worker's
+                # SUCCESS for that deferral may not have reached the scheduler yet, and a
+                # task RUNNING then is taken for killed (DEFER_SETTLE_S); deferred, it waits
+                # out the settle in the triggerer.
+                here_s = 0.0 if self._settling else self.defer_after_s
+                self._settling = False
+                here = dataclasses.replace(step, timeout_s=here_s)
+                outcome = self._wait_here(here) if here_s > 0 else None
                 if outcome is None:
                     left = step.timeout_s - (time.monotonic() - started)
                     self._defer_wait(dataclasses.replace(step, timeout_s=max(left, 1.0)))
