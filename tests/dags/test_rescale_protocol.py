@@ -430,17 +430,19 @@ def test_a_deferred_replacement_waits_in_the_trigger_and_runs_every_step(
     assert [t.topology_id for t in plane.topologies("wordcount", states=["ACTIVE"])] == [green_id]
 
 
+@pytest.mark.parametrize("deferrable", [False, True])
 def test_the_wait_after_greens_run_was_created_is_deferred_at_once(
-    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]]
+    flowctl_db: str, job_side: JobSide, trigger_waits: list[tuple[str, str]], deferrable: bool
 ) -> None:
     """Green's run created, the task resumes within a second (DagStateTrigger fires once
     the run is queued). Polling for green READY in the worker then, the task was RUNNING
     when the scheduler handled the SUCCESS its worker had reported on ``defer()``, and
-    Airflow killed it (apache/airflow#72716: 1 rescale in 10 of bench.rescale_loop rolled
-    back so). The READY wait is deferred at once, to the triggerer's settle; the later
-    waits, which end within ``defer_after_s``, run in the worker."""
+    Airflow killed it (apache/airflow#72716: 1 to 3 in 8 rescales of bench.rescale_loop
+    rolled back so). The READY wait is deferred at once, to the triggerer's settle, whether the
+    operator is deferrable or not (the default, whose waits all ran in the worker); the
+    later waits, which end within ``defer_after_s``, run in the worker."""
     run = _rescale(
-        {"change": 8, "reason": "more lanes"}, deferrable=True, defer_after_s=15.0,
+        {"change": 8, "reason": "more lanes"}, deferrable=deferrable, defer_after_s=15.0,
         ready_timeout_s=60.0, drain_timeout_s=60.0, stop_timeout_s=60.0,
     )  # fmt: skip
     assert str(run.state).endswith("success")

@@ -83,14 +83,15 @@ class ReplacementSteps:
                 return step
             self.log.info("step %s ...", step.what)
             started = time.monotonic()
-            if self.deferrable and step.timeout_s > self.defer_after_s:
-                # Here first: a wait that ends within defer_after_s never defers. Not just
-                # after a resume that came within seconds of its deferral: the worker's
-                # SUCCESS for that deferral may not have reached the scheduler yet, and a
-                # task RUNNING then is taken for killed (DEFER_SETTLE_S); deferred, it waits
-                # out the settle in the triggerer.
-                here_s = 0.0 if self._settling else self.defer_after_s
-                self._settling = False
+            # Just after a resume that came within seconds of its deferral (green's run
+            # created), the worker's SUCCESS for that deferral may not have reached the
+            # scheduler yet, and a task RUNNING then is taken for killed (DEFER_SETTLE_S):
+            # that wait is deferred at once, deferrable or not, and waits out the settle
+            # in the triggerer (which creating the run needed already).
+            settling, self._settling = self._settling, False
+            if settling or (self.deferrable and step.timeout_s > self.defer_after_s):
+                # Here first: a wait that ends within defer_after_s never defers.
+                here_s = 0.0 if settling else self.defer_after_s
                 here = dataclasses.replace(step, timeout_s=here_s)
                 outcome = self._wait_here(here) if here_s > 0 else None
                 if outcome is None:
