@@ -13,8 +13,9 @@ This run repeats the operator's rescale under a real scheduler, with a steady fe
   synthetic text at ``--rate`` lines/s (bench/lib/steady_feed.py) while the stream DAG,
   triggered at parallelism 2, reads it;
 - ``--rescales`` runs of ``rescale_wordcount``, ``change`` up and down in turn: the first
-  half cold (green started at the decision), the second half warm (from the last cold one
-  on, ``start_next_standby`` keeps a standby READY, and each rescale takes it);
+  half cold (green started at the decision), the second half warm (a standby started by
+  hand through the stream DAG, Standby on, before the first; each warm rescale takes the
+  READY standby and, ``start_next_standby`` on, starts the next one);
 - then the feeder stops, every record becomes durable, the topology is stopped, the
   reconcile DAG runs, and the stored counts are compared with the words of every line
   the broker acknowledged.
@@ -182,11 +183,13 @@ def run_loop(deployment: Deployment, args: argparse.Namespace) -> dict[str, Any]
     cold = args.rescales // 2
     for i in range(args.rescales):
         warm = i >= cold
-        if warm:  # the last cold one started a standby: it is taken once READY
+        if i == cold:  # the first warm one: a standby started by hand, as the docs say
+            api.trigger(STREAM, "loop-standby", {"parallelism": 2, "standby": True})
+        if warm:  # each warm rescale takes it and starts the next (start_next_standby)
             waited = _wait("a READY standby", lambda: bool(_live(plane, ("READY",))), 600)
             say(f"standby READY after {waited} s")
         change = "up" if i % 2 == 0 else "down"
-        loops.append(rescale(api, plane, i, change, warm=warm, keep_standby=i >= cold - 1))
+        loops.append(rescale(api, plane, i, change, warm=warm, keep_standby=warm))
         time.sleep(args.gap)
     produced = feeder.finish()
     if feeder.error is not None:
