@@ -96,9 +96,9 @@ def test_stream_list_reads_the_running_clusters_postgres_database(
     for var in ("FLOWCTL_DATABASE_URL", "FLOWCTL_KAFKA_PORT", "FLOWCTL_TANSU_STORAGE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FLOWCTL_HOME", str(tmp_path))
-    assert main(["stream", "list", "--pipeline", "nowhere"]) == 0
+    assert main(["stream", "list", "--pipeline", "logetl"]) == 0
     out, err = capsys.readouterr()
-    assert "no topologies for pipeline 'nowhere'" in out
+    assert "no topologies for pipeline 'logetl'" in out
     assert f"deployment: cluster (home {tmp_path}" in err
     assert f"/{database})" in err
     engine = sa.create_engine(postgres_url)
