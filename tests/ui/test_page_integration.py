@@ -273,17 +273,8 @@ def test_the_page_shows_a_window_older_than_two_windows_as_stale(
         "clickstream", quiet, None, 2, 4, "by hand", started_at=end, outcome="rolled_back",
         finished_at=end + dt.timedelta(seconds=5), error="green not ready in 5 s",
     )  # fmt: skip
-    base = base_url(airflow)
-    with chromium(width=1400, height=1200) as browser:
-        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
-        page = browser.new_page()
-        page.goto(f"{base}/flowctl/#pipeline=clickstream")
-        page.wait_for_function(
-            "document.body && document.body.dataset.rendered === 'clickstream'", timeout=30_000
-        )
-        dom = page.content()
-        timeline = charts_of(page)["timeline"]
-        page.screenshot(path=ARTIFACTS / "metrics_page_stale.png")
+    dom, charts = _rendered(airflow, token, "clickstream", "metrics_page_stale.png", 1200)
+    timeline = charts["timeline"]
     [replacements] = [d for d in timeline["datasets"] if d["label"] == "replacements"]
     assert [p["label"] for p in replacements["points"]] == [
         "2→4 · none (rolled back before the handover) · rolled back"
@@ -323,17 +314,7 @@ def test_the_cards_follow_the_active_topology_with_a_standby_and_a_starting_gree
             lanes=[{"lane": i, "window": 4, "state": "NORMAL", "in_flight": 1}
                    for i in range(lanes)],
         )  # fmt: skip
-    base = base_url(airflow)
-    with chromium(width=1400, height=1600) as browser:
-        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
-        page = browser.new_page()
-        page.goto(f"{base}/flowctl/#pipeline=logetl")
-        page.wait_for_function(
-            "document.body && document.body.dataset.rendered === 'logetl'", timeout=30_000
-        )
-        dom = page.content()
-        charts = charts_of(page)
-        page.screenshot(path=ARTIFACTS / "metrics_page_standby.png", full_page=True)
+    dom, charts = _rendered(airflow, token, "logetl", "metrics_page_standby.png", 1600)
     cards = dict(cards_of(dom))
     assert (cards["topology"], cards["parallelism"], cards["state"]) == (active, "8", "ACTIVE")
     assert cards["beside it"] == "standby green ×2 · starting green ×16"
@@ -389,6 +370,24 @@ def series(chart: dict[str, Any]) -> dict[tuple[str, str | None], list[float | N
 def opaque(colour: str) -> str:
     """``hsla(h, s%, l%, a)`` without its alpha: a topology's colour in every chart."""
     return colour.rsplit(",", 1)[0]
+
+
+def _rendered(
+    airflow: Settings, token: str, pipeline: str, shot: str, height: int
+) -> tuple[str, dict[str, Any]]:
+    """The page of ``pipeline`` rendered in Chromium: its DOM and its charts' data; the
+    whole page is left in ``tests/artifacts/<shot>``."""
+    base = base_url(airflow)
+    with chromium(width=1400, height=height) as browser:
+        browser.add_cookies([{"name": "_token", "value": token, "url": base, "httpOnly": True}])
+        page = browser.new_page()
+        page.goto(f"{base}/flowctl/#pipeline={pipeline}")
+        page.wait_for_function(
+            f"document.body && document.body.dataset.rendered === '{pipeline}'", timeout=30_000
+        )
+        dom, charts = page.content(), charts_of(page)
+        page.screenshot(path=ARTIFACTS / shot, full_page=True)
+    return dom, charts
 
 
 def page_text_has(dom: str, fragment: str) -> bool:
